@@ -1,0 +1,1 @@
+"""seqxduce: a plugin-based sequence transduction toolkit."""

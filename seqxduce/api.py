@@ -1,0 +1,243 @@
+"""The contracts that plugins implement, and the small value types that flow between them.
+
+This module must stay importable without torch: `seqxduce --help` and `seqxduce plugins` read it.
+Tensor types are named in strings only.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+
+class UserError(Exception):
+    """An error a user can fix: printed as one line, never as a traceback."""
+
+
+def setting(default: Any = dataclasses.MISSING, help: str = "", choices: Sequence[Any] | None = None) -> Any:
+    """Declare one recipe setting as a dataclass field with its default, one-line help and allowed values."""
+    metadata = {"help": help, "choices": tuple(choices) if choices else None}
+    if isinstance(default, (list, dict)):
+        value = default
+        return field(default_factory=lambda: type(value)(value), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+# ---------------------------------------------------------------- value types
+
+
+@dataclass
+class Example:
+    """One raw example of a task: the source and target text, and the reference the metric scores against."""
+
+    source: str
+    target: str
+    reference: str | None = None  # defaults to target; a parse task keeps the gold tree here
+
+    @property
+    def ref(self) -> str:
+        return self.target if self.reference is None else self.reference
+
+
+@dataclass
+class Hypothesis:
+    """One decoded output: token ids (no bos/eos), its total log-probability and its length-normalised score."""
+
+    tokens: list[int]
+    score: float
+    logprob: float
+    positional_logprobs: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    """A metric report: named figures (higher is better for `primary`) and a text block to print."""
+
+    metrics: dict[str, float]
+    primary: str
+    text: str = ""
+    signature: str = ""
+
+
+@dataclass(frozen=True)
+class VocabInfo:
+    """What a model factory needs to know about the vocabularies it embeds."""
+
+    src_size: int
+    tgt_size: int
+    pad_id: int
+    bos_id: int
+    eos_id: int
+    shared: bool
+
+
+@dataclass
+class ModelOutput:
+    """A model's training forward: logits (B, T, V) and optional extra loss (e.g. ACT's ponder cost)."""
+
+    logits: torch.Tensor
+    aux_loss: torch.Tensor | None = None
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------- contracts
+
+
+class Task(abc.ABC):
+    """Where data comes from, how raw examples become text and back, and how outputs are scored."""
+
+    splits: tuple[str, ...] = ("train", "valid", "test")
+
+    def prepare(self, data_dir: Path) -> None:  # noqa: B027 - optional hook
+        """Download or build the task's data under data_dir; a second call does nothing."""
+
+    @abc.abstractmethod
+    def examples(self, split: str, data_dir: Path) -> list[Example]:
+        """Return the examples of one split."""
+
+    def postprocess(self, hypothesis: str, source: str) -> str:
+        """Turn decoded target text into the task's output format (e.g. a linearized tree into a tree)."""
+        return hypothesis
+
+    @abc.abstractmethod
+    def score(self, hypotheses: list[str], references: list[str], sources: list[str] | None = None) -> Report:
+        """Score postprocessed hypotheses against references."""
+
+    def score_files(self, hypothesis_file: Path, reference_file: Path) -> Report:
+        """Score two files of one output per line (`seqxduce evaluate`)."""
+        hyps = read_lines(hypothesis_file)
+        refs = read_lines(reference_file)
+        if len(hyps) != len(refs):
+            raise UserError(
+                f"{hypothesis_file} has {len(hyps)} lines but {reference_file} has {len(refs)}: "
+                "give one hypothesis per reference line"
+            )
+        return self.score(hyps, refs)
+
+
+class Tokenizer(abc.ABC):
+    """Text <-> ids, with a vocabulary that has pad, bos, eos and unk."""
+
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
+    unk_id: int = 3
+
+    @abc.abstractmethod
+    def train(self, texts: Iterable[str], workdir: Path) -> None:
+        """Build the vocabulary (and any model) from training text."""
+
+    @abc.abstractmethod
+    def save(self, directory: Path, prefix: str) -> None:
+        """Write everything needed to load this tokenizer again under directory/prefix*."""
+
+    @abc.abstractmethod
+    def load(self, directory: Path, prefix: str) -> None:
+        """Load what save() wrote."""
+
+    @abc.abstractmethod
+    def encode(self, text: str) -> list[int]:
+        """Text to ids, without bos/eos."""
+
+    @abc.abstractmethod
+    def decode(self, ids: Sequence[int]) -> str:
+        """Ids to text; special ids are dropped."""
+
+    @property
+    @abc.abstractmethod
+    def vocab_size(self) -> int:
+        """Number of ids."""
+
+    @abc.abstractmethod
+    def id_to_token(self, index: int) -> str:
+        """The vocabulary entry of one id (decoders with constraints read it)."""
+
+
+class Model(abc.ABC):
+    """An encoder-decoder: full forward for training, encode + step with an explicit cache for decoding.
+
+    Implementations are torch.nn.Modules. Shapes: src (B, S), tgt_in (B, T), with pad ids in the padding.
+    """
+
+    @abc.abstractmethod
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> ModelOutput:
+        """Teacher-forced logits (B, T, V) for next-token prediction."""
+
+    @abc.abstractmethod
+    def encode(self, src: torch.Tensor) -> Any:
+        """Run the encoder once; the result is opaque to the caller."""
+
+    @abc.abstractmethod
+    def init_cache(self, memory: Any) -> Any:
+        """An empty incremental-decoding cache for the batch encoded in memory."""
+
+    @abc.abstractmethod
+    def step(self, tokens: torch.Tensor, memory: Any, cache: Any) -> tuple[torch.Tensor, Any]:
+        """Feed the last tokens (B,) and return log-probabilities (B, V) for the next one and the new cache."""
+
+    @abc.abstractmethod
+    def reorder(self, memory: Any, cache: Any, index: torch.Tensor) -> tuple[Any, Any]:
+        """Select batch rows (beam search keeps, duplicates and drops hypotheses)."""
+
+
+class StepConstraint(abc.ABC):
+    """Restricts which tokens a search may choose at each step (e.g. only well-formed trees).
+
+    The search calls start() once, then per step mask() before choosing and advance() after, so a
+    constraint keeps incremental state per row instead of re-reading every prefix.
+    """
+
+    @abc.abstractmethod
+    def start(self, request: DecodeRequest, rows: torch.Tensor) -> None:
+        """Begin a search; rows (N,) gives the source index (into request.sources) of each search row."""
+
+    @abc.abstractmethod
+    def mask(self, logprobs: torch.Tensor) -> torch.Tensor:
+        """Return logprobs (N, V) with forbidden tokens set to -inf for each current row."""
+
+    @abc.abstractmethod
+    def advance(self, origin: torch.Tensor, tokens: torch.Tensor) -> None:
+        """The search kept rows: new row i continues old row origin[i] with token tokens[i]."""
+
+
+@dataclass
+class DecodeRequest:
+    """A batch of sources to decode: token ids (B, S) plus the raw source text, for decoders with constraints."""
+
+    src: torch.Tensor
+    sources: list[str]
+    bos_id: int
+    eos_id: int
+    pad_id: int
+
+
+class Decoder(abc.ABC):
+    """Turns a model and a batch of sources into n-best lists of hypotheses."""
+
+    @abc.abstractmethod
+    def decode(self, model: Model, request: DecodeRequest) -> list[list[Hypothesis]]:
+        """Return, for each source, its hypotheses best first."""
+
+
+def read_lines(path: Path) -> list[str]:
+    """Read a UTF-8 text file as lines without their newline, with a clear error naming a bad line."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: no such file")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise UserError(f"{path}:{line}: invalid UTF-8 ({err.reason}); convert the file to UTF-8") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line.rstrip("\r") for line in lines]

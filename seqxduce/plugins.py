@@ -1,0 +1,150 @@
+"""The plugin manager: entry points in, name -> component tables out."""
+
+from __future__ import annotations
+
+import difflib
+import importlib.metadata
+import sys
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pluggy
+
+from seqxduce import hookspecs
+from seqxduce.api import UserError
+
+KINDS = ("task", "tokenizer", "model", "decoder")
+ENTRY_POINT_GROUP = "seqxduce"
+
+
+@dataclass
+class Component:
+    """One registered task, tokenizer, model or decoder."""
+
+    kind: str
+    name: str
+    factory: Callable[..., Any]
+    settings: type | None
+    presets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    help: str = ""
+    plugin: str = ""
+
+
+class PluginLoadWarning(UserWarning):
+    """A plugin failed to import; the others keep working."""
+
+
+def _plugin_name(pm: pluggy.PluginManager, plugin: object) -> str:
+    name = pm.get_name(plugin) or getattr(plugin, "__name__", repr(plugin))
+    return name
+
+
+def new_manager(strict: bool = False, entry_points: bool = True) -> pluggy.PluginManager:
+    """A PluginManager with the hook specs and (by default) every `seqxduce` entry point loaded."""
+    pm = pluggy.PluginManager("seqxduce")
+    pm.add_hookspecs(hookspecs)
+    if entry_points:
+        load_entry_points(pm, strict=strict)
+    return pm
+
+
+def load_entry_points(pm: pluggy.PluginManager, strict: bool = False) -> None:
+    """Register every module named in the `seqxduce` entry-point group, warning on ones that fail."""
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if pm.has_plugin(ep.name):
+            continue
+        try:
+            module = ep.load()
+        except Exception as err:  # a broken third-party plugin must not take the CLI down
+            if strict:
+                raise
+            warnings.warn(
+                f"plugin {ep.name!r} ({ep.value}) failed to import and is skipped: {type(err).__name__}: {err}",
+                PluginLoadWarning,
+                stacklevel=2,
+            )
+            continue
+        pm.register(module, name=ep.name)
+    pm.check_pending()
+
+
+class Registry:
+    """Name -> Component tables for the four kinds, built from a plugin manager's hooks."""
+
+    def __init__(self, pm: pluggy.PluginManager):
+        self.pm = pm
+        self.tables: dict[str, dict[str, Component]] = {kind: {} for kind in KINDS}
+        for kind in KINDS:
+            hook = getattr(pm.hook, f"register_{kind}s")
+            for impl in hook.get_hookimpls():
+                plugin = _plugin_name(pm, impl.plugin)
+                impl.function(register=self._registrar(kind, plugin))
+
+    def _registrar(self, kind: str, plugin: str) -> Callable[..., None]:
+        def register(
+            name: str,
+            factory: Callable[..., Any],
+            settings: type | None = None,
+            presets: dict[str, dict[str, Any]] | None = None,
+            help: str = "",
+        ) -> None:
+            table = self.tables[kind]
+            if name in table:
+                raise UserError(
+                    f"{kind} {name!r} is registered twice: by plugin {table[name].plugin!r} and by plugin "
+                    f"{plugin!r}; uninstall one of them or rename its {kind}"
+                )
+            table[name] = Component(kind, name, factory, settings, dict(presets or {}), help, plugin)
+
+        return register
+
+    def get(self, kind: str, name: str) -> Component:
+        """The component called name, or a UserError listing the known names and a close match."""
+        table = self.tables[kind]
+        if name in table:
+            return table[name]
+        known = sorted(table)
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise UserError(f"unknown {kind} {name!r}; known {kind}s: {', '.join(known) or '(none)'}.{hint}")
+
+    def names(self, kind: str) -> list[str]:
+        return sorted(self.tables[kind])
+
+
+_default: Registry | None = None
+
+
+def registry(strict: bool | None = None) -> Registry:
+    """The process-wide registry of installed plugins (built once)."""
+    global _default
+    if _default is None:
+        if strict is None:
+            strict = _strict_from_env()
+        _default = Registry(new_manager(strict=strict))
+    return _default
+
+
+def reset_registry(reg: Registry | None = None) -> None:
+    """Replace (or drop) the process-wide registry; tests use this with their own plugin manager."""
+    global _default
+    _default = reg
+
+
+def _strict_from_env() -> bool:
+    import os
+
+    return os.environ.get("SEQXDUCE_STRICT_PLUGINS", "") not in ("", "0")
+
+
+def plugin_distribution(plugin_module: object) -> str:
+    """The distribution (pip package) that provides a plugin module, for `seqxduce plugins`."""
+    module_name = getattr(plugin_module, "__name__", "")
+    top = module_name.split(".")[0]
+    for dist, tops in importlib.metadata.packages_distributions().items():
+        if dist == top:
+            return ", ".join(tops)
+    mapping = importlib.metadata.packages_distributions()
+    return ", ".join(mapping.get(top, [])) or ("(registered in code)" if top not in sys.modules else top)

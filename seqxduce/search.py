@@ -1,0 +1,204 @@
+"""The generic search engine decoder plugins build on: greedy and beam search over Model.encode/step.
+
+Beam search keeps `beam` live hypotheses per source in one (B*beam)-row batch, moves hypotheses that
+end in eos to a finished list scored with the GNMT length penalty, drops sources from the batch once
+they have `beam` finished hypotheses, and never recomputes a prefix (the model's cache is reordered).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from seqxduce.api import DecodeRequest, Hypothesis, Model, StepConstraint
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT's length penalty lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al. 2016, eq. 14)."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def max_lengths(request: DecodeRequest, a: float, b: int) -> torch.Tensor:
+    """Maximum output length per source: a * source length + b, counted in tokens (without eos)."""
+    src_len = (request.src != request.pad_id).sum(dim=1)
+    return (src_len.float() * a + b).floor().long().clamp(min=1)
+
+
+def _forbid_specials(logprobs: torch.Tensor, request: DecodeRequest) -> None:
+    logprobs[:, request.pad_id] = float("-inf")
+    if request.bos_id != request.eos_id:
+        logprobs[:, request.bos_id] = float("-inf")
+
+
+def _force_length(logprobs: torch.Tensor, step: int, limits: torch.Tensor, eos: int, min_len: int) -> None:
+    """Only eos where a row reached its maximum length; never eos before min_len."""
+    if step < min_len:
+        logprobs[:, eos] = float("-inf")
+    at_limit = limits <= step
+    if bool(at_limit.any()):
+        eos_scores = logprobs[at_limit, eos].clone()
+        logprobs[at_limit] = float("-inf")
+        # a row at its limit always has a way out, even if a constraint forbade eos
+        logprobs[at_limit, eos] = torch.where(torch.isinf(eos_scores), torch.zeros_like(eos_scores), eos_scores)
+
+
+@torch.no_grad()
+def greedy_search(
+    model: Model,
+    request: DecodeRequest,
+    max_len_a: float = 1.0,
+    max_len_b: int = 10,
+    min_len: int = 0,
+    constraint: StepConstraint | None = None,
+) -> list[list[Hypothesis]]:
+    """Pick the most probable token at each step until eos or the length limit."""
+    batch = request.src.size(0)
+    device = request.src.device
+    limits = max_lengths(request, max_len_a, max_len_b)
+    memory = model.encode(request.src)
+    cache = model.init_cache(memory)
+    rows = torch.arange(batch, device=device)
+    if constraint is not None:
+        constraint.start(request, rows)
+    last = torch.full((batch,), request.bos_id, dtype=torch.long, device=device)
+    tokens: list[list[int]] = [[] for _ in range(batch)]
+    logps: list[list[float]] = [[] for _ in range(batch)]
+    done = torch.zeros(batch, dtype=torch.bool, device=device)
+    step = 0
+    while not bool(done.all()):
+        logprobs, cache = model.step(last, memory, cache)
+        logprobs = logprobs.float()
+        if constraint is not None:
+            logprobs = constraint.mask(logprobs)
+        _forbid_specials(logprobs, request)
+        _force_length(logprobs, step, limits, request.eos_id, min_len)
+        best, choice = logprobs.max(dim=-1)
+        for i in (~done).nonzero().flatten().tolist():
+            logps[i].append(float(best[i]))
+            if int(choice[i]) == request.eos_id:
+                done[i] = True
+            else:
+                tokens[i].append(int(choice[i]))
+        if constraint is not None:
+            constraint.advance(rows, choice)
+        last = torch.where(done, torch.full_like(choice, request.eos_id), choice)
+        step += 1
+    return [[Hypothesis(tokens=t, score=sum(lp), logprob=sum(lp), positional_logprobs=lp)] for t, lp in zip(tokens, logps)]
+
+
+@torch.no_grad()
+def beam_search(
+    model: Model,
+    request: DecodeRequest,
+    beam: int = 4,
+    alpha: float = 0.6,
+    max_len_a: float = 1.0,
+    max_len_b: int = 10,
+    min_len: int = 0,
+    nbest: int = 1,
+    constraint: StepConstraint | None = None,
+) -> list[list[Hypothesis]]:
+    """Batched beam search with GNMT length penalty; returns the nbest finished hypotheses per source."""
+    nbest = min(nbest, beam)
+    batch = request.src.size(0)
+    device = request.src.device
+    limits_all = max_lengths(request, max_len_a, max_len_b)
+    memory = model.encode(request.src)
+    # row r of the search batch belongs to source alive[r // beam]
+    alive = torch.arange(batch, device=device)
+    expand = alive.repeat_interleave(beam)
+    memory, _ = model.reorder(memory, None, expand)
+    cache = model.init_cache(memory)
+    if constraint is not None:
+        constraint.start(request, expand)
+    prefixes = torch.full((batch * beam, 1), request.bos_id, dtype=torch.long, device=device)
+    positional = torch.zeros((batch * beam, 0), dtype=torch.float, device=device)
+    # only the first beam of each source is live at step 0, so the others never duplicate it
+    scores = torch.full((batch, beam), float("-inf"), device=device)
+    scores[:, 0] = 0.0
+    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+
+    step = 0
+    while alive.numel() > 0:
+        n_alive = alive.numel()
+        logprobs, cache = model.step(prefixes[:, -1], memory, cache)
+        logprobs = logprobs.float()
+        if constraint is not None:
+            logprobs = constraint.mask(logprobs)
+        _forbid_specials(logprobs, request)
+        limits = limits_all[alive].repeat_interleave(beam)
+        _force_length(logprobs, step, limits, request.eos_id, min_len)
+        vocab = logprobs.size(-1)
+        candidates = (scores.view(-1, 1) + logprobs).view(n_alive, beam * vocab)
+        # 2*beam candidates always hold at least beam that do not end in eos (one eos per row at most)
+        top_scores, top_index = candidates.topk(min(2 * beam, beam * vocab), dim=1)
+        top_beam = torch.div(top_index, vocab, rounding_mode="floor")
+        top_token = top_index % vocab
+        is_eos = top_token == request.eos_id
+        finite = torch.isfinite(top_scores)
+
+        _collect_finished(finished, alive, prefixes, positional, logprobs, top_scores, top_beam, is_eos & finite,
+                          beam, alpha, request.eos_id)
+
+        # the first `beam` live (non-eos) candidates continue
+        live_rank = torch.where(is_eos, torch.full_like(top_scores, float("inf")),
+                                torch.arange(top_scores.size(1), device=device).float().expand_as(top_scores))
+        keep = live_rank.argsort(dim=1)[:, :beam]
+        new_scores = top_scores.gather(1, keep)
+        new_beam = top_beam.gather(1, keep)
+        new_token = top_token.gather(1, keep)
+        origin = (torch.arange(n_alive, device=device).unsqueeze(1) * beam + new_beam).view(-1)
+
+        source_done = torch.tensor(
+            [len(finished[int(s)]) >= beam for s in alive.tolist()], dtype=torch.bool, device=device
+        ) | ~torch.isfinite(new_scores).any(dim=1)
+        new_token = new_token.view(-1)
+        prefixes = torch.cat([prefixes[origin], new_token.view(-1, 1)], dim=1)
+        positional = torch.cat([positional[origin], logprobs[origin, new_token].view(-1, 1)], dim=1)
+        scores = new_scores
+        if bool(source_done.any()):
+            _finish_dead_ends(finished, alive, source_done, prefixes, positional, scores, beam, alpha)
+            keep_sources = (~source_done).nonzero().flatten()
+            rows = (keep_sources.unsqueeze(1) * beam + torch.arange(beam, device=device)).view(-1)
+            alive, scores = alive[keep_sources], scores[keep_sources]
+            prefixes, positional, origin, new_token = prefixes[rows], positional[rows], origin[rows], new_token[rows]
+        if alive.numel() > 0:
+            if constraint is not None:
+                constraint.advance(origin, new_token)
+            memory, cache = model.reorder(memory, cache, origin)
+        step += 1
+
+    return [sorted(hyps, key=lambda h: -h.score)[:nbest] for hyps in finished]
+
+
+def _collect_finished(finished, alive, prefixes, positional, logprobs, top_scores, top_beam, take, beam, alpha, eos):
+    """Move eos candidates ranked within the first `beam` of their source to its finished list."""
+    take = take.clone()
+    take[:, beam:] = False
+    for s, k in take.nonzero().tolist():
+        source = int(alive[s])
+        if len(finished[source]) >= beam:
+            continue
+        row = s * beam + int(top_beam[s, k])
+        tokens = prefixes[row, 1:].tolist()
+        total = float(top_scores[s, k])
+        lps = positional[row].tolist() + [float(logprobs[row, eos])]
+        finished[source].append(
+            Hypothesis(tokens=tokens, score=total / length_penalty(len(tokens) + 1, alpha), logprob=total,
+                       positional_logprobs=lps)
+        )
+
+
+def _finish_dead_ends(finished, alive, source_done, prefixes, positional, scores, beam, alpha):
+    """A source that leaves the search without any finished hypothesis keeps its best live one."""
+    for s in source_done.nonzero().flatten().tolist():
+        source = int(alive[s])
+        if finished[source]:
+            continue
+        k = int(scores[s].argmax())
+        row = s * beam + k
+        total = float(scores[s, k])
+        tokens = prefixes[row, 1:].tolist()
+        finished[source].append(
+            Hypothesis(tokens=tokens, score=total / length_penalty(len(tokens) + 1, alpha), logprob=total,
+                       positional_logprobs=positional[row].tolist())
+        )
