@@ -1,1 +1,30 @@
-"""seqxduce: a plugin-based sequence transduction toolkit."""
+"""seqxduce: a plugin-based sequence transduction toolkit.
+
+The functions below are what the CLI calls; importing this package does not import torch.
+"""
+
+from seqxduce.api import (
+    Decoder,
+    DecodeRequest,
+    Example,
+    Hypothesis,
+    Model,
+    ModelOutput,
+    Report,
+    StepConstraint,
+    Task,
+    Tokenizer,
+    UserError,
+    VocabInfo,
+    setting,
+)
+from seqxduce.engine import average, decode, decode_split, evaluate, load_recipe, prepare, train
+from seqxduce.hookspecs import hookimpl
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Decoder", "DecodeRequest", "Example", "Hypothesis", "Model", "ModelOutput", "Report", "StepConstraint",
+    "Task", "Tokenizer", "UserError", "VocabInfo", "setting", "hookimpl",
+    "train", "decode", "decode_split", "evaluate", "average", "load_recipe", "prepare",
+]

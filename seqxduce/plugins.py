@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import importlib.metadata
-import sys
+import os
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +30,11 @@ class Component:
     presets: dict[str, dict[str, Any]] = field(default_factory=dict)
     help: str = ""
     plugin: str = ""
+    distribution: str = ""
+
+
+# plugin name -> the installed distribution that declared its entry point (for `seqxduce plugins`)
+DISTRIBUTIONS: dict[str, str] = {}
 
 
 class PluginLoadWarning(UserWarning):
@@ -37,8 +42,7 @@ class PluginLoadWarning(UserWarning):
 
 
 def _plugin_name(pm: pluggy.PluginManager, plugin: object) -> str:
-    name = pm.get_name(plugin) or getattr(plugin, "__name__", repr(plugin))
-    return name
+    return pm.get_name(plugin) or getattr(plugin, "__name__", repr(plugin))
 
 
 def new_manager(strict: bool = False, entry_points: bool = True) -> pluggy.PluginManager:
@@ -67,6 +71,7 @@ def load_entry_points(pm: pluggy.PluginManager, strict: bool = False) -> None:
             )
             continue
         pm.register(module, name=ep.name)
+        DISTRIBUTIONS[ep.name] = ep.dist.name if ep.dist is not None else ep.value
     pm.check_pending()
 
 
@@ -96,7 +101,8 @@ class Registry:
                     f"{kind} {name!r} is registered twice: by plugin {table[name].plugin!r} and by plugin "
                     f"{plugin!r}; uninstall one of them or rename its {kind}"
                 )
-            table[name] = Component(kind, name, factory, settings, dict(presets or {}), help, plugin)
+            table[name] = Component(kind, name, factory, settings, dict(presets or {}), help, plugin,
+                                    DISTRIBUTIONS.get(plugin, "(registered in code)"))
 
         return register
 
@@ -134,17 +140,4 @@ def reset_registry(reg: Registry | None = None) -> None:
 
 
 def _strict_from_env() -> bool:
-    import os
-
     return os.environ.get("SEQXDUCE_STRICT_PLUGINS", "") not in ("", "0")
-
-
-def plugin_distribution(plugin_module: object) -> str:
-    """The distribution (pip package) that provides a plugin module, for `seqxduce plugins`."""
-    module_name = getattr(plugin_module, "__name__", "")
-    top = module_name.split(".")[0]
-    for dist, tops in importlib.metadata.packages_distributions().items():
-        if dist == top:
-            return ", ".join(tops)
-    mapping = importlib.metadata.packages_distributions()
-    return ", ".join(mapping.get(top, [])) or ("(registered in code)" if top not in sys.modules else top)

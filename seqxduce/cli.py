@@ -1,0 +1,209 @@
+"""The `seqxduce` command: each command parses, calls the engine in seqxduce.engine, and prints."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import click
+
+from seqxduce import engine
+from seqxduce.api import UserError
+from seqxduce.plugins import KINDS, registry
+
+SET_HELP = "override a recipe value: section.key=value (repeatable), e.g. --set train.max_steps=100"
+
+
+class Group(click.Group):
+    """Turns UserError into one line and a non-zero exit; --debug shows the traceback instead."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except UserError as err:
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            raise click.ClickException(str(err)) from None
+
+
+@click.group(cls=Group)
+@click.version_option(package_name="seqxduce")
+@click.option("--debug", is_flag=True, help="show tracebacks for errors")
+@click.option("--strict-plugins", is_flag=True, envvar="SEQXDUCE_STRICT_PLUGINS",
+              help="fail when a plugin cannot be imported instead of skipping it")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool, strict_plugins: bool) -> None:
+    """seqxduce: train and decode sequence transduction models from recipes."""
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+    ctx.obj["strict"] = strict_plugins
+
+
+def _registry(ctx: click.Context):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        reg = registry(strict=bool(ctx.find_root().obj.get("strict")))
+    for w in caught:
+        click.echo(f"warning: {w.message}", err=True)
+    return reg
+
+
+@cli.command()
+@click.option("--kind", type=click.Choice(KINDS), help="list only this kind")
+@click.pass_context
+def plugins(ctx: click.Context, kind: str | None) -> None:
+    """List every registered task, tokenizer, model and decoder, with the package it comes from."""
+    reg = _registry(ctx)
+    for k in [kind] if kind else KINDS:
+        click.echo(f"{k}s:")
+        for name in reg.names(k):
+            c = reg.get(k, name)
+            presets = f" [presets: {', '.join(sorted(c.presets))}]" if c.presets else ""
+            click.echo(f"  {name:<24} {c.distribution} ({c.plugin}){presets}  {c.help}")
+
+
+@cli.group()
+def recipe() -> None:
+    """Inspect recipes."""
+
+
+@recipe.command("show")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--set", "overrides", multiple=True, help=SET_HELP)
+@click.pass_context
+def recipe_show(ctx: click.Context, file: Path, overrides: tuple[str, ...]) -> None:
+    """Print the full resolved recipe, defaults included, each key with its help."""
+    _registry(ctx)
+    click.echo(engine.load_recipe(file, overrides).to_toml())
+
+
+@cli.command()
+@click.argument("recipe_file", metavar="RECIPE", type=click.Path(path_type=Path))
+@click.option("--set", "overrides", multiple=True, help=SET_HELP)
+@click.pass_context
+def prepare(ctx: click.Context, recipe_file: Path, overrides: tuple[str, ...]) -> None:
+    """Download and prepare the recipe's data (training does this too)."""
+    _registry(ctx)
+    where = engine.prepare(engine.load_recipe(recipe_file, overrides))
+    click.echo(f"data ready in {where}")
+
+
+@cli.command()
+@click.argument("recipe_file", metavar="RECIPE", type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), help="run directory (default: runs/<recipe name>)")
+@click.option("--set", "overrides", multiple=True, help=SET_HELP)
+@click.option("--resume", is_flag=True, help="continue from the run directory's latest checkpoint")
+@click.pass_context
+def train(ctx: click.Context, recipe_file: Path, out: Path | None, overrides: tuple[str, ...], resume: bool) -> None:
+    """Train a model from a recipe into a run directory. Run under torchrun for several processes."""
+    _registry(ctx)
+    out = out or Path("runs") / recipe_file.stem
+    if resume and (out / "recipe.toml").is_file():
+        result = engine.train(engine.load_run_recipe(out, overrides), out=out, resume=True)
+    else:
+        result = engine.train(engine.load_recipe(recipe_file, overrides), out=out, resume=resume)
+    figures = " ".join(f"{k}={v:.4g}" for k, v in result.metrics.items())
+    click.echo(f"trained to step {result.step} in {result.run_dir} {figures}".rstrip())
+
+
+@cli.command()
+@click.argument("run", metavar="RUN_DIR|CHECKPOINT", type=click.Path(path_type=Path))
+@click.option("--input", "input_file", type=click.Path(path_type=Path, allow_dash=True),
+              help="sources, one per line ('-' for stdin)")
+@click.option("--split", help="decode one of the task's splits and print its metric instead")
+@click.option("--output", type=click.Path(path_type=Path), help="write outputs here instead of stdout")
+@click.option("--set", "overrides", multiple=True, help=SET_HELP + "; e.g. --set decode.beam=8")
+@click.option("--examples", default=3, show_default=True, help="with --split: outputs printed beside references")
+@click.pass_context
+def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | None, output: Path | None,
+           overrides: tuple[str, ...], examples: int) -> None:
+    """Decode sources with a trained run (its averaged checkpoint if any, else the latest)."""
+    _registry(ctx)
+    if (input_file is None) == (split is None):
+        raise UserError("decode: give exactly one of --input FILE (or -) and --split NAME")
+    if split is not None:
+        outputs, report = engine.decode_split(run, split, overrides=overrides)
+        for o in outputs[:examples]:
+            click.echo(f"src: {o.source}\nhyp: {o.text}\nref: {o.reference}\n", err=True)
+        lines = [o.text for o in outputs]
+        _write(lines, output)
+        click.echo(report.text or _metric_line(report.metrics), err=output is None)
+        if output is not None:
+            click.echo(report.text or _metric_line(report.metrics))
+        return
+    sources = _read_sources(input_file)
+    outputs = engine.decode(run, sources, overrides=overrides)
+    _write(engine.format_outputs(outputs), output)
+
+
+def _metric_line(metrics: dict[str, float]) -> str:
+    return " ".join(f"{k}={v:.4f}" for k, v in metrics.items())
+
+
+def _read_sources(path: Path) -> list[str]:
+    if str(path) == "-":
+        return [line.rstrip("\n").rstrip("\r") for line in sys.stdin]
+    return engine.read_lines(path)
+
+
+def _write(lines: list[str], output: Path | None) -> None:
+    text = "".join(line + "\n" for line in lines)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        output.write_text(text, encoding="utf-8")
+
+
+@cli.command()
+@click.argument("hypotheses", type=click.Path(path_type=Path))
+@click.argument("references", type=click.Path(path_type=Path))
+@click.option("--recipe", "recipe_or_run", type=click.Path(path_type=Path),
+              help="a recipe file or run directory naming the task")
+@click.option("--task", "task_name", help="a task plugin name (with its default settings)")
+@click.option("--set", "overrides", multiple=True, help=SET_HELP)
+@click.pass_context
+def evaluate(ctx: click.Context, hypotheses: Path, references: Path, recipe_or_run: Path | None,
+             task_name: str | None, overrides: tuple[str, ...]) -> None:
+    """Score a hypothesis file against a reference file with the task's metric."""
+    _registry(ctx)
+    report = engine.evaluate(hypotheses, references, recipe=recipe_or_run, task=task_name, overrides=overrides)
+    click.echo(report.text or _metric_line(report.metrics))
+    if report.signature:
+        click.echo(report.signature)
+
+
+@cli.command()
+@click.argument("checkpoints", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--output", required=True, type=click.Path(path_type=Path), help="averaged checkpoint file")
+def average(checkpoints: tuple[Path, ...], output: Path) -> None:
+    """Average the parameters of several checkpoints (the paper averages the last 5 or 20)."""
+    engine.average(list(checkpoints), output)
+    click.echo(f"averaged {len(checkpoints)} checkpoints into {output}")
+
+
+_plugin_commands_added = False
+
+
+def add_plugin_commands() -> click.Group:
+    """Let plugins add their commands (register_commands hook) once."""
+    global _plugin_commands_added
+    if not _plugin_commands_added:
+        _plugin_commands_added = True
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            reg = registry()
+        for w in caught:
+            click.echo(f"warning: {w.message}", err=True)
+        reg.pm.hook.register_commands(cli=cli)
+    return cli
+
+
+def main() -> None:
+    """Console entry point."""
+    try:
+        add_plugin_commands()
+    except UserError as err:
+        click.echo(f"Error: {err}", err=True)
+        sys.exit(1)
+    cli(obj={})

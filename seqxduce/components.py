@@ -1,0 +1,118 @@
+"""Build a recipe's task, tokenizers, model and decoder, and save/load what a run directory holds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from seqxduce.api import Decoder, Example, Task, Tokenizer, UserError, VocabInfo
+from seqxduce.recipe import Recipe, load_recipe
+
+RECIPE_FILE = "recipe.toml"
+CHECKPOINT_DIR = "checkpoints"
+AVERAGE_FILE = "average.pt"
+METRICS_FILE = "metrics.jsonl"
+
+
+def build_task(recipe: Recipe) -> Task:
+    """The recipe's task plugin, built from its settings."""
+    return recipe.task.component.factory(recipe.task.settings)
+
+
+def data_dir(recipe: Recipe) -> Path:
+    return recipe.path(recipe.task.core.data_dir)
+
+
+@dataclass
+class Tokenizers:
+    """Source and target tokenizers; the same object when the vocabulary is shared."""
+
+    src: Tokenizer
+    tgt: Tokenizer
+
+    @property
+    def shared(self) -> bool:
+        return self.src is self.tgt
+
+    def vocab(self) -> VocabInfo:
+        return VocabInfo(
+            src_size=self.src.vocab_size,
+            tgt_size=self.tgt.vocab_size,
+            pad_id=self.tgt.pad_id,
+            bos_id=self.tgt.bos_id,
+            eos_id=self.tgt.eos_id,
+            shared=self.shared,
+        )
+
+
+def _new_tokenizer(recipe: Recipe) -> Tokenizer:
+    return recipe.tokenizer.component.factory(recipe.tokenizer.settings)
+
+
+def _prefixes(shared: bool) -> tuple[str, str]:
+    return ("tokenizer", "tokenizer") if shared else ("src_tokenizer", "tgt_tokenizer")
+
+
+def train_tokenizers(recipe: Recipe, examples: list[Example], run_dir: Path) -> Tokenizers:
+    """Train the tokenizer(s) on training text and save them in the run directory."""
+    shared = recipe.tokenizer.core.shared
+    src_prefix, tgt_prefix = _prefixes(shared)
+    work = run_dir / "tokenizer_work"
+    work.mkdir(parents=True, exist_ok=True)
+    src = _new_tokenizer(recipe)
+    if shared:
+        src.train([t for ex in examples for t in (ex.source, ex.target)], work)
+        src.save(run_dir, src_prefix)
+        _check_specials(src, recipe)
+        return Tokenizers(src, src)
+    tgt = _new_tokenizer(recipe)
+    src.train([ex.source for ex in examples], work)
+    tgt.train([ex.target for ex in examples], work)
+    src.save(run_dir, src_prefix)
+    tgt.save(run_dir, tgt_prefix)
+    for tok in (src, tgt):
+        _check_specials(tok, recipe)
+    return Tokenizers(src, tgt)
+
+
+def _check_specials(tok: Tokenizer, recipe: Recipe) -> None:
+    if len({tok.pad_id, tok.bos_id, tok.eos_id}) != 3:
+        raise UserError(f"tokenizer {recipe.tokenizer.component.name!r} must give pad, bos and eos distinct ids")
+
+
+def load_tokenizers(recipe: Recipe, run_dir: Path) -> Tokenizers:
+    """Load the tokenizer(s) saved in a run directory."""
+    shared = recipe.tokenizer.core.shared
+    src_prefix, tgt_prefix = _prefixes(shared)
+    src = _new_tokenizer(recipe)
+    src.load(run_dir, src_prefix)
+    if shared:
+        return Tokenizers(src, src)
+    tgt = _new_tokenizer(recipe)
+    tgt.load(run_dir, tgt_prefix)
+    return Tokenizers(src, tgt)
+
+
+def tokenizers_saved(recipe: Recipe, run_dir: Path) -> bool:
+    prefix = _prefixes(recipe.tokenizer.core.shared)[1]
+    return any(p.name.startswith(prefix) for p in run_dir.iterdir()) if run_dir.is_dir() else False
+
+
+def build_model(recipe: Recipe, vocab: VocabInfo) -> Any:
+    """The recipe's model plugin (a torch.nn.Module implementing seqxduce.api.Model)."""
+    return recipe.model.component.factory(recipe.model.settings, vocab)
+
+
+def build_decoder(recipe: Recipe, tokenizers: Tokenizers) -> Decoder:
+    """The recipe's decoder plugin; it sees the target tokenizer for vocabulary-aware constraints."""
+    return recipe.decode.component.factory(recipe.decode.settings, tokenizers.tgt)
+
+
+def load_run_recipe(run_dir: Path, overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
+    """The resolved recipe saved in a run directory, with command-line overrides applied."""
+    path = Path(run_dir) / RECIPE_FILE
+    if not path.is_file():
+        raise UserError(f"{run_dir}: not a run directory (no {RECIPE_FILE}); give the --out of `seqxduce train`")
+    recipe = load_recipe(path, overrides)
+    return recipe

@@ -1,0 +1,131 @@
+"""From examples to padded batches: encoding, token-count batching by length, sharding across ranks."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from seqxduce.api import Example, Tokenizer, UserError
+
+
+@dataclass
+class Pair:
+    """One encoded training pair: source ids ending in eos, target ids (no bos, no eos)."""
+
+    src: list[int]
+    tgt: list[int]
+
+
+@dataclass
+class Batch:
+    """Padded tensors for teacher forcing: src (B, S), tgt_in = bos + y (B, T), tgt_out = y + eos (B, T)."""
+
+    src: torch.Tensor
+    tgt_in: torch.Tensor
+    tgt_out: torch.Tensor
+    ntokens: int  # target tokens that count in the loss (eos included)
+
+    def to(self, device: torch.device) -> Batch:
+        return Batch(self.src.to(device, non_blocking=True), self.tgt_in.to(device, non_blocking=True),
+                     self.tgt_out.to(device, non_blocking=True), self.ntokens)
+
+
+def encode_source(tokenizer: Tokenizer, text: str) -> list[int]:
+    """Source ids as the encoder sees them: the text's ids followed by eos."""
+    return tokenizer.encode(text) + [tokenizer.eos_id]
+
+
+def encode_pairs(
+    examples: Sequence[Example], src_tok: Tokenizer, tgt_tok: Tokenizer, max_src: int, max_tgt: int
+) -> tuple[list[Pair], int]:
+    """Encode examples, skipping pairs over the length limits; returns the pairs and how many were skipped."""
+    pairs: list[Pair] = []
+    skipped = 0
+    for ex in examples:
+        src = encode_source(src_tok, ex.source)
+        tgt = tgt_tok.encode(ex.target)
+        if len(src) > max_src or len(tgt) + 1 > max_tgt:
+            skipped += 1
+            continue
+        pairs.append(Pair(src, tgt))
+    return pairs, skipped
+
+
+def token_batches(pairs: Sequence[Pair], max_tokens: int, seed: int, epoch: int, shuffle: bool = True) -> list[list[int]]:
+    """Group pair indices by length into batches whose padded source+target size stays within max_tokens.
+
+    Sorting by length keeps padding small; ties are broken randomly per epoch and the batch order is
+    shuffled, both from (seed, epoch), so any process can rebuild the same epoch without state.
+    """
+    rng = random.Random(seed * 100_003 + epoch)
+    order = list(range(len(pairs)))
+    if shuffle:
+        rng.shuffle(order)
+    order.sort(key=lambda i: (len(pairs[i].src), len(pairs[i].tgt)))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest_src = longest_tgt = 0
+    for i in order:
+        s, t = len(pairs[i].src), len(pairs[i].tgt) + 1
+        if s + t > max_tokens:
+            raise UserError(
+                f"[train] max_tokens = {max_tokens} cannot hold one pair of {s}+{t} tokens; raise max_tokens "
+                "or lower max_source_len/max_target_len"
+            )
+        new_src, new_tgt = max(longest_src, s), max(longest_tgt, t)
+        if current and (len(current) + 1) * (new_src + new_tgt) > max_tokens:
+            batches.append(current)
+            current, new_src, new_tgt = [], s, t
+        current.append(i)
+        longest_src, longest_tgt = new_src, new_tgt
+    if current:
+        batches.append(current)
+    if shuffle:
+        rng.shuffle(batches)
+    return batches
+
+
+def steps_in_epoch(num_batches: int, world_size: int, update_freq: int) -> int:
+    """Optimizer steps an epoch holds: each consumes world_size * update_freq batches; the remainder is dropped."""
+    return num_batches // (world_size * update_freq)
+
+
+def batches_for_step(batches: list[list[int]], step_in_epoch: int, rank: int, world_size: int,
+                     update_freq: int) -> list[list[int]]:
+    """The update_freq batches this rank accumulates for one optimizer step.
+
+    Rank r of a world of W takes the same batches a single process with update_freq * W would take
+    in positions r*update_freq .. (r+1)*update_freq - 1, so data-parallel runs match single-process ones.
+    """
+    start = step_in_epoch * world_size * update_freq + rank * update_freq
+    return batches[start:start + update_freq]
+
+
+def collate(pairs: Sequence[Pair], pad_id: int, bos_id: int, eos_id: int) -> Batch:
+    """Pad a list of pairs into a Batch."""
+    bsz = len(pairs)
+    src_len = max(len(p.src) for p in pairs)
+    tgt_len = max(len(p.tgt) for p in pairs) + 1
+    src = torch.full((bsz, src_len), pad_id, dtype=torch.long)
+    tgt_in = torch.full((bsz, tgt_len), pad_id, dtype=torch.long)
+    tgt_out = torch.full((bsz, tgt_len), pad_id, dtype=torch.long)
+    for i, p in enumerate(pairs):
+        src[i, : len(p.src)] = torch.tensor(p.src, dtype=torch.long)
+        tgt_in[i, 0] = bos_id
+        tgt_in[i, 1 : len(p.tgt) + 1] = torch.tensor(p.tgt, dtype=torch.long)
+        tgt_out[i, : len(p.tgt)] = torch.tensor(p.tgt, dtype=torch.long)
+        tgt_out[i, len(p.tgt)] = eos_id
+    ntokens = sum(len(p.tgt) + 1 for p in pairs)
+    return Batch(src, tgt_in, tgt_out, ntokens)
+
+
+def pad_sources(sources: Sequence[list[int]], pad_id: int) -> torch.Tensor:
+    """Pad encoded sources into (B, S) for decoding."""
+    width = max(len(s) for s in sources)
+    out = torch.full((len(sources), width), pad_id, dtype=torch.long)
+    for i, s in enumerate(sources):
+        out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+    return out

@@ -1,0 +1,151 @@
+"""Decoding: load a run, batch sources by length, call the decoder plugin, restore input order."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from seqxduce import checkpoint as ckpt
+from seqxduce import components
+from seqxduce.api import Decoder, DecodeRequest, Example, Hypothesis, Model, Report, Task, UserError
+from seqxduce.data import encode_source, pad_sources
+from seqxduce.recipe import Recipe, Section
+from seqxduce.search import greedy_search
+
+
+@dataclass
+class Output:
+    """One decoded source: the task-formatted best output and the n-best (text, hypothesis) pairs."""
+
+    source: str
+    text: str
+    nbest: list[tuple[str, Hypothesis]] = field(default_factory=list)
+    reference: str | None = None
+
+
+class GreedyDecoder(Decoder):
+    """Greedy search with the recipe decoder's length limits; used for validation during training."""
+
+    def __init__(self, max_len_a: float, max_len_b: int):
+        self.max_len_a, self.max_len_b = max_len_a, max_len_b
+
+    def decode(self, model: Model, request: DecodeRequest) -> list[list[Hypothesis]]:
+        return greedy_search(model, request, max_len_a=self.max_len_a, max_len_b=self.max_len_b)
+
+
+def validation_decoder(decode: Section) -> GreedyDecoder:
+    settings = decode.settings
+    return GreedyDecoder(getattr(settings, "max_len_a", 1.5), getattr(settings, "max_len_b", 10))
+
+
+def decode_examples(model: Any, tokenizers: components.Tokenizers, task: Task, examples: Sequence[Example] | Sequence[str],
+                    decoder: Decoder | None, device: torch.device, precision: str = "fp32",
+                    decode_settings: Section | None = None, batch_size: int = 64) -> list[Output]:
+    """Decode sources (Examples or plain source strings) in input order; decoder None means greedy."""
+    from seqxduce.train import autocast_context
+
+    sources = [ex.source if isinstance(ex, Example) else ex for ex in examples]
+    if decoder is None:
+        decoder = validation_decoder(decode_settings) if decode_settings else GreedyDecoder(1.5, 10)
+    if decode_settings is not None:
+        batch_size = decode_settings.core.batch_size
+    tgt = tokenizers.tgt
+    encoded = [encode_source(tokenizers.src, s) for s in sources]
+    order = sorted(range(len(sources)), key=lambda i: len(encoded[i]))
+    results: list[Output | None] = [None] * len(sources)
+    was_training = model.training
+    model.eval()
+    try:
+        for start in range(0, len(order), batch_size):
+            chunk = order[start:start + batch_size]
+            request = DecodeRequest(
+                src=pad_sources([encoded[i] for i in chunk], tgt.pad_id).to(device),
+                sources=[sources[i] for i in chunk], bos_id=tgt.bos_id, eos_id=tgt.eos_id, pad_id=tgt.pad_id,
+            )
+            with torch.no_grad(), autocast_context(device, precision):
+                nbests = decoder.decode(model, request)
+            for i, hyps in zip(chunk, nbests):
+                texts = [(tgt.decode(h.tokens), h) for h in hyps]
+                best = task.postprocess(texts[0][0], sources[i]) if texts else task.postprocess("", sources[i])
+                results[i] = Output(sources[i], best, texts)
+    finally:
+        model.train(was_training)
+    return [r for r in results if r is not None]
+
+
+@dataclass
+class LoadedRun:
+    """Everything decoding needs, loaded from a run directory."""
+
+    recipe: Recipe
+    run_dir: Path
+    checkpoint: Path
+    task: Task
+    tokenizers: components.Tokenizers
+    model: Any
+    decoder: Decoder
+    device: torch.device
+
+
+def find_checkpoint(path: Path) -> tuple[Path, Path]:
+    """(run directory, checkpoint file) for a run directory or a checkpoint inside one.
+
+    In a run directory the averaged checkpoint wins when there is one, else the latest step.
+    """
+    path = Path(path)
+    if path.is_file():
+        run_dir = path.parent.parent if path.parent.name == components.CHECKPOINT_DIR else path.parent
+        return run_dir, path
+    if not path.is_dir():
+        raise UserError(f"{path}: no such run directory or checkpoint")
+    average = path / components.AVERAGE_FILE
+    if average.is_file():
+        return path, average
+    steps = ckpt.step_checkpoints(path / components.CHECKPOINT_DIR)
+    if not steps:
+        raise UserError(f"{path}: no checkpoint in {path / components.CHECKPOINT_DIR}; train first")
+    return path, steps[-1]
+
+
+def load_run(path: Path, overrides: Sequence[str] = ()) -> LoadedRun:
+    """Load recipe, tokenizers, model weights and decoder from a run directory or checkpoint."""
+    from seqxduce.train import resolve_device
+
+    run_dir, checkpoint = find_checkpoint(path)
+    recipe = components.load_run_recipe(run_dir, tuple(overrides))
+    tokenizers = components.load_tokenizers(recipe, run_dir)
+    device = resolve_device(recipe.train.device)
+    model = components.build_model(recipe, tokenizers.vocab())
+    state = ckpt.load(checkpoint)
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as err:
+        raise UserError(f"{checkpoint}: does not fit the model in {run_dir / components.RECIPE_FILE} "
+                        f"({str(err).splitlines()[0]}); decode with the recipe it was trained with") from None
+    model.to(device).eval()
+    task = components.build_task(recipe)
+    decoder = components.build_decoder(recipe, tokenizers)
+    return LoadedRun(recipe, run_dir, checkpoint, task, tokenizers, model, decoder, device)
+
+
+def decode_lines(run: LoadedRun, sources: Sequence[str]) -> list[Output]:
+    """Decode raw source lines with the run's decoder, in input order."""
+    return decode_examples(run.model, run.tokenizers, run.task, list(sources), run.decoder, run.device,
+                           run.recipe.train.precision, run.recipe.decode)
+
+
+def decode_split(run: LoadedRun, split: str) -> tuple[list[Output], Report]:
+    """Decode one of the task's splits and score it with the task's metric."""
+    if split not in run.task.splits:
+        raise UserError(f"--split {split!r}: the task has splits {', '.join(run.task.splits)}")
+    examples = run.task.examples(split, components.data_dir(run.recipe))
+    outputs = decode_examples(run.model, run.tokenizers, run.task, examples, run.decoder, run.device,
+                              run.recipe.train.precision, run.recipe.decode)
+    for o, ex in zip(outputs, examples):
+        o.reference = ex.ref
+    report = run.task.score([o.text for o in outputs], [ex.ref for ex in examples], [ex.source for ex in examples])
+    return outputs, report

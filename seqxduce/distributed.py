@@ -1,0 +1,74 @@
+"""Data parallelism through torch.distributed: set up from torchrun's environment, or a world of one."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from seqxduce.api import UserError
+
+
+@dataclass
+class World:
+    """This process's place in the world; with world_size 1 every collective is a no-op."""
+
+    rank: int = 0
+    world_size: int = 1
+    device: torch.device | None = None
+    owns_group: bool = False
+
+    def barrier(self) -> None:
+        if self.world_size > 1:
+            dist.barrier()
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Sum a small CPU tensor over all ranks."""
+        if self.world_size == 1:
+            return tensor
+        moved = tensor.to(self.device if dist.get_backend() == "nccl" else "cpu")
+        dist.all_reduce(moved, op=dist.ReduceOp.SUM)
+        return moved.cpu()
+
+    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        """DistributedDataParallel when there is more than one process, else the model itself."""
+        if self.world_size == 1:
+            return model
+        ids = [self.device.index] if self.device is not None and self.device.type == "cuda" else None
+        return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
+
+    def no_sync(self, wrapped: torch.nn.Module, sync: bool) -> contextlib.AbstractContextManager:
+        """Skip the gradient all-reduce on all but the last accumulated batch."""
+        if self.world_size == 1 or sync:
+            return contextlib.nullcontext()
+        return wrapped.no_sync()
+
+    def close(self) -> None:
+        if self.owns_group and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def setup(device_setting: str) -> World:
+    """Join the process group torchrun describes in the environment (RANK, WORLD_SIZE, LOCAL_RANK)."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size == 1:
+        return World()
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    use_cuda = device_setting.startswith("cuda") or (device_setting == "auto" and torch.cuda.is_available())
+    if use_cuda:
+        if not torch.cuda.is_available():
+            raise UserError(f"[train] device = {device_setting!r} but no CUDA device is visible")
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        backend = "nccl"
+    else:
+        device = torch.device("cpu")
+        backend = "gloo"
+    owns = not dist.is_initialized()
+    if owns:
+        dist.init_process_group(backend=backend)
+    return World(rank=rank, world_size=world_size, device=device, owns_group=owns)

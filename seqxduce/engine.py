@@ -1,0 +1,97 @@
+"""What the CLI does, as functions a Python user can call. Heavy modules (torch) load on first use."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from seqxduce.api import Report, UserError, read_lines
+from seqxduce.recipe import Recipe, load_recipe
+
+if TYPE_CHECKING:  # pragma: no cover
+    from seqxduce.decoding import Output
+    from seqxduce.train import TrainResult
+
+__all__ = ["load_recipe", "load_run_recipe", "prepare", "train", "decode", "decode_split", "evaluate", "average",
+           "format_outputs", "read_lines"]
+
+
+def load_run_recipe(run_dir: Path, overrides: Sequence[str] = ()) -> Recipe:
+    """The recipe saved in a run directory, with overrides."""
+    from seqxduce.components import load_run_recipe as _load
+
+    return _load(Path(run_dir), tuple(overrides))
+
+
+def prepare(recipe: Recipe) -> Path:
+    """Download or build the recipe's task data; returns the data directory."""
+    from seqxduce.components import build_task, data_dir
+
+    where = data_dir(recipe)
+    build_task(recipe).prepare(where)
+    return where
+
+
+def train(recipe: Recipe | str | Path, out: str | Path, resume: bool = False,
+          overrides: Sequence[str] = ()) -> TrainResult:
+    """Train a recipe (a Recipe or a recipe file) into run directory `out`."""
+    from seqxduce.train import train as _train
+
+    if not isinstance(recipe, Recipe):
+        recipe = load_recipe(recipe, overrides)
+    return _train(recipe, Path(out), resume=resume)
+
+
+def decode(run: str | Path, sources: Sequence[str], overrides: Sequence[str] = ()) -> list[Output]:
+    """Decode source lines with a run directory or checkpoint; outputs come back in input order."""
+    from seqxduce.decoding import decode_lines, load_run
+
+    return decode_lines(load_run(Path(run), overrides), sources)
+
+
+def decode_split(run: str | Path, split: str, overrides: Sequence[str] = ()) -> tuple[list[Output], Report]:
+    """Decode one of the task's splits with a run and score it."""
+    from seqxduce.decoding import decode_split as _decode_split
+    from seqxduce.decoding import load_run
+
+    return _decode_split(load_run(Path(run), overrides), split)
+
+
+def format_outputs(outputs: Sequence[Output]) -> list[str]:
+    """One line per output; with n-best, one line per hypothesis: index, score, text (tab-separated)."""
+    lines: list[str] = []
+    for i, o in enumerate(outputs):
+        if len(o.nbest) <= 1:
+            lines.append(o.text)
+            continue
+        for text, hyp in o.nbest:
+            lines.append(f"{i}\t{hyp.score:.4f}\t{text}")
+    return lines
+
+
+def evaluate(hypotheses: str | Path, references: str | Path, recipe: str | Path | None = None,
+             task: str | None = None, overrides: Sequence[str] = ()) -> Report:
+    """Score a file of outputs against a file of references with a task's metric."""
+    from seqxduce.plugins import registry
+    from seqxduce.recipe import make_settings
+
+    if (recipe is None) == (task is None):
+        raise UserError("evaluate: name the task with exactly one of --recipe (file or run directory) and --task")
+    if recipe is not None:
+        path = Path(recipe)
+        loaded = load_run_recipe(path, overrides) if path.is_dir() else load_recipe(path, overrides)
+        task_obj = loaded.task.component.factory(loaded.task.settings)
+    else:
+        component = registry().get("task", task)
+        settings = make_settings(component.settings, {}, "task", f"--task {task}") if component.settings else None
+        task_obj = component.factory(settings)
+    return task_obj.score_files(Path(hypotheses), Path(references))
+
+
+def average(checkpoints: Sequence[str | Path], output: str | Path) -> Path:
+    """Average the parameters of checkpoints into one file."""
+    from seqxduce import checkpoint
+
+    checkpoint.atomic_save(checkpoint.average([Path(p) for p in checkpoints]), Path(output))
+    return Path(output)

@@ -1,0 +1,45 @@
+"""A complete third-party task plugin: learn to sort digits. See CONTRIBUTING.md."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from seqxduce import Example, Report, Task, hookimpl, setting
+
+
+@dataclass
+class SortSettings:
+    min_len: int = setting(2, help="shortest sequence")
+    max_len: int = setting(8, help="longest sequence")
+    size: int = setting(2000, help="training examples (valid and test get a tenth each)")
+    seed: int = setting(7, help="seed the data is generated from")
+
+
+class SortTask(Task):
+    """Source: digits in random order; target: the same digits sorted."""
+
+    def __init__(self, settings: SortSettings):
+        self.settings = settings
+
+    def examples(self, split: str, data_dir: Path) -> list[Example]:
+        s = self.settings
+        offset = {"train": 0, "valid": 1, "test": 2}[split]
+        rng = random.Random(s.seed * 10 + offset)
+        count = s.size if split == "train" else max(s.size // 10, 1)
+        out = []
+        for _ in range(count):
+            digits = [str(rng.randrange(10)) for _ in range(rng.randint(s.min_len, s.max_len))]
+            out.append(Example(" ".join(digits), " ".join(sorted(digits))))
+        return out
+
+    def score(self, hypotheses: list[str], references: list[str], sources: list[str] | None = None) -> Report:
+        right = sum(h.split() == r.split() for h, r in zip(hypotheses, references))
+        accuracy = right / max(len(references), 1)
+        return Report({"accuracy": accuracy}, primary="accuracy", text=f"accuracy = {accuracy:.4f}")
+
+
+@hookimpl
+def register_tasks(register):
+    register("sort", SortTask, settings=SortSettings, help="sort a sequence of digits")

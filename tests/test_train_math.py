@@ -1,0 +1,49 @@
+"""The learning-rate schedule and the label-smoothed loss against hand computations."""
+
+import math
+
+import pytest
+import torch
+
+from seqxduce.settings import TrainSettings
+from seqxduce.train import inverse_sqrt_lr, label_smoothed_nll, learning_rate
+
+
+def test_inverse_sqrt_schedule_matches_the_paper_formula():
+    d, warmup = 512, 4000
+    for step in (1, 10, 3999, 4000, 4001, 100000):
+        expected = d**-0.5 * min(step**-0.5, step * warmup**-1.5)
+        assert inverse_sqrt_lr(step, d, warmup) == pytest.approx(expected)
+    # the peak is at the end of warm-up: d^-0.5 * warmup^-0.5
+    assert inverse_sqrt_lr(4000, d, warmup) == pytest.approx(512**-0.5 * 4000**-0.5)
+    assert inverse_sqrt_lr(3999, d, warmup) < inverse_sqrt_lr(4000, d, warmup) > inverse_sqrt_lr(4001, d, warmup)
+    assert inverse_sqrt_lr(100, d, warmup, scale=2.0) == pytest.approx(2 * inverse_sqrt_lr(100, d, warmup))
+
+
+def test_constant_schedule_ignores_step():
+    s = TrainSettings(schedule="constant", lr=3e-4)
+    assert learning_rate(s, 1, None) == learning_rate(s, 1000, None) == 3e-4
+
+
+def test_label_smoothing_against_hand_computation():
+    logits = torch.tensor([[[1.0, 2.0, 0.5, -1.0], [0.0, 0.0, 0.0, 3.0]]])  # (B=1, T=2, V=4)
+    target = torch.tensor([[1, 0]])  # second position is padding (pad id 0)
+    eps = 0.1
+    loss, nll = label_smoothed_nll(logits, target, eps, pad_id=0)
+    z = [1.0, 2.0, 0.5, -1.0]
+    log_norm = math.log(sum(math.exp(v) for v in z))
+    logp = [v - log_norm for v in z]
+    expected_nll = -logp[1]
+    expected = (1 - eps) * expected_nll + eps * sum(-lp for lp in logp) / 4
+    assert float(nll) == pytest.approx(expected_nll, rel=1e-6)
+    assert float(loss) == pytest.approx(expected, rel=1e-6)
+
+
+def test_label_smoothing_zero_is_cross_entropy():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 3, 7)
+    target = torch.tensor([[1, 2, 3], [4, 5, 0]])
+    loss, nll = label_smoothed_nll(logits, target, 0.0, pad_id=0)
+    ref = torch.nn.functional.cross_entropy(logits.view(-1, 7), target.view(-1), ignore_index=0, reduction="sum")
+    assert float(loss) == pytest.approx(float(ref), rel=1e-6)
+    assert float(nll) == pytest.approx(float(ref), rel=1e-6)
