@@ -1,0 +1,5 @@
+"""`python -m seqxduce` (and `torchrun -m seqxduce`) runs the CLI."""
+
+from seqxduce.cli import main
+
+main()

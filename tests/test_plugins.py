@@ -1,0 +1,125 @@
+"""Plugin discovery through entry points, duplicate and unknown names, broken plugins, lazy imports."""
+
+import importlib.metadata
+import subprocess
+import sys
+import warnings
+from dataclasses import dataclass
+
+import pytest
+
+from seqxduce import hookimpl, setting
+from seqxduce.api import UserError
+from seqxduce.plugins import PluginLoadWarning, Registry, load_entry_points, new_manager
+from tests.conftest import plugins_registered
+
+BUILT_IN = {
+    "task": {"algorithmic", "translation", "ptb"},
+    "tokenizer": {"char", "word", "sentencepiece"},
+    "model": {"transformer", "universal_transformer"},
+    "decoder": {"greedy", "beam", "tree_beam"},
+}
+
+
+def test_built_in_plugins_come_from_entry_points():
+    names = {ep.name for ep in importlib.metadata.entry_points(group="seqxduce")}
+    assert {"transformer", "algorithmic", "text", "search", "parsing", "translation", "sentencepiece"} <= names
+    reg = Registry(new_manager())
+    for kind, expected in BUILT_IN.items():
+        assert expected <= set(reg.names(kind)), kind
+    assert reg.get("model", "transformer").distribution == "seqxduce"
+
+
+def test_third_party_package_is_discovered():
+    reg = Registry(new_manager())
+    sort = reg.get("task", "sort")
+    assert sort.distribution == "seqxduce-sort"
+    assert sort.plugin == "sort"
+
+
+@dataclass
+class NoSettings:
+    size: int = setting(1, help="a number")
+
+
+class DuplicateModel:
+    @hookimpl
+    def register_models(self, register):
+        register("transformer", lambda settings, vocab: None, settings=NoSettings)
+
+
+def test_duplicate_names_name_both_plugins():
+    with pytest.raises(UserError, match=r"model 'transformer' is registered twice.*'transformer'.*'test-plugin-0'"):
+        with plugins_registered(DuplicateModel()):
+            pass
+
+
+def test_unknown_name_lists_known_names_and_a_close_match():
+    reg = Registry(new_manager())
+    with pytest.raises(UserError, match=r"unknown model 'transfomer'.*transformer.*Did you mean 'transformer'"):
+        reg.get("model", "transfomer")
+
+
+class Misspelled:
+    @hookimpl
+    def register_model(self, register):  # the spec is register_models
+        pass
+
+
+def test_misspelled_hook_is_an_error():
+    pm = new_manager(entry_points=False)
+    pm.register(Misspelled(), name="misspelled")
+    with pytest.raises(Exception, match="register_model"):
+        pm.check_pending()
+
+
+class BrokenEntryPoint:
+    name = "broken"
+    value = "seqxduce_does_not_exist"
+    dist = None
+
+    def load(self):
+        raise ImportError("No module named 'seqxduce_does_not_exist'")
+
+
+def _with_broken(monkeypatch):
+    real = importlib.metadata.entry_points
+
+    def entry_points(group):
+        return [*real(group=group), BrokenEntryPoint()]
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+
+
+def test_a_broken_plugin_warns_and_the_rest_keeps_working(monkeypatch):
+    _with_broken(monkeypatch)
+    pm = new_manager(entry_points=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load_entry_points(pm)
+    messages = [str(w.message) for w in caught if issubclass(w.category, PluginLoadWarning)]
+    assert len(messages) == 1 and "'broken'" in messages[0]
+    assert "transformer" in Registry(pm).names("model")
+
+
+def test_strict_mode_reraises(monkeypatch):
+    _with_broken(monkeypatch)
+    with pytest.raises(ImportError):
+        load_entry_points(new_manager(entry_points=False), strict=True)
+
+
+@pytest.mark.parametrize("args", [["--help"], ["plugins"], ["recipe", "show", "recipes/quickstart.toml"]])
+def test_cli_listing_commands_do_not_import_torch(args):
+    code = (
+        "import sys\nfrom seqxduce.cli import main\nsys.argv = ['seqxduce', *%r]\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n" % (args,)
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=_root())
+    assert result.returncode == 0, result.stderr + result.stdout
+
+
+def _root():
+    from pathlib import Path
+
+    return Path(__file__).resolve().parents[1]

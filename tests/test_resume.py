@@ -1,0 +1,32 @@
+"""Training 2N steps in one go equals N steps, a stop, and N more after --resume."""
+
+from pathlib import Path
+
+import torch
+
+from seqxduce import engine
+from seqxduce.recipe import load_recipe
+from seqxduce.train import Trainer
+
+RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
+
+
+def test_resume_continues_exactly(tmp_path):
+    whole = engine.train(RECIPE, tmp_path / "whole", overrides=["train.max_steps=6"])
+    engine.train(RECIPE, tmp_path / "split", overrides=["train.max_steps=3"])
+    resumed = engine.train(engine.load_run_recipe(tmp_path / "split", ["train.max_steps=6"]), tmp_path / "split",
+                           resume=True)
+    assert whole.step == resumed.step == 6
+    a = torch.load(sorted((tmp_path / "whole" / "checkpoints").glob("*.pt"))[-1], weights_only=True)
+    b = torch.load(sorted((tmp_path / "split" / "checkpoints").glob("*.pt"))[-1], weights_only=True)
+    for name in a["model"]:
+        assert torch.equal(a["model"][name], b["model"][name]), name
+    assert a["optimizer"]["state"].keys() == b["optimizer"]["state"].keys()
+
+
+def test_epochs_roll_over_and_data_position_is_saved(tmp_path):
+    trainer = Trainer(load_recipe(RECIPE, ["train.max_steps=40", "train.validate_every=0"]), tmp_path / "run")
+    trainer.run()
+    assert trainer.state.epoch > 1
+    saved = torch.load(sorted((tmp_path / "run" / "checkpoints").glob("*.pt"))[-1], weights_only=True)
+    assert (saved["epoch"], saved["step_in_epoch"]) == (trainer.state.epoch, trainer.state.step_in_epoch)
