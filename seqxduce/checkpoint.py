@@ -92,6 +92,7 @@ def average(paths: Sequence[Path]) -> dict[str, Any]:
                 total[name] = tensor
         last = state
     averaged = {
-        name: (t / len(paths)).to(last["model"][name].dtype) if t.is_floating_point() else t for name, t in total.items()
+        name: (t / len(paths)).to(last["model"][name].dtype) if t.is_floating_point() else t
+        for name, t in total.items()
     }
     return {"model": averaged, "step": last.get("step", 0), "averaged_from": [str(p) for p in paths]}

@@ -54,7 +54,8 @@ def encode_pairs(
     return pairs, skipped
 
 
-def token_batches(pairs: Sequence[Pair], max_tokens: int, seed: int, epoch: int, shuffle: bool = True) -> list[list[int]]:
+def token_batches(pairs: Sequence[Pair], max_tokens: int, seed: int, epoch: int,
+                  shuffle: bool = True) -> list[list[int]]:
     """Group pair indices by length into batches whose padded source+target size stays within max_tokens.
 
     Sorting by length keeps padding small; ties are broken randomly per epoch and the batch order is

@@ -42,7 +42,8 @@ def validation_decoder(decode: Section) -> GreedyDecoder:
     return GreedyDecoder(getattr(settings, "max_len_a", 1.5), getattr(settings, "max_len_b", 10))
 
 
-def decode_examples(model: Any, tokenizers: components.Tokenizers, task: Task, examples: Sequence[Example] | Sequence[str],
+def decode_examples(model: Any, tokenizers: components.Tokenizers, task: Task,
+                    examples: Sequence[Example] | Sequence[str],
                     decoder: Decoder | None, device: torch.device, precision: str = "fp32",
                     decode_settings: Section | None = None, batch_size: int = 64) -> list[Output]:
     """Decode sources (Examples or plain source strings) in input order; decoder None means greedy."""

@@ -82,7 +82,8 @@ def greedy_search(
             constraint.advance(rows, choice)
         last = torch.where(done, torch.full_like(choice, request.eos_id), choice)
         step += 1
-    return [[Hypothesis(tokens=t, score=sum(lp), logprob=sum(lp), positional_logprobs=lp)] for t, lp in zip(tokens, logps)]
+    return [[Hypothesis(tokens=t, score=sum(lp), logprob=sum(lp), positional_logprobs=lp)]
+            for t, lp in zip(tokens, logps)]
 
 
 @torch.no_grad()

@@ -160,7 +160,8 @@ class Trainer:
         if skipped and self.is_main:
             console.print(f"{split}: skipped {skipped} of {len(examples)} pairs over max_source_len/max_target_len")
         if not pairs:
-            raise UserError(f"{split}: no pairs left after the length limits; raise [train] max_source_len/max_target_len")
+            raise UserError(f"{split}: no pairs left after the length limits; "
+                            "raise [train] max_source_len/max_target_len")
         return pairs
 
     def _optimizer(self) -> torch.optim.Optimizer:
@@ -216,7 +217,8 @@ class Trainer:
         except KeyboardInterrupt:
             if self.state.step > 0:
                 path = self.save()
-                raise UserError(f"interrupted at step {self.state.step}; saved {path}; continue with --resume") from None
+                raise UserError(f"interrupted at step {self.state.step}; saved {path}; "
+                                "continue with --resume") from None
             raise
 
     def _run(self) -> TrainResult:

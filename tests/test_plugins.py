@@ -111,9 +111,9 @@ def test_strict_mode_reraises(monkeypatch):
 @pytest.mark.parametrize("args", [["--help"], ["plugins"], ["recipe", "show", "recipes/quickstart.toml"]])
 def test_cli_listing_commands_do_not_import_torch(args):
     code = (
-        "import sys\nfrom seqxduce.cli import main\nsys.argv = ['seqxduce', *%r]\n"
+        f"import sys\nfrom seqxduce.cli import main\nsys.argv = ['seqxduce', *{args!r}]\n"
         "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
-        "assert 'torch' not in sys.modules, 'torch was imported'\n" % (args,)
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=_root())
     assert result.returncode == 0, result.stderr + result.stdout

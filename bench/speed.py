@@ -1,0 +1,91 @@
+"""Training throughput and decoding speed of a recipe's model on this machine.
+
+    python bench/speed.py recipes/quickstart.toml [--set model.d_model=512 ...] [--steps 20] [--device cpu]
+
+Prints: training tokens/s (forward+backward+step), greedy and beam decoding sentences/s, and beam search with
+the incremental cache against re-running the decoder on the whole prefix at every step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from seqxduce.api import DecodeRequest
+from seqxduce.data import encode_source, pad_sources, token_batches
+from seqxduce.recipe import load_recipe
+from seqxduce.search import beam_search, greedy_search
+from seqxduce.train import Trainer, autocast_context
+
+
+class NoCache:
+    """Wraps a model so that every step re-runs the full decoder over the prefix (what the cache avoids)."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def encode(self, src):
+        return src
+
+    def init_cache(self, memory):
+        return None  # the cache is the prefix itself
+
+    def reorder(self, memory, cache, index):
+        return memory[index], None if cache is None else cache[index]
+
+    def step(self, tokens, memory, cache):
+        prefix = tokens.view(-1, 1) if cache is None else torch.cat([cache, tokens.view(-1, 1)], dim=1)
+        logits = self.model(memory, prefix).logits[:, -1]
+        return logits.float().log_softmax(-1), prefix
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("recipe")
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--sentences", type=int, default=200)
+    args = parser.parse_args()
+    recipe = load_recipe(args.recipe, args.overrides)
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = Trainer(recipe, Path(tmp) / "run")
+        device = trainer.device
+        batches = token_batches(trainer.train_pairs, recipe.train.max_tokens, 1, 1)
+        times, tokens = [], 0
+        for i in range(args.steps):
+            started = time.perf_counter()
+            figures = trainer.train_step([batches[i % len(batches)]])
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            if i >= 3:  # warm-up steps excluded
+                times.append(time.perf_counter() - started)
+                tokens += figures["tokens"]
+        print(f"device {device} | precision {recipe.train.precision} | threads {torch.get_num_threads()}")
+        print(f"train: {tokens / sum(times):.0f} target tokens/s (median step {statistics.median(times)*1000:.1f} ms, "
+              f"{len(times)} steps of ~{recipe.train.max_tokens} tokens)")
+
+        model = trainer.model.eval()
+        tok = trainer.tokenizers
+        sources = [ex.source for ex in trainer.valid_examples[: args.sentences]]
+        src = pad_sources([encode_source(tok.src, s) for s in sources], tok.tgt.pad_id).to(device)
+        req = DecodeRequest(src, sources, tok.tgt.bos_id, tok.tgt.eos_id, tok.tgt.pad_id)
+        for name, fn in (("greedy", lambda m: greedy_search(m, req, 1.2, 10)),
+                         ("beam4", lambda m: beam_search(m, req, beam=4, alpha=0.6, max_len_a=1.2, max_len_b=10)),
+                         ("beam4 no cache", lambda m: beam_search(NoCache(m), req, beam=4, alpha=0.6, max_len_a=1.2,
+                                                                  max_len_b=10))):
+            started = time.perf_counter()
+            with torch.no_grad(), autocast_context(device, recipe.train.precision):
+                fn(model)
+            elapsed = time.perf_counter() - started
+            rate = len(sources) / elapsed
+            print(f"decode {name}: {rate:.1f} sentences/s ({len(sources)} sentences, {elapsed:.2f} s)")
+
+
+if __name__ == "__main__":
+    main()
