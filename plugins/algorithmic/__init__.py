@@ -1,1 +1,25 @@
-"""(being written)"""
+"""seqxduce plugin: the algorithmic tasks (copy, reverse, addition) of the Universal Transformer paper."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from seqxduce_algorithmic.settings import AlgorithmicSettings
+
+from seqxduce.hookspecs import hookimpl
+
+__all__ = ["AlgorithmicSettings", "build_task", "register_tasks"]
+
+
+def build_task(settings: AlgorithmicSettings) -> Any:
+    """Build the algorithmic task from its recipe settings."""
+    from seqxduce_algorithmic.task import AlgorithmicTask
+
+    return AlgorithmicTask(settings)
+
+
+@hookimpl
+def register_tasks(register):
+    """Register the `algorithmic` task."""
+    register("algorithmic", build_task, settings=AlgorithmicSettings,
+             help="copy, reverse or add generated symbol sequences; sequence and symbol accuracy")

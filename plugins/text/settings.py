@@ -1,0 +1,14 @@
+"""Recipe settings of the char and word tokenizers (torch-free: `seqxduce plugins` reads them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from seqxduce.api import setting
+
+
+@dataclass
+class VocabSettings:
+    min_freq: int = setting(1, help="keep tokens seen at least this often in the training text")
+    max_size: int = setting(0, help="keep at most this many most frequent tokens, besides the 4 specials "
+                                    "(0 = no limit)")
