@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,10 +57,14 @@ def _prefixes(shared: bool) -> tuple[str, str]:
 
 def train_tokenizers(recipe: Recipe, examples: list[Example], run_dir: Path) -> Tokenizers:
     """Train the tokenizer(s) on training text and save them in the run directory."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".tokenizer-work-", dir=run_dir) as work:
+        return _train_tokenizers(recipe, examples, run_dir, Path(work))
+
+
+def _train_tokenizers(recipe: Recipe, examples: list[Example], run_dir: Path, work: Path) -> Tokenizers:
     shared = recipe.tokenizer.core.shared
     src_prefix, tgt_prefix = _prefixes(shared)
-    work = run_dir / "tokenizer_work"
-    work.mkdir(parents=True, exist_ok=True)
     src = _new_tokenizer(recipe)
     if shared:
         src.train([t for ex in examples for t in (ex.source, ex.target)], work)
@@ -96,7 +101,7 @@ def load_tokenizers(recipe: Recipe, run_dir: Path) -> Tokenizers:
 
 def tokenizers_saved(recipe: Recipe, run_dir: Path) -> bool:
     prefix = _prefixes(recipe.tokenizer.core.shared)[1]
-    return any(p.name.startswith(prefix) for p in run_dir.iterdir()) if run_dir.is_dir() else False
+    return any(p.name.startswith(prefix) and p.is_file() for p in run_dir.iterdir()) if run_dir.is_dir() else False
 
 
 def build_model(recipe: Recipe, vocab: VocabInfo) -> Any:

@@ -192,6 +192,9 @@ def _resolve_section(name: str, values: dict[str, Any], source: str, reg: Regist
         plugin_values = {**component.presets[preset], **plugin_values}
     settings_cls = component.settings
     plugin_keys = {f.name for f in dataclasses.fields(settings_cls)} if settings_cls else set()
+    if plugin_keys & core_keys:
+        raise UserError(f"{kind} {component.name!r} (plugin {component.plugin!r}) declares [{name}] keys the core "
+                        f"reads itself: {', '.join(sorted(plugin_keys & core_keys))}; the plugin must rename them")
     _reject_unknown(name, plugin_values, plugin_keys, source, component)
     core = make_settings(core_cls, core_values, name, source)
     settings = make_settings(settings_cls, plugin_values, name, source) if settings_cls else None

@@ -28,8 +28,7 @@ class ModelCore:
 @dataclass
 class DecodeCore:
     name: str = setting("beam", help="decoder plugin name")
-    batch_size: int = setting(64, help="sentences decoded together")
-    nbest: int = setting(1, help="hypotheses written per input (tab-separated with their scores when > 1)")
+    batch_size: int = setting(64, help="sentences decoded together (sorted by length to waste little padding)")
 
 
 @dataclass

@@ -292,8 +292,9 @@ class Trainer:
                     # the aux loss (e.g. ACT ponder cost) is a mean; weight it by tokens like the main loss
                     total = total + out.aux_loss.float() * batch.ntokens
                 self.scaler.scale(total).backward()
-            aux = float(out.aux_loss) if out.aux_loss is not None else 0.0
-            totals += torch.tensor([float(loss), float(nll), batch.ntokens, aux * batch.ntokens], dtype=torch.float64)
+            aux = float(out.aux_loss.detach()) if out.aux_loss is not None else 0.0
+            totals += torch.tensor([float(loss.detach()), float(nll.detach()), batch.ntokens, aux * batch.ntokens],
+                                   dtype=torch.float64)
         totals = self.dist.all_reduce_sum(totals)
         ntokens = float(totals[2])
         self.scaler.unscale_(self.optimizer)

@@ -111,7 +111,7 @@ def test_corrupt_checkpoint_is_one_clear_line(cli, run_dir, tmp_path):
     bad.write_bytes(b"not a checkpoint")
     (tmp_path / "recipe.toml").write_text((run_dir / "recipe.toml").read_text())
     for f in run_dir.iterdir():
-        if f.name.startswith("tokenizer"):
+        if f.name.startswith("tokenizer") and f.is_file():
             (tmp_path / f.name).write_bytes(f.read_bytes())
     result = invoke(cli, "decode", bad, "--input", "-", input="1 2\n")
     assert result.exit_code != 0

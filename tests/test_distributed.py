@@ -13,7 +13,11 @@ from seqxduce.train import Trainer
 
 HERE = Path(__file__).resolve().parent
 RECIPE = HERE / "fixtures" / "tiny.toml"
-NO_DROPOUT = ["model.dropout=0.0", "train.max_steps=4", "train.validate_every=0", "train.valid_decode_examples=0"]
+# Attention key biases have a gradient that is zero in exact arithmetic (softmax ignores a constant shift), so
+# in floating point it is rounding noise that differs with summation order; Adam with eps 1e-9 would blow that
+# noise up to full-size updates. A larger eps keeps the comparison about the gradients that exist.
+NO_DROPOUT = ["model.dropout=0.0", "train.max_steps=4", "train.validate_every=0", "train.valid_decode_examples=0",
+              "train.eps=1e-3"]
 
 
 def test_two_process_gloo_matches_single_process(tmp_path):

@@ -1,0 +1,91 @@
+"""Token embeddings (shared or tied as configured), the sinusoidal position signal, and weight init."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from seqxduce.api import UserError, VocabInfo
+
+
+def sinusoid_table(length: int, dim: int) -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (paper, sec. 3.5): (length, dim)."""
+    position = torch.arange(length, dtype=torch.float64).unsqueeze(1)  # (L, 1)
+    frequency = torch.exp(torch.arange(0, dim, 2, dtype=torch.float64) * (-math.log(10000.0) / dim))  # (d/2,)
+    table = torch.zeros(length, dim, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(position * frequency)
+    table[:, 1::2] = torch.cos(position * frequency)
+    return table.float()  # float64 first: positions in the thousands lose digits in float32 products
+
+
+class SinusoidalPositions(nn.Module):
+    """The sinusoid table for positions offset..offset+length-1; it grows when a longer input comes."""
+
+    def __init__(self, dim: int, size: int):
+        super().__init__()
+        self.dim = dim
+        # not persistent: it is a function of (size, dim), and a grown table must not break checkpoints
+        self.register_buffer("table", sinusoid_table(size, dim), persistent=False)
+
+    def forward(self, length: int, offset: int = 0) -> torch.Tensor:
+        """(length, dim) position signal starting at position `offset`."""
+        end = offset + length
+        if end > self.table.size(0):
+            self.table = sinusoid_table(max(end, 2 * self.table.size(0)), self.dim).to(self.table.device)
+        return self.table[offset:end]
+
+
+class Embeddings(nn.Module):
+    """Source and target embeddings scaled by sqrt(d_model), and the output projection to target logits.
+
+    With share_embeddings and a shared vocabulary one matrix serves all three (paper, sec. 3.4); otherwise
+    the output projection is still tied to the target embedding when tie_output is set.
+    """
+
+    def __init__(self, vocab: VocabInfo, d_model: int, share_embeddings: bool, tie_output: bool):
+        super().__init__()
+        self.scale = math.sqrt(d_model)
+        self.target = nn.Embedding(vocab.tgt_size, d_model, padding_idx=vocab.pad_id)
+        if share_embeddings and vocab.shared:
+            if vocab.src_size != vocab.tgt_size:
+                raise UserError(f"[model] share_embeddings: the vocabulary is marked shared but has "
+                                f"{vocab.src_size} source and {vocab.tgt_size} target ids; set "
+                                "share_embeddings = false or use one vocabulary")
+            self.source = self.target
+        else:
+            self.source = nn.Embedding(vocab.src_size, d_model, padding_idx=vocab.pad_id)
+        self.output = nn.Linear(d_model, vocab.tgt_size, bias=False)
+        if tie_output or (share_embeddings and vocab.shared):
+            self.output.weight = self.target.weight
+
+    def embed_source(self, src: torch.Tensor) -> torch.Tensor:
+        """(B, S) ids -> (B, S, C) scaled embeddings."""
+        return self.source(src) * self.scale
+
+    def embed_target(self, tgt: torch.Tensor) -> torch.Tensor:
+        """(B, T) ids -> (B, T, C) scaled embeddings."""
+        return self.target(tgt) * self.scale
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """(..., C) decoder states -> (..., V) target logits."""
+        return self.output(x)
+
+
+def init_xavier(model: nn.Module, d_model: int) -> None:
+    """Xavier-uniform linear weights, zero biases, N(0, d^-0.5) embeddings with a zero pad row.
+
+    Embeddings go last so that an output projection tied to them keeps the embedding init (as fairseq).
+    """
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            nn.init.xavier_uniform_(module.weight)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+    for module in model.modules():
+        if isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=d_model**-0.5)
+            if module.padding_idx is not None:
+                with torch.no_grad():
+                    module.weight[module.padding_idx].zero_()

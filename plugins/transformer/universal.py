@@ -1,0 +1,206 @@
+"""The Universal Transformer (Dehghani et al. 2019), optionally with Adaptive Computation Time (Graves 2016).
+
+One encoder layer and one decoder layer (the Transformer's own EncoderLayer / DecoderLayer, see layers.py)
+are applied recurrently in depth with the same weights at every step t = 1..T. Before each step the
+coordinate signal P^t = position sinusoid + timestep signal (sinusoid of t, or a learned vector per t) is
+added to the state, so the residual carries it too (as the paper's equation writes it, and as tensor2tensor
+adds its timing signals before the attention unit); with post-norm:
+
+    A^t = LayerNorm((H^{t-1} + P^t) + MultiHeadSelfAttention(H^{t-1} + P^t))
+    H^t = LayerNorm(A^t + Transition(A^t))
+
+The decoder step adds, between the two, attention over the encoder's final representation. With
+transition = "sepconv" the transition is a depthwise-separable convolution, centred in the encoder and
+causal in the decoder.
+
+ACT (act = true; see act.py): each position halts on its own, at most act_max_steps steps; a halted
+position's carried state H is frozen (it still serves as keys/values, with the current P^t added, for the
+positions that go on), and the stack's output is the ACT-weighted state. The loop ends once every real
+position has halted. forward() returns the ponder cost act_loss_weight * (mean over real source positions
+of N + R + mean over real target positions of N + R) as ModelOutput.aux_loss, and stats ponder_mean /
+ponder_max (steps N over real source and target positions). encode() records each source position's N in
+Memory.ponder and in the attribute `last_ponder` (B, S) (0 at padding), so a decoder can write them;
+ponder_counts(src) encodes and returns them (without ACT every real position takes `steps` steps).
+
+Incremental decoding: the cache holds one LayerState per depth step (that step's self-attention keys and
+values of all positions decoded so far, and for sepconv the last kernel-1 transition inputs), plus the
+encoder keys/values, projected once and shared by every depth step (same weights, same memory). With ACT,
+step() runs the new position through all act_max_steps depth steps, halting decisions made from its own
+halting probabilities exactly as in forward(): the keys/values cached at depth step n are those of the
+state entering step n, which for a position that halted earlier is its frozen state (plus P^n). forward()
+computes exactly these for halted positions too, so step() and forward() agree; forward() may stop early
+only because once all positions have halted further steps change nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from seqxduce.api import Model, ModelOutput, VocabInfo
+
+from .act import Halting
+from .attention import key_padding_mask
+from .embedding import Embeddings, SinusoidalPositions, init_xavier, sinusoid_table
+from .layers import DecoderLayer, EncoderLayer, FeedForward, SepConvTransition, Transition
+from .settings import UniversalSettings, check_universal
+from .state import DecoderCache, LayerState, Memory
+from .transformer import final_norm
+
+
+class TimestepSignal(nn.Module):
+    """The depth-step part of P^t: sinusoid of t (like a position), or a learned vector per step."""
+
+    def __init__(self, kind: str, dim: int, steps: int):
+        super().__init__()
+        self.learned = nn.Embedding(steps, dim) if kind == "learned" else None
+        if self.learned is None:
+            self.register_buffer("table", sinusoid_table(steps + 1, dim), persistent=False)
+
+    def forward(self, step: int) -> torch.Tensor:
+        """(C,) signal of depth step `step` (1-based)."""
+        if self.learned is not None:
+            return self.learned.weight[step - 1]
+        return self.table[step]
+
+
+def make_transition(s: UniversalSettings) -> Transition:
+    """The transition function the settings name."""
+    if s.transition == "sepconv":
+        return SepConvTransition(s.d_model, s.d_ff, s.conv_kernel, s.activation_dropout)
+    return FeedForward(s.d_model, s.d_ff, s.activation_dropout)
+
+
+class UniversalTransformer(nn.Module, Model):
+    """Universal Transformer encoder-decoder; see the module docstring."""
+
+    def __init__(self, settings: UniversalSettings, vocab: VocabInfo):
+        super().__init__()
+        check_universal(settings)
+        s = settings
+        self.settings = s
+        self.vocab = vocab
+        self.depth = s.act_max_steps if s.act else s.steps
+        pre_norm = s.norm == "pre"
+        self.embeddings = Embeddings(vocab, s.d_model, s.share_embeddings, s.tie_output)
+        self.positions = SinusoidalPositions(s.d_model, s.max_positions)
+        self.timesteps = TimestepSignal(s.timestep_signal, s.d_model, self.depth)
+        self.embed_drop = nn.Dropout(s.dropout)
+        self.encoder_layer = EncoderLayer(s.d_model, s.heads, make_transition(s), s.dropout,
+                                          s.attention_dropout, pre_norm)
+        self.decoder_layer = DecoderLayer(s.d_model, s.heads, make_transition(s), s.dropout,
+                                          s.attention_dropout, pre_norm)
+        self.encoder_halting = nn.Linear(s.d_model, 1) if s.act else None
+        self.decoder_halting = nn.Linear(s.d_model, 1) if s.act else None
+        self.encoder_norm = final_norm(s.d_model, pre_norm)
+        self.decoder_norm = final_norm(s.d_model, pre_norm)
+        if s.init == "xavier":
+            init_xavier(self, s.d_model)
+        for unit in (self.encoder_halting, self.decoder_halting):
+            if unit is not None:
+                nn.init.constant_(unit.bias, s.act_halting_bias_init)
+        self.last_ponder: torch.Tensor | None = None
+
+    def coordinates(self, length: int, step: int, offset: int = 0) -> torch.Tensor:
+        """P^t for positions offset..offset+length-1 at depth step `step`: (L, C)."""
+        return self.positions(length, offset) + self.timesteps(step)
+
+    def _recur(self, x: torch.Tensor, pad: torch.Tensor, run: Callable[[torch.Tensor, int], torch.Tensor],
+               unit: nn.Module | None, offset: int = 0, stop_early: bool = True) -> tuple[torch.Tensor, Halting | None]:
+        """Apply run(H + P^t, t) for t = 1..depth to x (B, L, C); with a halting unit, under ACT."""
+        if unit is None:
+            for step in range(1, self.depth + 1):
+                x = run(x + self.coordinates(x.size(1), step, offset), step)
+            return x, None
+        halting = Halting(pad, x, self.settings.act_epsilon, self.depth)
+        for step in range(1, self.depth + 1):
+            if stop_early and halting.done():
+                break
+            inputs = x + self.coordinates(x.size(1), step, offset)  # (B, L, C)
+            p = torch.sigmoid(unit(inputs)).squeeze(-1)  # (B, L)
+            new = run(inputs, step)
+            ran = halting.update(p, new, step)
+            x = torch.where(ran.unsqueeze(-1), new, x)  # halted positions keep their state
+        return halting.output.to(x.dtype), halting
+
+    def _encode(self, src: torch.Tensor) -> tuple[Memory, Halting | None]:
+        pad = src == self.vocab.pad_id  # (B, S)
+        mask = key_padding_mask(pad)  # (B, 1, 1, S) or None
+        x = self.embed_drop(self.embeddings.embed_source(src))  # (B, S, C)
+        x, halting = self._recur(x, pad, lambda h, _: self.encoder_layer(h, mask, pad), self.encoder_halting)
+        ponder = None if halting is None else halting.updates
+        return Memory(self.encoder_norm(x), pad, mask, ponder), halting
+
+    def encode(self, src: torch.Tensor) -> Memory:
+        """src (B, S) -> Memory (states (B, S, C)); with ACT, Memory.ponder and last_ponder hold N (B, S)."""
+        memory, _ = self._encode(src)
+        self.last_ponder = memory.ponder
+        return memory
+
+    @torch.no_grad()
+    def ponder_counts(self, src: torch.Tensor) -> torch.Tensor:
+        """Depth steps (B, S) each source position takes (0 at padding)."""
+        memory = self.encode(src)
+        if memory.ponder is not None:
+            return memory.ponder
+        return (~memory.pad).float() * self.depth
+
+    def _decode(self, tgt_in: torch.Tensor, memory: Memory) -> tuple[torch.Tensor, Halting | None]:
+        pad = tgt_in == self.vocab.pad_id  # (B, T)
+        cross = self.decoder_layer.cross_attn.project_kv(memory.states)  # once for every depth step
+        x = self.embed_drop(self.embeddings.embed_target(tgt_in))  # (B, T, C)
+        x, halting = self._recur(x, pad, lambda h, _: self.decoder_layer(h, cross, memory.mask),
+                                 self.decoder_halting)
+        return self.decoder_norm(x), halting
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> ModelOutput:
+        """Logits (B, T, V); with ACT also the ponder cost (aux_loss) and ponder stats."""
+        memory, encoder_halting = self._encode(src)
+        x, decoder_halting = self._decode(tgt_in, memory)
+        output = ModelOutput(logits=self.embeddings.logits(x))
+        if encoder_halting is not None and decoder_halting is not None:
+            cost = encoder_halting.cost() + decoder_halting.cost()
+            output.aux_loss = self.settings.act_loss_weight * cost
+            output.stats = ponder_stats(encoder_halting, decoder_halting)
+        return output
+
+    def init_cache(self, memory: Memory) -> DecoderCache:
+        """One empty LayerState per depth step, and the encoder keys/values projected once."""
+        batch = memory.states.size(0)
+        return DecoderCache(
+            layers=[self.decoder_layer.initial_state(batch, memory.states) for _ in range(self.depth)],
+            cross=[self.decoder_layer.cross_attn.project_kv(memory.states)],
+            position=0,
+        )
+
+    def step(self, tokens: torch.Tensor, memory: Memory, cache: DecoderCache) -> tuple[torch.Tensor, DecoderCache]:
+        """tokens (B,) at position cache.position -> log-probs (B, V) float32 for the next one, new cache."""
+        x = self.embed_drop(self.embeddings.embed_target(tokens.unsqueeze(1)))  # (B, 1, C)
+        states: list[LayerState] = []
+
+        def run(inputs: torch.Tensor, step: int) -> torch.Tensor:
+            out, state = self.decoder_layer.step(inputs, cache.layers[step - 1], cache.cross[0], memory.mask)
+            states.append(state)
+            return out
+
+        pad = torch.zeros(x.shape[:2], dtype=torch.bool, device=x.device)  # (B, 1)
+        x, _ = self._recur(x, pad, run, self.decoder_halting, offset=cache.position, stop_early=False)
+        logits = self.embeddings.logits(self.decoder_norm(x[:, 0]))  # (B, V)
+        return F.log_softmax(logits.float(), dim=-1), DecoderCache(states, cache.cross, cache.position + 1)
+
+    def reorder(self, memory: Memory, cache: DecoderCache | None,
+                index: torch.Tensor) -> tuple[Memory, DecoderCache | None]:
+        """Keep rows `index` (B',) of memory and cache (cache may be None)."""
+        return memory.select(index), None if cache is None else cache.select(index)
+
+
+@torch.no_grad()
+def ponder_stats(encoder: Halting, decoder: Halting) -> dict[str, float]:
+    """Mean and max depth steps N over the real source and target positions."""
+    steps = torch.cat([encoder.updates[encoder.real], decoder.updates[decoder.real]])
+    if steps.numel() == 0:
+        return {"ponder_mean": 0.0, "ponder_max": 0.0}
+    return {"ponder_mean": float(steps.mean()), "ponder_max": float(steps.max())}
