@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import sys
+import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -212,12 +214,10 @@ def _default_of(cls: type, key: str) -> Any:
 
 def _reject_unknown(name: str, values: dict[str, Any], known: set[str], source: str,
                     component: Component | None = None) -> None:
-    import difflib
-
     for key in values:
-        if key in known or (component is None and key in known):
+        if key in known:
             continue
-        allowed = sorted(known | ({f.name for f in dataclasses.fields(SECTIONS[name][1])} if component else set()))
+        allowed = sorted(known | {f.name for f in dataclasses.fields(SECTIONS[name][1])})
         close = difflib.get_close_matches(key, allowed, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         owner = f" for {component.kind} {component.name!r}" if component else ""
@@ -245,7 +245,7 @@ def make_settings(cls: type, values: dict[str, Any], section: str, source: str) 
 def _coerce(value: Any, hint: Any, where: str) -> Any:
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in (typing.Union, getattr(types, "UnionType", None)):
         if value is None or (isinstance(value, str) and value.lower() == "none" and type(None) in args):
             return None
         errors = []

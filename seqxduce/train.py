@@ -118,7 +118,9 @@ class Trainer:
         self.d_model = getattr(self.model, "d_model", None) or getattr(recipe.model.settings, "d_model", None)
         self.wrapped = self.dist.wrap(self.model)
         self.optimizer = self._optimizer()
-        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.settings.precision == "fp16")
+        # sum-over-tokens losses are large: start at 2^7 as fairseq does, not 2^16, to avoid skipped first steps
+        self.scaler = torch.amp.GradScaler(self.device.type, init_scale=2.0**7,
+                                           enabled=self.settings.precision == "fp16")
         self.state = TrainState()
         if resume:
             self._resume()
