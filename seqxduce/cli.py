@@ -10,7 +10,7 @@ import click
 
 from seqxduce import engine
 from seqxduce.api import UserError
-from seqxduce.plugins import KINDS, registry
+from seqxduce.plugins import KINDS, Registry, registry
 
 SET_HELP = "override a recipe value: section.key=value (repeatable), e.g. --set train.max_steps=100"
 
@@ -182,20 +182,15 @@ def average(checkpoints: tuple[Path, ...], output: Path) -> None:
     click.echo(f"averaged {len(checkpoints)} checkpoints into {output}")
 
 
-_plugin_commands_added = False
-
-
-def add_plugin_commands() -> click.Group:
-    """Let plugins add their commands (register_commands hook) once."""
-    global _plugin_commands_added
-    if not _plugin_commands_added:
-        _plugin_commands_added = True
+def add_plugin_commands(reg: Registry | None = None) -> click.Group:
+    """Let plugins add their commands (register_commands hook); adding the same command again replaces it."""
+    if reg is None:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             reg = registry()
         for w in caught:
             click.echo(f"warning: {w.message}", err=True)
-        reg.pm.hook.register_commands(cli=cli)
+    reg.pm.hook.register_commands(cli=cli)
     return cli
 
 

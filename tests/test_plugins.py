@@ -123,3 +123,30 @@ def _root():
     from pathlib import Path
 
     return Path(__file__).resolve().parents[1]
+
+
+class CommandPlugin:
+    @hookimpl
+    def register_commands(self, cli):
+        import click
+
+        @cli.command()
+        @click.argument("who")
+        def hello(who):
+            """Say hello."""
+            click.echo(f"hello {who}")
+
+
+def test_register_commands_adds_a_cli_command():
+    from click.testing import CliRunner
+
+    from seqxduce.cli import add_plugin_commands
+
+    with plugins_registered(CommandPlugin()) as reg:
+        cli = add_plugin_commands(reg)
+        try:
+            result = CliRunner().invoke(cli, ["hello", "world"])
+            assert result.exit_code == 0, result.output
+            assert result.output == "hello world\n"
+        finally:
+            cli.commands.pop("hello", None)
