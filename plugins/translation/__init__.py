@@ -1,1 +1,21 @@
-"""(being written)"""
+"""seqxduce translation plugin: WMT14 and Multi30k data (or your own files), scored with sacrebleu.
+
+Importing this module stays light: the task and sacrebleu load when a recipe builds the task.
+"""
+
+from seqxduce.hookspecs import hookimpl
+
+from .settings import TranslationSettings
+
+
+def build_translation_task(settings: TranslationSettings):
+    """Task factory: the translation task for one recipe's [task] settings."""
+    from .task import TranslationTask
+
+    return TranslationTask(settings)
+
+
+@hookimpl
+def register_tasks(register):
+    register("translation", build_translation_task, settings=TranslationSettings,
+             help="machine translation: wmt14 / multi30k / your files; sacreBLEU + chrF")

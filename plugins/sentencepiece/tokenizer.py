@@ -1,0 +1,106 @@
+"""A SentencePiece tokenizer with the core's fixed special ids: pad 0, bos 1, eos 2, unk 3."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+import sentencepiece as spm
+from seqxduce.api import Tokenizer, UserError
+
+from .settings import SentencePieceSettings
+
+SPECIALS = {"pad": (0, "<pad>"), "bos": (1, "<s>"), "eos": (2, "</s>"), "unk": (3, "<unk>")}
+
+
+def _nonempty(texts: Iterable[str]) -> Iterator[str]:
+    for text in texts:
+        if text.strip():
+            yield text
+
+
+class SentencePieceTokenizer(Tokenizer):
+    """BPE or unigram subwords trained with the sentencepiece library; the model is kept in memory."""
+
+    def __init__(self, settings: SentencePieceSettings):
+        self.settings = settings
+        self.processor: spm.SentencePieceProcessor | None = None
+        self.model_proto: bytes = b""
+
+    def train(self, texts: Iterable[str], workdir: Path) -> None:
+        """Train on texts (one sentence each); nothing is written until save()."""
+        s = self.settings
+        model = io.BytesIO()
+        spm.set_random_generator_seed(s.seed)
+        options = {f"{name}_id": index for name, (index, _) in SPECIALS.items()}
+        options.update({f"{name}_piece": piece for name, (_, piece) in SPECIALS.items()})
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=_nonempty(texts),
+                model_writer=model,
+                model_type=s.model_type,
+                vocab_size=s.vocab_size,
+                character_coverage=s.character_coverage,
+                input_sentence_size=s.input_sentence_size,
+                shuffle_input_sentence=True,
+                max_sentence_length=s.max_sentence_length,
+                normalization_rule_name=s.normalization_rule_name,
+                byte_fallback=s.byte_fallback,
+                split_digits=s.split_digits,
+                num_threads=s.num_threads,
+                minloglevel=2,  # sentencepiece logs every step to stderr otherwise
+                **options,
+            )
+        except RuntimeError as err:
+            raise UserError(f"[tokenizer] sentencepiece training failed: {err}; lower "
+                            "[tokenizer] vocab_size if it is too high for the corpus") from None
+        self._use(model.getvalue())
+
+    def _use(self, proto: bytes) -> None:
+        processor = spm.SentencePieceProcessor(model_proto=proto)
+        for name, (index, _) in SPECIALS.items():
+            if getattr(processor, f"{name}_id")() != index:
+                raise UserError(f"sentencepiece model has {name} id {getattr(processor, f'{name}_id')()}, "
+                                f"expected {index}: retrain the tokenizer with seqxduce")
+        self.processor, self.model_proto = processor, proto
+
+    def _ready(self) -> spm.SentencePieceProcessor:
+        if self.processor is None:
+            raise UserError("the sentencepiece tokenizer has no model: train() or load() it first")
+        return self.processor
+
+    def save(self, directory: Path, prefix: str) -> None:
+        """Write <prefix>.model (all decoding needs) and <prefix>.vocab (piece and score per line)."""
+        processor = self._ready()
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / f"{prefix}.model").write_bytes(self.model_proto)
+        vocab = "".join(f"{processor.id_to_piece(i)}\t{processor.get_score(i):g}\n"
+                        for i in range(processor.get_piece_size()))
+        (directory / f"{prefix}.vocab").write_text(vocab, encoding="utf-8")
+
+    def load(self, directory: Path, prefix: str) -> None:
+        """Load <prefix>.model written by save()."""
+        path = Path(directory) / f"{prefix}.model"
+        if not path.is_file():
+            raise UserError(f"{path}: no such file; it is written when the tokenizer is trained")
+        self._use(path.read_bytes())
+
+    def encode(self, text: str) -> list[int]:
+        """Text to subword ids, without bos/eos."""
+        return self._ready().encode(text, out_type=int)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Subword ids to text; pad/bos/eos are dropped (unknown pieces read as ' ⁇ ')."""
+        specials = {SPECIALS[name][0] for name in ("pad", "bos", "eos")}
+        return self._ready().decode([int(i) for i in ids if int(i) not in specials])
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids, specials included."""
+        return self._ready().get_piece_size()
+
+    def id_to_token(self, index: int) -> str:
+        """The piece of an id (word-initial pieces start with '▁')."""
+        return self._ready().id_to_piece(int(index))

@@ -1,0 +1,45 @@
+"""BLEU and chrF through sacrebleu, and the paper-style tokenized BLEU, clearly labelled as such."""
+
+from __future__ import annotations
+
+import re
+
+from seqxduce.api import Report, UserError
+
+COMPOUND = re.compile(r"(\S)-(\S)")
+
+
+def split_compounds(line: str) -> str:
+    """Split hyphenated compounds as the tensor2tensor/fairseq WMT14 scripts do ("a-b" -> "a ##AT##-##AT## b")."""
+    return COMPOUND.sub(r"\1 ##AT##-##AT## \2", line)
+
+
+def paper_tokenize(lines: list[str]) -> list[str]:
+    """13a-tokenize and split compounds: the tokenized-BLEU convention of the paper's era (multi-bleu.perl)."""
+    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+    tokenize = Tokenizer13a()
+    return [split_compounds(tokenize(line)) for line in lines]
+
+
+def score_translations(hypotheses: list[str], references: list[str], tgt_lang: str = "",
+                       tokenized_bleu: bool = False) -> Report:
+    """sacreBLEU and chrF of detokenized hypotheses against raw references, with sacrebleu's signatures."""
+    from sacrebleu.metrics import BLEU, CHRF
+
+    if len(hypotheses) != len(references):
+        raise UserError(f"{len(hypotheses)} hypotheses for {len(references)} references: give one per reference")
+    bleu = BLEU(trg_lang=tgt_lang)
+    chrf = CHRF()
+    bleu_score = bleu.corpus_score(hypotheses, [references])
+    chrf_score = chrf.corpus_score(hypotheses, [references])
+    bleu_signature, chrf_signature = str(bleu.get_signature()), str(chrf.get_signature())
+    metrics = {"bleu": bleu_score.score, "chrf": chrf_score.score, "bleu_bp": bleu_score.bp}
+    lines = [bleu_score.format(signature=bleu_signature), chrf_score.format(signature=chrf_signature)]
+    if tokenized_bleu:
+        tokenized = BLEU(tokenize="none", force=True)
+        tok_score = tokenized.corpus_score(paper_tokenize(hypotheses), [paper_tokenize(references)])
+        metrics["bleu_tokenized"] = tok_score.score
+        lines.append(f"tokenized BLEU (13a tokens + ##AT## compound splitting, paper style; NOT sacreBLEU, "
+                     f"not comparable across tokenizations) = {tok_score.score:.2f}")
+    return Report(metrics=metrics, primary="bleu", text="\n".join(lines), signature=bleu_signature)

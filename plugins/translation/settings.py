@@ -1,0 +1,32 @@
+"""Recipe settings of the translation task (torch-free: `seqxduce plugins` reads them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from seqxduce.api import setting
+
+DATASETS = ("wmt14", "multi30k", "files")
+
+
+@dataclass
+class TranslationSettings:
+    dataset: str = setting("files", help="wmt14, multi30k (both download themselves) or files (your own text)",
+                           choices=DATASETS)
+    src_lang: str = setting("en", help="source language code; also the suffix of the source files")
+    tgt_lang: str = setting("de", help="target language code; also the suffix of the target files")
+    train_prefix: str = setting("train", help="files dataset: training text is <data_dir>/<prefix>.<lang>")
+    valid_prefix: str = setting("valid", help="files dataset: validation text is <data_dir>/<prefix>.<lang>")
+    test_prefix: str = setting("test", help="files dataset: test text is <data_dir>/<prefix>.<lang>")
+    valid_set: str = setting("", help="wmt14: a sacrebleu test set (default wmt13 = newstest2013); "
+                                      "multi30k: a split file name (default val)")
+    test_set: str = setting("", help="wmt14: a sacrebleu test set (default wmt14/full = newstest2014, 3003 "
+                                     "lines); multi30k: test_2016_flickr (default), test_2017_flickr, ...")
+    corpora: list[str] = setting([], help="wmt14: training corpora to use (default all of the paper's: "
+                                          "europarl, commoncrawl, news-commentary, and un, giga for en-fr)")
+    download: bool = setting(True, help="download missing data (false: fail with a message instead)")
+    max_len: int = setting(250, help="training pairs with more whitespace tokens on a side are dropped (0 = off)")
+    max_ratio: float = setting(9.0, help="training pairs whose token-count ratio exceeds this are dropped "
+                                         "(Moses clean-corpus-n uses 9, fairseq's WMT scripts 1.5; 0 = off)")
+    tokenized_bleu: bool = setting(False, help="also report the paper-style tokenized BLEU (13a tokens, "
+                                               "compounds split as ##AT##-##AT##); not comparable to sacreBLEU")

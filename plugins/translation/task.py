@@ -1,0 +1,44 @@
+"""The translation task: parallel text in, BLEU/chrF out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from seqxduce.api import Example, Report, Task, UserError
+
+from .corpus import CleanRules, CorpusStats, load_parallel
+from .datasets import make_dataset
+from .metrics import score_translations
+from .settings import TranslationSettings
+
+
+class TranslationTask(Task):
+    """Translate src_lang to tgt_lang; the reference of an example is its raw target line."""
+
+    splits = ("train", "valid", "test")
+
+    def __init__(self, settings: TranslationSettings):
+        self.settings = settings
+        self.dataset = make_dataset(settings)
+        self.stats: dict[str, CorpusStats] = {}
+
+    def prepare(self, data_dir: Path) -> None:
+        """Download, unpack and extract whatever the data set lacks under data_dir."""
+        self.dataset.prepare(Path(data_dir))
+
+    def examples(self, split: str, data_dir: Path) -> list[Example]:
+        """The split's pairs; training pairs are cleaned (empty, too long, length ratio), others kept whole."""
+        if split not in self.splits:
+            raise UserError(f"unknown split {split!r}; the translation task has {', '.join(self.splits)}")
+        self.prepare(data_dir)
+        source, target = self.dataset.files(split, Path(data_dir))
+        rules = None
+        if split == "train":
+            rules = CleanRules(drop_empty=True, max_len=self.settings.max_len, max_ratio=self.settings.max_ratio)
+        pairs, self.stats[split] = load_parallel(source, target, rules)
+        return [Example(source=src, target=tgt) for src, tgt in pairs]
+
+    def score(self, hypotheses: list[str], references: list[str], sources: list[str] | None = None) -> Report:
+        """sacreBLEU (primary) and chrF, plus tokenized BLEU when [task] tokenized_bleu = true."""
+        return score_translations(hypotheses, references, tgt_lang=self.settings.tgt_lang,
+                                  tokenized_bleu=self.settings.tokenized_bleu)
