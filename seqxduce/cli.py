@@ -126,11 +126,9 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
         outputs, report = engine.decode_split(run, split, overrides=overrides)
         for o in outputs[:examples]:
             click.echo(f"src: {o.source}\nhyp: {o.text}\nref: {o.reference}\n", err=True)
-        lines = [o.text for o in outputs]
-        _write(lines, output)
+        _write([o.text for o in outputs], output)
+        # with outputs on stdout the report goes to stderr, so that stdout stays one output per line
         click.echo(report.text or _metric_line(report.metrics), err=output is None)
-        if output is not None:
-            click.echo(report.text or _metric_line(report.metrics))
         return
     sources = _read_sources(input_file)
     outputs = engine.decode(run, sources, overrides=overrides)

@@ -149,8 +149,11 @@ def build_recipe(
     """Validate a recipe given as a dict (as read from TOML)."""
     reg = reg or registry()
     data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
-    for text in overrides:
-        section, key, value = parse_override(text)
+    parsed = [parse_override(text) for text in overrides]
+    for section, key, value in parsed:
+        if key == "name" and isinstance(data.get(section), dict) and data[section].get("name") != value:
+            _drop_plugin_keys(data, section)
+    for section, key, value in parsed:
         data.setdefault(section, {})[key] = value
     for name, value in data.items():
         if name not in SECTIONS:
@@ -167,6 +170,13 @@ def build_recipe(
         decode=resolved["decode"],
         train=resolved["train"].core,
     )
+
+
+def _drop_plugin_keys(data: dict[str, Any], section: str) -> None:
+    """--set section.name=other switches plugins: the old plugin's keys from the file no longer apply."""
+    if section in SECTIONS:
+        core_keys = {f.name for f in dataclasses.fields(SECTIONS[section][1])} - {"preset"}
+        data[section] = {k: v for k, v in data[section].items() if k in core_keys}
 
 
 def _resolve_section(name: str, values: dict[str, Any], source: str, reg: Registry) -> Section:

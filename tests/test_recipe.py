@@ -91,3 +91,9 @@ def test_resolved_recipe_round_trips_through_toml(tmp_path):
 def test_every_shipped_recipe_validates():
     for path in sorted((ROOT / "recipes").glob("*.toml")):
         load_recipe(path)
+
+
+def test_switching_a_plugin_with_set_drops_the_old_plugins_keys():
+    r = build_recipe(recipe(), overrides=["decode.name=greedy", "decode.max_len_b=7"])
+    assert r.decode.component.name == "greedy" and r.decode.settings.max_len_b == 7
+    assert not hasattr(r.decode.settings, "beam")

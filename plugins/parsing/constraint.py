@@ -1,0 +1,125 @@
+"""A StepConstraint under which beam search only writes well-formed linearized trees.
+
+Rules: the sequence starts with an opening bracket; a closing bracket must carry the label of the innermost
+open constituent and may not close an empty one; there are exactly as many leaves as source words (sources
+are whitespace-tokenized); eos comes only after the root is closed. Given the search's length limit, a
+bracket is opened only if the tree can still be finished within it (each missing leaf and each open bracket
+costs one token), so the forced eos at the limit never cuts a tree short. Each row keeps a small state (stack of
+open labels, depth, leaves placed, whether the innermost constituent is still empty), and the mask for all
+rows is built at once from per-token-class masks over the vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+from seqxduce.api import DecodeRequest, StepConstraint, Tokenizer, UserError
+from seqxduce.search import max_lengths
+
+from .linearize import is_close, is_open
+
+OTHER, OPEN, CLOSE, LEAF, EOS = range(5)  # token classes; OTHER (specials, <unk>, ...) is never allowed
+
+
+class TreeConstraint(StepConstraint):
+    """Only well-formed trees with one leaf per source word (see the module docstring)."""
+
+    def __init__(self, tokenizer: Tokenizer, leaf_tokens: Iterable[str] | None = None,
+                 max_len_a: float | None = None, max_len_b: int | None = None):
+        self.max_len = None if max_len_a is None or max_len_b is None else (max_len_a, max_len_b)
+        leaves = set(leaf_tokens) if leaf_tokens else None
+        specials = {tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id, tokenizer.unk_id}
+        size = tokenizer.vocab_size
+        kind = [OTHER] * size
+        label = [-1] * size
+        labels: dict[str, int] = {}
+        for i in range(size):
+            if i in specials:
+                continue
+            token = tokenizer.id_to_token(i)
+            if is_open(token) or is_close(token):
+                kind[i] = OPEN if is_open(token) else CLOSE
+                label[i] = labels.setdefault(token[1:], len(labels))
+            elif "(" not in token and ")" not in token and (leaves is None or token in leaves):
+                kind[i] = LEAF
+        closable = {label[i] for i in range(size) if kind[i] == CLOSE}
+        for i in range(size):
+            if kind[i] == OPEN and label[i] not in closable:
+                kind[i] = OTHER  # a constituent that could never be closed
+        kind[tokenizer.eos_id] = EOS
+        if OPEN not in kind or LEAF not in kind:
+            raise UserError("decoder tree_beam: the target vocabulary has no opening brackets like '(S' or no "
+                            "leaves like 'XX'; use it with the ptb task and a target-only vocabulary "
+                            "([tokenizer] shared = false), and check [decode] leaf_tokens")
+        self.kind = torch.tensor(kind)  # (V,)
+        self.label = torch.tensor(label)  # (V,)
+
+    # ------------------------------------------------------------ search protocol
+
+    def start(self, request: DecodeRequest, rows: torch.Tensor) -> None:
+        """Fresh state for each row: nothing open, no leaf placed, the row's source word count to reach."""
+        device = rows.device
+        self.kind, self.label = self.kind.to(device), self.label.to(device)
+        self.is_open = self.kind == OPEN  # (V,)
+        self.is_close = self.kind == CLOSE
+        self.is_leaf = self.kind == LEAF
+        self.is_eos = self.kind == EOS
+        words = torch.tensor([len(s.split()) for s in request.sources], dtype=torch.long, device=device)
+        self.need = words[rows]  # (N,)
+        n = rows.numel()
+        # the search's limit: at most `limit` tokens before eos (see seqxduce.search.max_lengths)
+        self.limit = max_lengths(request, *self.max_len)[rows] if self.max_len else None
+        self.steps = torch.zeros(n, dtype=torch.long, device=device)
+        self.depth = torch.zeros(n, dtype=torch.long, device=device)
+        self.placed = torch.zeros(n, dtype=torch.long, device=device)
+        self.empty = torch.zeros(n, dtype=torch.bool, device=device)
+        self.done = torch.zeros(n, dtype=torch.bool, device=device)
+        self.stack = torch.full((n, 16), -1, dtype=torch.long, device=device)  # (N, capacity) open labels
+
+    def allowed(self) -> torch.Tensor:
+        """(N, V) True where a token keeps the row on the way to a well-formed tree."""
+        inside = self.depth > 0
+        room = self.placed < self.need  # every new constituent and leaf needs a word still unplaced
+        top = self.stack.gather(1, (self.depth - 1).clamp(min=0).unsqueeze(1)).squeeze(1)  # (N,)
+        # the root may close only when every word is placed, since nothing can follow it
+        can_close = inside & ~self.empty & ((self.depth > 1) | ~room)
+        fresh_empty_source = ~inside & ~self.done & (self.need == 0)
+        can_open = ~self.done & room
+        if self.limit is not None:
+            # shortest completion after an open: the missing leaves, then a close per open bracket
+            can_open &= self.steps + 1 + (self.need - self.placed) + self.depth + 1 <= self.limit
+        return (
+            can_open.unsqueeze(1) & self.is_open
+            | (inside & room).unsqueeze(1) & self.is_leaf
+            | can_close.unsqueeze(1) & self.is_close & (self.label.unsqueeze(0) == top.unsqueeze(1))
+            | (self.done | fresh_empty_source).unsqueeze(1) & self.is_eos
+        )
+
+    def mask(self, logprobs: torch.Tensor) -> torch.Tensor:
+        """logprobs (N, V) with every token that would break the tree set to -inf."""
+        return logprobs.masked_fill(~self.allowed(), float("-inf"))
+
+    def advance(self, origin: torch.Tensor, tokens: torch.Tensor) -> None:
+        """Row i continues old row origin[i] with tokens[i]: push, pop, or count a leaf."""
+        self.need, self.depth, self.placed = self.need[origin], self.depth[origin], self.placed[origin]
+        self.empty, self.done, self.stack = self.empty[origin], self.done[origin], self.stack[origin]
+        self.steps = self.steps[origin] + 1
+        if self.limit is not None:
+            self.limit = self.limit[origin]
+        kind = self.kind[tokens]  # (N,)
+        opening = (kind == OPEN) & ~self.done
+        # a forbidden token only arrives on a row whose score is already -inf; keep its state sane
+        closing = (kind == CLOSE) & (self.depth > 0)
+        leaf = kind == LEAF
+        if opening.any():
+            if int(self.depth.max()) + 1 > self.stack.size(1):
+                self.stack = torch.cat([self.stack, torch.full_like(self.stack, -1)], dim=1)
+            rows = opening.nonzero(as_tuple=True)[0]
+            self.stack[rows, self.depth[rows]] = self.label[tokens[rows]]
+        self.depth = self.depth + opening.long() - closing.long()
+        self.placed = self.placed + leaf.long()
+        # a closed child makes its parent non-empty, as a leaf does
+        self.empty = torch.where(opening, True, torch.where(leaf | closing, False, self.empty))
+        self.done = self.done | (closing & (self.depth == 0))

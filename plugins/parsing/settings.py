@@ -1,0 +1,41 @@
+"""Recipe settings of the `ptb` task and the `tree_beam` decoder (torch-free: `seqxduce plugins` reads them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from seqxduce.api import setting
+
+
+@dataclass
+class PtbSettings:
+    """The Penn Treebank parsing task: which files make each split and how trees become sequences."""
+
+    layout: str = setting("auto", help="flat: wsj_NNNN.mrg in data_dir (the NLTK sample); ldc: "
+                                       "[wsj/]SS/wsj_SSNN.mrg (the LDC treebank); auto: ldc if a section "
+                                       "folder exists, else flat", choices=("auto", "flat", "ldc"))
+    train_files: str = setting("0001-0159", help="training files as wsj_NNNN number ranges, e.g. "
+                                                 "'0001-0159' (sample) or '0200-2199' (WSJ sections 02-21)")
+    valid_files: str = setting("0160-0179", help="development files, e.g. '0160-0179' (sample) or "
+                                                 "'2200-2299' (section 22)")
+    test_files: str = setting("", help="test files, e.g. '2300-2399' (section 23); empty = no test split")
+    keep_pos_tags: bool = setting(False, help="leaves of the linearization are POS tags instead of the "
+                                              "placeholder XX (Vinyals et al. 2015 normalise all tags to XX)")
+    collapse_unary: bool = setting(False, help="join unary chains into one label (S+VP) before linearizing; "
+                                               "outputs are expanded again before scoring")
+
+
+@dataclass
+class TreeBeamSettings:
+    """Beam search that only produces well-formed linearized trees."""
+
+    beam: int = setting(21, help="beam size (paper, parsing: 21)")
+    alpha: float = setting(0.3, help="GNMT length penalty ((5+len)/6)^alpha (paper, parsing: 0.3)")
+    max_len_a: float = setting(1.0, help="maximum output length = max_len_a * source length + max_len_b")
+    max_len_b: int = setting(300, help="maximum output length offset (paper, parsing: input length + 300)")
+    min_len: int = setting(0, help="no eos before this many tokens")
+    nbest: int = setting(1, help="finished hypotheses returned per source (at most beam)")
+    constrained: bool = setting(True, help="false = the same beam search without the tree constraint (to measure "
+                                           "what it adds on one checkpoint)")
+    leaf_tokens: list[str] = setting([], help="vocabulary entries allowed as leaves; empty = every entry that "
+                                              "is not a bracket or a special (XX, or the POS tags)")

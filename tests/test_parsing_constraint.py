@@ -1,0 +1,227 @@
+"""The tree constraint: its mask step by step, and beam search under it with a model of random log-probs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import pytest
+import torch
+from seqxduce_parsing import build_tree_beam
+from seqxduce_parsing.constraint import TreeConstraint
+from seqxduce_parsing.linearize import delinearize
+from seqxduce_parsing.settings import TreeBeamSettings
+
+from seqxduce.api import DecodeRequest, Model, ModelOutput, Tokenizer, UserError
+from seqxduce.search import beam_search, greedy_search
+
+VOCAB = ["<pad>", "<s>", "</s>", "<unk>", "XX", "(S", ")S", "(NP", ")NP", "(VP", ")VP", "(PP"]
+
+
+class ListTokenizer(Tokenizer):
+    """A fixed vocabulary: specials at 0-3, as the core's word tokenizer has them."""
+
+    def __init__(self, tokens: list[str]):
+        self.tokens = tokens
+
+    def train(self, texts: Iterable[str], workdir: Path) -> None:
+        raise NotImplementedError
+
+    def save(self, directory: Path, prefix: str) -> None:
+        raise NotImplementedError
+
+    def load(self, directory: Path, prefix: str) -> None:
+        raise NotImplementedError
+
+    def encode(self, text: str) -> list[int]:
+        return [self.tokens.index(t) if t in self.tokens else self.unk_id for t in text.split()]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return " ".join(self.tokens[i] for i in ids if i > self.unk_id)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.tokens)
+
+    def id_to_token(self, index: int) -> str:
+        return self.tokens[index]
+
+
+class RandomModel(Model):
+    """Log-probs drawn afresh at every step from a seeded generator: no notion of trees at all."""
+
+    def __init__(self, vocab_size: int, seed: int):
+        self.vocab_size = vocab_size
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> ModelOutput:
+        raise NotImplementedError
+
+    def encode(self, src: torch.Tensor) -> torch.Tensor:
+        return src
+
+    def init_cache(self, memory: torch.Tensor) -> None:
+        return None
+
+    def step(self, tokens: torch.Tensor, memory: torch.Tensor, cache: None) -> tuple[torch.Tensor, None]:
+        logits = torch.randn(tokens.size(0), self.vocab_size, generator=self.generator) * 3.0  # (B, V)
+        return logits.log_softmax(dim=-1), None
+
+    def reorder(self, memory: torch.Tensor, cache: None, index: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return memory[index], None
+
+
+class ScriptedModel(RandomModel):
+    """Prefers one scripted token per step (then eos), so greedy search follows the script where allowed."""
+
+    def __init__(self, tokenizer: ListTokenizer, script: str):
+        super().__init__(tokenizer.vocab_size, seed=0)
+        self.script = [tokenizer.tokens.index(t) for t in script.split()] + [tokenizer.eos_id]
+        self.t = 0
+
+    def step(self, tokens, memory, cache):
+        logits = torch.zeros(tokens.size(0), self.vocab_size)
+        logits[:, self.script[min(self.t, len(self.script) - 1)]] = 10.0
+        self.t += 1
+        return logits.log_softmax(dim=-1), None
+
+
+def request_for(sources: list[str]) -> DecodeRequest:
+    longest = max(len(s.split()) for s in sources) + 1
+    src = torch.zeros(len(sources), longest, dtype=torch.long)
+    for i, s in enumerate(sources):
+        src[i, : len(s.split()) + 1] = 5  # any non-pad id; the length is what counts
+    return DecodeRequest(src=src, sources=sources, bos_id=1, eos_id=2, pad_id=0)
+
+
+def allowed_tokens(constraint: TreeConstraint, row: int = 0) -> set[str]:
+    mask = constraint.mask(torch.zeros(constraint.need.numel(), len(VOCAB)))
+    return {VOCAB[i] for i in torch.isfinite(mask[row]).nonzero().flatten().tolist()}
+
+
+def feed(constraint: TreeConstraint, sequence: str) -> None:
+    for token in sequence.split():
+        ids = torch.tensor([VOCAB.index(token)] * constraint.need.numel())
+        constraint.advance(torch.arange(constraint.need.numel()), ids)
+
+
+@pytest.fixture
+def constraint() -> TreeConstraint:
+    c = TreeConstraint(ListTokenizer(VOCAB))
+    c.start(request_for(["John left"]), torch.tensor([0]))
+    return c
+
+
+def test_a_tree_starts_with_an_opening_bracket_that_can_be_closed(constraint):
+    # (PP has no )PP in the vocabulary; specials and <unk> are never allowed
+    assert allowed_tokens(constraint) == {"(S", "(NP", "(VP"}
+
+
+def test_an_empty_constituent_cannot_close(constraint):
+    feed(constraint, "(S")
+    assert allowed_tokens(constraint) == {"XX", "(S", "(NP", "(VP"}
+
+
+def test_a_closing_label_must_match_and_the_root_waits_for_every_word(constraint):
+    feed(constraint, "(S (NP XX")
+    assert allowed_tokens(constraint) == {"XX", "(S", "(NP", "(VP", ")NP"}
+    feed(constraint, ")NP")
+    assert allowed_tokens(constraint) == {"XX", "(S", "(NP", "(VP"}  # )S would leave "left" out
+
+
+def test_no_more_leaves_than_words_and_eos_only_after_the_root(constraint):
+    feed(constraint, "(S (NP XX )NP (VP XX")
+    assert allowed_tokens(constraint) == {")VP"}
+    feed(constraint, ")VP")
+    assert allowed_tokens(constraint) == {")S"}
+    feed(constraint, ")S")
+    assert allowed_tokens(constraint) == {"</s>"}
+
+
+def test_rows_follow_their_origin_when_the_search_reorders(constraint):
+    c = TreeConstraint(ListTokenizer(VOCAB))
+    c.start(request_for(["a", "b c d"]), torch.tensor([0, 0, 1, 1]))
+    feed(c, "(S")
+    # row 1 continues row 3 (source "b c d") with XX; row 0 continues row 0 with )S
+    c.advance(torch.tensor([0, 3, 2, 2]), torch.tensor([VOCAB.index("XX")] * 4))
+    c.advance(torch.tensor([0, 1, 2, 3]), torch.tensor([VOCAB.index(")S"), VOCAB.index("XX"), 4, 4]))
+    assert c.placed.tolist() == [1, 2, 2, 2] and c.need.tolist() == [1, 3, 3, 3]
+    assert allowed_tokens(c, 0) == {"</s>"}
+    assert ")S" not in allowed_tokens(c, 1)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_beam_search_under_the_constraint_only_writes_well_formed_trees(seed):
+    tokenizer = ListTokenizer(VOCAB)
+    sources = ["a", "a b", "a b c", "a b c d e f", "a b c d", "a b c d e f g h i"]
+    request = request_for(sources)
+    constraint = TreeConstraint(tokenizer, max_len_a=1.0, max_len_b=12)
+    hyps = beam_search(RandomModel(len(VOCAB), seed), request, beam=4, alpha=0.3, max_len_a=1.0, max_len_b=12,
+                       nbest=4, constraint=constraint)
+    for source, nbest in zip(sources, hyps):
+        assert len(nbest) == 4
+        for hyp in nbest:
+            result = delinearize(tokenizer.decode(hyp.tokens), source.split())
+            assert result.repairs == 0, tokenizer.decode(hyp.tokens)
+            assert result.tree.leaves() == source.split()
+            assert hyp.score > float("-inf")
+
+
+def test_the_length_limit_leaves_room_to_finish_the_tree():
+    tokenizer = ListTokenizer(VOCAB)
+    # 3 leaves + one bracket pair is all the limit (0 * length + 5) allows: only the flat tree fits
+    constraint = TreeConstraint(tokenizer, max_len_a=0.0, max_len_b=5)
+    hyps = greedy_search(RandomModel(len(VOCAB), 3), request_for(["a b c"]), max_len_a=0.0, max_len_b=5,
+                         constraint=constraint)
+    assert tokenizer.decode(hyps[0][0].tokens) in {"(S XX XX XX )S", "(NP XX XX XX )NP", "(VP XX XX XX )VP"}
+
+
+def test_without_the_constraint_the_same_model_writes_broken_trees():
+    tokenizer = ListTokenizer(VOCAB)
+    sources = ["a", "a b", "a b c", "a b c d e f"]
+    hyps = beam_search(RandomModel(len(VOCAB), 0), request_for(sources), beam=4, alpha=0.3, max_len_b=40)
+    repairs = [delinearize(tokenizer.decode(h[0].tokens), s.split()).repairs for s, h in zip(sources, hyps)]
+    assert sum(repairs) > 0
+
+
+def test_greedy_search_follows_a_deep_script_exactly():
+    tokenizer = ListTokenizer(VOCAB)
+    script = "(S " + "(NP " * 20 + "XX " + ")NP " * 20 + ")S"
+    c = TreeConstraint(tokenizer)
+    hyps = greedy_search(ScriptedModel(tokenizer, script), request_for(["word"]), max_len_b=60, constraint=c)
+    assert tokenizer.decode(hyps[0][0].tokens) == script  # 21 open brackets: the stack grew past 16
+    assert c.stack.size(1) >= 21
+
+
+def test_greedy_search_is_kept_from_a_scripted_mistake():
+    tokenizer = ListTokenizer(VOCAB)
+    hyps = greedy_search(ScriptedModel(tokenizer, "(S XX )NP )S"), request_for(["word"]), max_len_b=20,
+                         constraint=TreeConstraint(tokenizer))
+    text = tokenizer.decode(hyps[0][0].tokens)
+    assert text.startswith("(S XX") and ")NP" not in text.split()
+    assert delinearize(text, ["word"]).repairs == 0
+
+
+def test_leaf_tokens_restrict_the_leaves():
+    vocab = VOCAB + ["NN"]
+    c = TreeConstraint(ListTokenizer(vocab), leaf_tokens=["XX"])
+    c.start(request_for(["a b"]), torch.tensor([0]))
+    c.advance(torch.tensor([0]), torch.tensor([vocab.index("(S")]))
+    allowed = torch.isfinite(c.mask(torch.zeros(1, len(vocab))))[0]
+    assert bool(allowed[vocab.index("XX")]) and not bool(allowed[vocab.index("NN")])
+
+
+def test_a_vocabulary_without_brackets_is_a_user_error():
+    with pytest.raises(UserError, match="tree_beam"):
+        TreeConstraint(ListTokenizer(["<pad>", "<s>", "</s>", "<unk>", "the", "cat"]))
+
+
+def test_the_tree_beam_decoder_plugin():
+    tokenizer = ListTokenizer(VOCAB)
+    decoder = build_tree_beam(TreeBeamSettings(beam=3, max_len_b=10), tokenizer)
+    sources = ["a b c", "a"]
+    hyps = decoder.decode(RandomModel(len(VOCAB), 5), request_for(sources))
+    for source, nbest in zip(sources, hyps):
+        assert len(nbest) == 1
+        result = delinearize(tokenizer.decode(nbest[0].tokens), source.split())
+        assert result.repairs == 0 and len(result.tree.leaves()) == len(source.split())
