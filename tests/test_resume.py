@@ -30,3 +30,28 @@ def test_epochs_roll_over_and_data_position_is_saved(tmp_path):
     assert trainer.state.epoch > 1
     saved = torch.load(sorted((tmp_path / "run" / "checkpoints").glob("*.pt"))[-1], weights_only=True)
     assert (saved["epoch"], saved["step_in_epoch"]) == (trainer.state.epoch, trainer.state.step_in_epoch)
+
+
+def test_ctrl_c_saves_the_last_finished_step_and_resume_continues(tmp_path, monkeypatch):
+    import pytest
+
+    from seqxduce.api import UserError
+
+    trainer = Trainer(load_recipe(RECIPE, ["train.validate_every=0", "train.checkpoint_every=100"]), tmp_path / "run")
+    real_step = trainer.train_step
+
+    def interrupt_at_four(group):
+        if trainer.state.step == 3:
+            raise KeyboardInterrupt
+        return real_step(group)
+
+    monkeypatch.setattr(trainer, "train_step", interrupt_at_four)
+    with pytest.raises(UserError, match="interrupted at step 3.*--resume"):
+        trainer.run()
+    saved = sorted((tmp_path / "run" / "checkpoints").glob("*.pt"))
+    assert [p.name for p in saved] == ["step_00000003.pt"]
+    resumed = engine.train(engine.load_run_recipe(tmp_path / "run"), tmp_path / "run", resume=True)
+    whole = engine.train(RECIPE, tmp_path / "whole", overrides=["train.validate_every=0", "train.checkpoint_every=100"])
+    a = torch.load(sorted((tmp_path / "run" / "checkpoints").glob("*.pt"))[-1], weights_only=True)["model"]
+    b = torch.load(sorted((tmp_path / "whole" / "checkpoints").glob("*.pt"))[-1], weights_only=True)["model"]
+    assert resumed.step == 6 and all(torch.equal(a[k], b[k]) for k in a)
