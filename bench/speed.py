@@ -20,7 +20,7 @@ from seqxduce.api import DecodeRequest
 from seqxduce.data import encode_source, pad_sources, token_batches
 from seqxduce.recipe import load_recipe
 from seqxduce.search import beam_search, greedy_search
-from seqxduce.train import Trainer, autocast_context
+from seqxduce.trainer import Trainer, autocast_context
 
 
 class NoCache:

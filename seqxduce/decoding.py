@@ -47,7 +47,7 @@ def decode_examples(model: Any, tokenizers: components.Tokenizers, task: Task,
                     decoder: Decoder | None, device: torch.device, precision: str = "fp32",
                     decode_settings: Section | None = None, batch_size: int = 64) -> list[Output]:
     """Decode sources (Examples or plain source strings) in input order; decoder None means greedy."""
-    from seqxduce.train import autocast_context
+    from seqxduce.trainer import autocast_context
 
     sources = [ex.source if isinstance(ex, Example) else ex for ex in examples]
     if decoder is None:
@@ -114,7 +114,7 @@ def find_checkpoint(path: Path) -> tuple[Path, Path]:
 
 def load_run(path: Path, overrides: Sequence[str] = ()) -> LoadedRun:
     """Load recipe, tokenizers, model weights and decoder from a run directory or checkpoint."""
-    from seqxduce.train import resolve_device
+    from seqxduce.trainer import resolve_device
 
     run_dir, checkpoint = find_checkpoint(path)
     recipe = components.load_run_recipe(run_dir, tuple(overrides))

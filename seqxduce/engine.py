@@ -11,7 +11,7 @@ from seqxduce.recipe import Recipe, load_recipe
 
 if TYPE_CHECKING:  # pragma: no cover
     from seqxduce.decoding import Output
-    from seqxduce.train import TrainResult
+    from seqxduce.trainer import TrainResult
 
 __all__ = ["load_recipe", "load_run_recipe", "prepare", "train", "decode", "decode_split", "evaluate", "average",
            "format_outputs", "read_lines"]
@@ -36,7 +36,7 @@ def prepare(recipe: Recipe) -> Path:
 def train(recipe: Recipe | str | Path, out: str | Path, resume: bool = False,
           overrides: Sequence[str] = ()) -> TrainResult:
     """Train a recipe (a Recipe or a recipe file) into run directory `out`."""
-    from seqxduce.train import train as _train
+    from seqxduce.trainer import train as _train
 
     if not isinstance(recipe, Recipe):
         recipe = load_recipe(recipe, overrides)

@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 
 from seqxduce.recipe import load_recipe
-from seqxduce.train import Trainer
+from seqxduce.trainer import Trainer
 
 recipe_path, out, *overrides = sys.argv[1:]
 trainer = Trainer(load_recipe(recipe_path, overrides), Path(out))

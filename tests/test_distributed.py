@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from seqxduce.recipe import load_recipe
-from seqxduce.train import Trainer
+from seqxduce.trainer import Trainer
 
 HERE = Path(__file__).resolve().parent
 RECIPE = HERE / "fixtures" / "tiny.toml"

@@ -150,3 +150,13 @@ def test_register_commands_adds_a_cli_command():
             assert result.output == "hello world\n"
         finally:
             cli.commands.pop("hello", None)
+
+
+def test_package_functions_are_not_shadowed_by_modules():
+    import seqxduce
+    import seqxduce.checkpoint  # noqa: F401
+    import seqxduce.decoding  # noqa: F401
+    import seqxduce.trainer  # noqa: F401
+
+    for name in ("train", "decode", "decode_split", "evaluate", "average", "prepare", "load_recipe"):
+        assert callable(getattr(seqxduce, name)), name

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from seqxduce.recipe import load_recipe
-from seqxduce.train import Trainer
+from seqxduce.trainer import Trainer
 
 RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
 

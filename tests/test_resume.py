@@ -6,7 +6,7 @@ import torch
 
 from seqxduce import engine
 from seqxduce.recipe import load_recipe
-from seqxduce.train import Trainer
+from seqxduce.trainer import Trainer
 
 RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
 
@@ -51,7 +51,7 @@ def test_ctrl_c_saves_the_last_finished_step_and_resume_continues(tmp_path, monk
     saved = sorted((tmp_path / "run" / "checkpoints").glob("*.pt"))
     assert [p.name for p in saved] == ["step_00000003.pt"]
     resumed = engine.train(engine.load_run_recipe(tmp_path / "run"), tmp_path / "run", resume=True)
-    whole = engine.train(RECIPE, tmp_path / "whole", overrides=["train.validate_every=0", "train.checkpoint_every=100"])
+    engine.train(RECIPE, tmp_path / "whole", overrides=["train.validate_every=0", "train.checkpoint_every=100"])
     a = torch.load(sorted((tmp_path / "run" / "checkpoints").glob("*.pt"))[-1], weights_only=True)["model"]
     b = torch.load(sorted((tmp_path / "whole" / "checkpoints").glob("*.pt"))[-1], weights_only=True)["model"]
     assert resumed.step == 6 and all(torch.equal(a[k], b[k]) for k in a)

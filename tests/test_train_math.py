@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from seqxduce.settings import TrainSettings
-from seqxduce.train import inverse_sqrt_lr, label_smoothed_nll, learning_rate
+from seqxduce.trainer import inverse_sqrt_lr, label_smoothed_nll, learning_rate
 
 
 def test_inverse_sqrt_schedule_matches_the_paper_formula():

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from seqxduce.hookspecs import hookimpl
 
+from .commands import ponder_command
 from .settings import (
     TRANSFORMER_PRESETS,
     UNIVERSAL_PRESETS,
@@ -43,3 +44,9 @@ def register_models(register):
     register("universal_transformer", build_universal_transformer, settings=UniversalSettings,
              presets=UNIVERSAL_PRESETS,
              help="Universal Transformer (Dehghani et al. 2019), optional ACT; presets base, big")
+
+
+@hookimpl
+def register_commands(cli):
+    """Add `seqxduce ponder` (per-position ACT ponder counts of a trained run)."""
+    cli.add_command(ponder_command)

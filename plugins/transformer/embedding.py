@@ -29,12 +29,30 @@ class SinusoidalPositions(nn.Module):
         # not persistent: it is a function of (size, dim), and a grown table must not break checkpoints
         self.register_buffer("table", sinusoid_table(size, dim), persistent=False)
 
-    def forward(self, length: int, offset: int = 0) -> torch.Tensor:
-        """(length, dim) position signal starting at position `offset`."""
-        end = offset + length
+    def _grow(self, end: int) -> None:
         if end > self.table.size(0):
             self.table = sinusoid_table(max(end, 2 * self.table.size(0)), self.dim).to(self.table.device)
-        return self.table[offset:end]
+
+    def forward(self, length: int, offset: int = 0) -> torch.Tensor:
+        """(length, dim) position signal starting at position `offset`."""
+        self._grow(offset + length)
+        return self.table[offset:offset + length]
+
+    def rows(self, length: int, offsets: torch.Tensor) -> torch.Tensor:
+        """(B, length, dim) position signal, row b starting at position offsets[b] (offsets: (B,) ints)."""
+        self._grow(int(offsets.max()) + length)
+        index = offsets.to(self.table.device).unsqueeze(1) + torch.arange(length, device=self.table.device)  # (B, L)
+        return self.table[index]
+
+
+def training_offsets(module: nn.Module, offset_max: int, batch: int, device: torch.device) -> torch.Tensor | None:
+    """(B,) random first positions in [0, offset_max], one per sequence, while `module` trains; else None.
+
+    Drawn from torch's global generator, so the trainer's per-step seed makes them reproducible.
+    """
+    if not module.training or offset_max <= 0:
+        return None
+    return torch.randint(0, offset_max + 1, (batch,), device=device)
 
 
 class Embeddings(nn.Module):

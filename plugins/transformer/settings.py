@@ -22,6 +22,9 @@ class CommonSettings:
     share_embeddings: bool = setting(True, help="one matrix for source, target and output embeddings when the "
                                                 "vocabulary is shared")
     tie_output: bool = setting(True, help="tie the output projection to the target embedding (paper, sec. 3.4)")
+    position_offset_max: int = setting(0, help="training only: each sequence's positions start at a random "
+                                               "offset in [0, this], the same for its source and target, so "
+                                               "positions past the training lengths are seen (UT paper); 0 = off")
     max_positions: int = setting(1024, help="initial size of the sinusoid table; it grows for longer inputs")
     init: str = setting("xavier", help="xavier: Xavier-uniform linears, N(0, d^-0.5) embeddings "
                                        "(tensor2tensor/fairseq); torch: PyTorch defaults",
@@ -80,6 +83,9 @@ def check_common(settings: CommonSettings) -> None:
         value = getattr(settings, key)
         if not 0.0 <= value < 1.0:
             raise UserError(f"[model] {key} = {value}: use a probability in [0, 1)")
+    if settings.position_offset_max < 0:
+        raise UserError(f"[model] position_offset_max = {settings.position_offset_max}: use 0 (off) or a "
+                        "positive largest offset")
     if settings.max_positions <= 0:
         raise UserError(f"[model] max_positions = {settings.max_positions}: use a positive size")
 

@@ -6,6 +6,12 @@
 Decoding: encode() once; init_cache() projects the memory into each layer's cross-attention keys/values
 once; step() feeds one token per row and appends that position's self-attention keys/values to the cache,
 so no prefix is ever recomputed; reorder() selects rows of memory and cache for beam search.
+
+Random position offsets (position_offset_max > 0, the Universal Transformer paper's device for length
+generalization): in training mode forward() draws one offset per sequence in [0, position_offset_max] and
+starts both its source and its target positions there (jointly, so position i of the target still lines up
+with position i of the source); encode()/decode() take those offsets. In eval mode, and in step(), positions
+start at 0, so decoding is unaffected.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from torch import nn
 from seqxduce.api import Model, ModelOutput, VocabInfo
 
 from .attention import key_padding_mask
-from .embedding import Embeddings, SinusoidalPositions, init_xavier
+from .embedding import Embeddings, SinusoidalPositions, init_xavier, training_offsets
 from .layers import DecoderLayer, EncoderLayer, FeedForward
 from .settings import TransformerSettings, check_transformer
 from .state import DecoderCache, Memory
@@ -56,29 +62,32 @@ class Transformer(nn.Module, Model):
         if s.init == "xavier":
             init_xavier(self, s.d_model)
 
-    def _embed(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        """Scaled embeddings (B, L, C) plus positions offset.., with dropout."""
+    def _embed(self, x: torch.Tensor, offset: int = 0, offsets: torch.Tensor | None = None) -> torch.Tensor:
+        """Scaled embeddings (B, L, C) plus positions offset.. (or offsets[b].. per row), with dropout."""
+        if offsets is not None:
+            return self.embed_drop(x + self.positions.rows(x.size(1), offsets))  # (B, L, C)
         return self.embed_drop(x + self.positions(x.size(1), offset))
 
-    def encode(self, src: torch.Tensor) -> Memory:
-        """src (B, S) -> Memory with states (B, S, C)."""
+    def encode(self, src: torch.Tensor, offsets: torch.Tensor | None = None) -> Memory:
+        """src (B, S) -> Memory with states (B, S, C); offsets (B,): first position per row (default 0)."""
         pad = src == self.vocab.pad_id  # (B, S)
         mask = key_padding_mask(pad)  # (B, 1, 1, S) or None
-        x = self._embed(self.embeddings.embed_source(src))  # (B, S, C)
+        x = self._embed(self.embeddings.embed_source(src), offsets=offsets)  # (B, S, C)
         for layer in self.encoder:
             x = layer(x, mask, pad)
         return Memory(self.encoder_norm(x), pad, mask)
 
-    def decode(self, tgt_in: torch.Tensor, memory: Memory) -> torch.Tensor:
-        """Teacher-forced decoder states (B, T, C) for tgt_in (B, T)."""
-        x = self._embed(self.embeddings.embed_target(tgt_in))  # (B, T, C)
+    def decode(self, tgt_in: torch.Tensor, memory: Memory, offsets: torch.Tensor | None = None) -> torch.Tensor:
+        """Teacher-forced decoder states (B, T, C) for tgt_in (B, T); offsets as in encode()."""
+        x = self._embed(self.embeddings.embed_target(tgt_in), offsets=offsets)  # (B, T, C)
         for layer in self.decoder:
             x = layer(x, layer.cross_attn.project_kv(memory.states), memory.mask)
         return self.decoder_norm(x)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> ModelOutput:
-        """Logits (B, T, V) for next-token prediction."""
-        return ModelOutput(logits=self.embeddings.logits(self.decode(tgt_in, self.encode(src))))
+        """Logits (B, T, V) for next-token prediction; in training, positions may start at random offsets."""
+        offsets = training_offsets(self, self.settings.position_offset_max, src.size(0), src.device)  # (B,)
+        return ModelOutput(logits=self.embeddings.logits(self.decode(tgt_in, self.encode(src, offsets), offsets)))
 
     def init_cache(self, memory: Memory) -> DecoderCache:
         """Empty self-attention state per layer, and each layer's cross-attention keys/values, projected once."""

@@ -30,6 +30,10 @@ halting probabilities exactly as in forward(): the keys/values cached at depth s
 state entering step n, which for a position that halted earlier is its frozen state (plus P^n). forward()
 computes exactly these for halted positions too, so step() and forward() agree; forward() may stop early
 only because once all positions have halted further steps change nothing.
+
+Random position offsets (position_offset_max > 0): as in the Transformer (transformer.py), training-mode
+forward() starts each sequence's source and target positions at one shared random offset; the timestep
+signal is not offset; eval mode and step() use positions from 0.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from seqxduce.api import Model, ModelOutput, VocabInfo
 
 from .act import Halting
 from .attention import key_padding_mask
-from .embedding import Embeddings, SinusoidalPositions, init_xavier, sinusoid_table
+from .embedding import Embeddings, SinusoidalPositions, init_xavier, sinusoid_table, training_offsets
 from .layers import DecoderLayer, EncoderLayer, FeedForward, SepConvTransition, Transition
 from .settings import UniversalSettings, check_universal
 from .state import DecoderCache, LayerState, Memory
@@ -104,33 +108,38 @@ class UniversalTransformer(nn.Module, Model):
                 nn.init.constant_(unit.bias, s.act_halting_bias_init)
         self.last_ponder: torch.Tensor | None = None
 
-    def coordinates(self, length: int, step: int, offset: int = 0) -> torch.Tensor:
-        """P^t for positions offset..offset+length-1 at depth step `step`: (L, C)."""
-        return self.positions(length, offset) + self.timesteps(step)
+    def coordinates(self, length: int, step: int, offset: int = 0,
+                    offsets: torch.Tensor | None = None) -> torch.Tensor:
+        """P^t for positions offset..offset+length-1 at depth step `step`: (L, C); with offsets (B,), row b
+        starts at offsets[b]: (B, L, C)."""
+        positions = self.positions(length, offset) if offsets is None else self.positions.rows(length, offsets)
+        return positions + self.timesteps(step)
 
     def _recur(self, x: torch.Tensor, pad: torch.Tensor, run: Callable[[torch.Tensor, int], torch.Tensor],
-               unit: nn.Module | None, offset: int = 0, stop_early: bool = True) -> tuple[torch.Tensor, Halting | None]:
+               unit: nn.Module | None, offset: int = 0, stop_early: bool = True,
+               offsets: torch.Tensor | None = None) -> tuple[torch.Tensor, Halting | None]:
         """Apply run(H + P^t, t) for t = 1..depth to x (B, L, C); with a halting unit, under ACT."""
         if unit is None:
             for step in range(1, self.depth + 1):
-                x = run(x + self.coordinates(x.size(1), step, offset), step)
+                x = run(x + self.coordinates(x.size(1), step, offset, offsets), step)
             return x, None
         halting = Halting(pad, x, self.settings.act_epsilon, self.depth)
         for step in range(1, self.depth + 1):
             if stop_early and halting.done():
                 break
-            inputs = x + self.coordinates(x.size(1), step, offset)  # (B, L, C)
+            inputs = x + self.coordinates(x.size(1), step, offset, offsets)  # (B, L, C)
             p = torch.sigmoid(unit(inputs)).squeeze(-1)  # (B, L)
             new = run(inputs, step)
             ran = halting.update(p, new, step)
             x = torch.where(ran.unsqueeze(-1), new, x)  # halted positions keep their state
         return halting.output.to(x.dtype), halting
 
-    def _encode(self, src: torch.Tensor) -> tuple[Memory, Halting | None]:
+    def _encode(self, src: torch.Tensor, offsets: torch.Tensor | None = None) -> tuple[Memory, Halting | None]:
         pad = src == self.vocab.pad_id  # (B, S)
         mask = key_padding_mask(pad)  # (B, 1, 1, S) or None
         x = self.embed_drop(self.embeddings.embed_source(src))  # (B, S, C)
-        x, halting = self._recur(x, pad, lambda h, _: self.encoder_layer(h, mask, pad), self.encoder_halting)
+        x, halting = self._recur(x, pad, lambda h, _: self.encoder_layer(h, mask, pad), self.encoder_halting,
+                                 offsets=offsets)
         ponder = None if halting is None else halting.updates
         return Memory(self.encoder_norm(x), pad, mask, ponder), halting
 
@@ -148,18 +157,23 @@ class UniversalTransformer(nn.Module, Model):
             return memory.ponder
         return (~memory.pad).float() * self.depth
 
-    def _decode(self, tgt_in: torch.Tensor, memory: Memory) -> tuple[torch.Tensor, Halting | None]:
+    def _decode(self, tgt_in: torch.Tensor, memory: Memory,
+                offsets: torch.Tensor | None = None) -> tuple[torch.Tensor, Halting | None]:
         pad = tgt_in == self.vocab.pad_id  # (B, T)
         cross = self.decoder_layer.cross_attn.project_kv(memory.states)  # once for every depth step
         x = self.embed_drop(self.embeddings.embed_target(tgt_in))  # (B, T, C)
         x, halting = self._recur(x, pad, lambda h, _: self.decoder_layer(h, cross, memory.mask),
-                                 self.decoder_halting)
+                                 self.decoder_halting, offsets=offsets)
         return self.decoder_norm(x), halting
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> ModelOutput:
-        """Logits (B, T, V); with ACT also the ponder cost (aux_loss) and ponder stats."""
-        memory, encoder_halting = self._encode(src)
-        x, decoder_halting = self._decode(tgt_in, memory)
+        """Logits (B, T, V); with ACT also the ponder cost (aux_loss) and ponder stats.
+
+        In training, with position_offset_max > 0, each sequence's source and target positions start at one
+        random offset (the same for both, so that source and target positions stay aligned)."""
+        offsets = training_offsets(self, self.settings.position_offset_max, src.size(0), src.device)  # (B,)
+        memory, encoder_halting = self._encode(src, offsets)
+        x, decoder_halting = self._decode(tgt_in, memory, offsets)
         output = ModelOutput(logits=self.embeddings.logits(x))
         if encoder_halting is not None and decoder_halting is not None:
             cost = encoder_halting.cost() + decoder_halting.cost()

@@ -1,0 +1,166 @@
+"""Length generalization on the algorithmic tasks (Dehghani et al. 2019, table 2): train on lengths up to 40,
+test on length 400, for the Transformer, the Universal Transformer and the Universal Transformer with ACT.
+
+    OMP_NUM_THREADS=1 python bench/length_generalization.py --size cpu --out runs/bench_lg
+    python bench/length_generalization.py --size paper --device cuda --out runs/bench_lg_paper
+
+Every model gets the same budget: the same data, optimizer steps, batch size (max_tokens), schedule and random
+position offsets. Parameter counts differ on purpose: the Universal Transformer applies one shared layer in
+depth, so at the same width and depth it has about 1/depth of the Transformer's layer parameters (the table
+prints each model's count). Addition writes numbers least-significant digit first (recipes/ut_addition.toml,
+as tensor2tensor's data). Test sources have test_min_len..test_max_len symbols (both 400 by default; addition
+sources 'a + b' count the '+'); decoding is greedy with outputs up to len(source) + 10 tokens (max_len_a 1.0,
+max_len_b 10). The table gives char-acc / seq-acc (the task plugin's char_accuracy and sequence_accuracy)
+beside the paper's figures. Run settings start from recipes/ut_<task>.toml; the [model] table is replaced
+per model and the size's overrides are applied on top.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import seqxduce
+from seqxduce.recipe import Recipe, build_recipe, read_toml
+
+RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+TASKS = ("copy", "reverse", "addition")
+MODELS = ("transformer", "ut", "ut_act")
+LABELS = {"transformer": "Transformer", "ut": "Universal Transformer", "ut_act": "Universal Transformer + ACT"}
+
+# char-acc, seq-acc on length-400 test sets (the paper's table 2); it gives no figures for UT + ACT alone
+PAPER = {
+    "transformer": {"copy": (0.53, 0.03), "reverse": (0.13, 0.06), "addition": (0.07, 0.00)},
+    "ut": {"copy": (0.91, 0.35), "reverse": (0.96, 0.46), "addition": (0.34, 0.02)},
+}
+
+# Sizes: widths, depth, and the training budget. "paper" is the base size the recipes use (for a GPU);
+# "cpu" fits one run in about four minutes on one CPU thread.
+SIZES: dict[str, dict[str, Any]] = {
+    "paper": dict(d_model=512, d_ff=2048, heads=8, depth=6, act_max_steps=8, steps=50000, max_tokens=8192,
+                  warmup_steps=4000, lr_scale=1.0, train_size=100000, test_size=500, batch_size=50),
+    "cpu": dict(d_model=64, d_ff=256, heads=4, depth=4, act_max_steps=4, steps=1000, max_tokens=1536,
+                warmup_steps=400, lr_scale=1.0, train_size=30000, test_size=100, batch_size=50),
+}
+
+
+def model_table(kind: str, size: dict[str, Any], offset_max: int) -> dict[str, Any]:
+    """The [model] table of one of the three models at a size."""
+    common = dict(d_model=size["d_model"], d_ff=size["d_ff"], heads=size["heads"], dropout=0.1,
+                  position_offset_max=offset_max)
+    if kind == "transformer":
+        return dict(name="transformer", layers=size["depth"], **common)
+    act = kind == "ut_act"
+    return dict(name="universal_transformer", steps=size["depth"], act=act, act_max_steps=size["act_max_steps"],
+                **common)
+
+
+def recipe_for(task: str, kind: str, size: dict[str, Any], args: argparse.Namespace) -> Recipe:
+    """recipes/ut_<task>.toml with this model, budget and test lengths."""
+    path = RECIPES / f"ut_{task}.toml"
+    data = read_toml(path)
+    data["model"] = model_table(kind, size, args.offset_max)
+    data["task"].update(test_min_len=args.test_len, test_max_len=args.test_len, test_size=size["test_size"],
+                        train_size=size["train_size"], valid_size=100)
+    data["train"].update(device=args.device, max_steps=size["steps"], max_tokens=size["max_tokens"],
+                         warmup_steps=size["warmup_steps"], lr_scale=size["lr_scale"], validate_every=0,
+                         valid_decode_examples=50, checkpoint_every=size["steps"], keep_checkpoints=1,
+                         log_every=100, max_source_len=args.test_len + 2, max_target_len=args.test_len + 2,
+                         seed=args.seed)
+    data["decode"].update(name="greedy", max_len_a=1.0, max_len_b=10, batch_size=size["batch_size"])
+    return build_recipe(data, source=str(path), base_dir=RECIPES)
+
+
+def run_one(task: str, kind: str, size: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """Train and test one model on one task; returns accuracies, parameter count and wall times."""
+    out = Path(args.out) / f"{task}_{kind}"
+    start = time.perf_counter()
+    seqxduce.train(recipe_for(task, kind, size, args), out)
+    trained = time.perf_counter()
+    _, report = seqxduce.decode_split(out, "test")
+    decoded = time.perf_counter()
+    checkpoint = max((out / "checkpoints").glob("*.pt"))
+    weights = torch.load(checkpoint, map_location="cpu", weights_only=False)["model"]
+    params = sum({t.data_ptr(): t.numel() for t in weights.values()}.values())  # tied embeddings count once
+    result = dict(task=task, model=kind, char_acc=report.metrics["char_accuracy"],
+                  seq_acc=report.metrics["sequence_accuracy"], params=params,
+                  train_s=trained - start, decode_s=decoded - trained)
+    result.update(last_ponder(out))
+    return result
+
+
+def last_ponder(run_dir: Path) -> dict[str, float]:
+    """The ponder statistics of the last training log line that has them (UT + ACT), else nothing."""
+    found: dict[str, float] = {}
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        found.update({k: v for k, v in record.items() if k.startswith("ponder_")})
+    return found
+
+
+def table(results: list[dict[str, Any]], tasks: list[str], models: list[str]) -> str:
+    """The paper's table: one row per model, char-acc / seq-acc per task, with the paper's rows beside."""
+    cell = {(r["model"], r["task"]): f"{r['char_acc']:.2f} / {r['seq_acc']:.2f}" for r in results}
+    lines = ["| model | " + " | ".join(tasks) + " |", "|---" * (len(tasks) + 1) + "|"]
+    for kind in models:
+        lines.append(f"| {LABELS[kind]} (ours) | " + " | ".join(cell.get((kind, t), "-") for t in tasks) + " |")
+    for kind, figures in PAPER.items():
+        lines.append(f"| {LABELS[kind]} (paper) | "
+                     + " | ".join(f"{figures[t][0]:.2f} / {figures[t][1]:.2f}" for t in tasks) + " |")
+    return "\n".join(lines)
+
+
+def details(results: list[dict[str, Any]]) -> str:
+    """Per run: parameters, wall times, ponder statistics."""
+    lines = ["| task | model | params | train s | decode s | ponder mean / max |", "|---|---|---|---|---|---|"]
+    for r in results:
+        ponder = f"{r['ponder_mean']:.2f} / {r['ponder_max']:.0f}" if "ponder_mean" in r else "-"
+        lines.append(f"| {r['task']} | {LABELS[r['model']]} | {r['params']:,} | {r['train_s']:.0f} | "
+                     f"{r['decode_s']:.0f} | {ponder} |")
+    return "\n".join(lines)
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", choices=sorted(SIZES), default="cpu", help="model widths and training budget")
+    parser.add_argument("--steps", type=int, help="optimizer steps per run (default: the size's)")
+    parser.add_argument("--test-len", type=int, default=400, help="test source length (paper: 400)")
+    parser.add_argument("--test-size", type=int, help="test examples per task (default: the size's)")
+    parser.add_argument("--offset-max", type=int, default=400,
+                        help="training positions start at a random offset in [0, this] (0 = off)")
+    parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
+    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, auto")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", default="runs/bench_length_generalization", help="parent of the run directories")
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    size = dict(SIZES[args.size])
+    size.update({k: v for k, v in (("steps", args.steps), ("test_size", args.test_size)) if v is not None})
+    print(f"size {args.size}: {json.dumps(size)}; test length {args.test_len}; offsets up to {args.offset_max}",
+          flush=True)
+    results = []
+    for task in args.tasks:
+        for kind in args.models:
+            result = run_one(task, kind, size, args)
+            results.append(result)
+            print(json.dumps(result), flush=True)
+    Path(args.out, "results.json").write_text(json.dumps(results, indent=1))
+    print(f"\nchar-acc / seq-acc on length-{args.test_len} test sets\n")
+    print(table(results, args.tasks, args.models))
+    print()
+    print(details(results))
+
+
+if __name__ == "__main__":
+    main()

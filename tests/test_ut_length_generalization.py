@@ -1,0 +1,267 @@
+"""Length generalization support: random training position offsets, and `seqxduce ponder` (per-position ACT
+steps of a trained run, a command the transformer plugin adds through register_commands)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+from seqxduce_transformer.embedding import SinusoidalPositions, sinusoid_table, training_offsets
+from seqxduce_transformer.ponder import ponder_counts
+from seqxduce_transformer.settings import TransformerSettings, UniversalSettings
+from seqxduce_transformer.transformer import Transformer
+from seqxduce_transformer.universal import UniversalTransformer
+
+from seqxduce.api import UserError, VocabInfo
+from seqxduce.cli import add_plugin_commands
+from seqxduce.decoding import load_run
+from seqxduce.recipe import load_recipe
+
+PAD, BOS, EOS = 0, 1, 2
+VOCAB = VocabInfo(src_size=20, tgt_size=20, pad_id=PAD, bos_id=BOS, eos_id=EOS, shared=True)
+WIDTH = dict(d_model=16, d_ff=32, heads=2, dropout=0.0)
+
+
+def build(kind: str, offset_max: int, seed: int = 0):
+    """A tiny Transformer or UT (+ACT) without dropout, so train and eval mode differ only in positions."""
+    torch.manual_seed(seed)
+    if kind == "transformer":
+        return Transformer(TransformerSettings(layers=2, position_offset_max=offset_max, **WIDTH), VOCAB)
+    settings = UniversalSettings(steps=2, act=kind == "ut_act", act_max_steps=3, position_offset_max=offset_max,
+                                 **WIDTH)
+    return UniversalTransformer(settings, VOCAB)
+
+
+def batch() -> tuple[torch.Tensor, torch.Tensor]:
+    """src (2, 5), tgt_in (2, 4); row 1 of src padded after 3 tokens."""
+    src = torch.tensor([[3, 4, 5, 6, 7], [8, 9, 10, PAD, PAD]])
+    tgt = torch.tensor([[BOS, 3, 4, 5], [BOS, 8, 9, 10]])
+    return src, tgt
+
+
+KINDS = ("transformer", "ut", "ut_act")
+
+
+def test_rows_start_each_row_at_its_offset():
+    positions = SinusoidalPositions(8, 16)
+    rows = positions.rows(5, torch.tensor([0, 3, 14]))  # 14 + 5 > 16: the table grows
+    table = sinusoid_table(32, 8)
+    assert rows.shape == (3, 5, 8)
+    assert torch.allclose(rows[0], table[0:5])
+    assert torch.allclose(rows[1], table[3:8])
+    assert torch.allclose(rows[2], table[14:19])
+
+
+def test_training_offsets_only_in_training_mode_and_within_range():
+    module = torch.nn.Linear(1, 1)
+    assert training_offsets(module.eval(), 7, 4, torch.device("cpu")) is None
+    assert training_offsets(module.train(), 0, 4, torch.device("cpu")) is None
+    torch.manual_seed(0)
+    offsets = training_offsets(module.train(), 7, 1000, torch.device("cpu"))
+    assert offsets.shape == (1000,)
+    assert int(offsets.min()) == 0 and int(offsets.max()) == 7  # both ends of [0, 7] are drawn
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_eval_outputs_do_not_depend_on_position_offset_max(kind):
+    src, tgt = batch()
+    off, on = build(kind, 0).eval(), build(kind, 50).eval()
+    on.load_state_dict(off.state_dict())
+    assert torch.equal(off(src, tgt).logits, on(src, tgt).logits)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_training_mode_shifts_positions_only_when_offsets_are_on(kind):
+    src, tgt = batch()
+    for offset_max, shifted in ((0, False), (50, True)):
+        model = build(kind, offset_max)
+        evaluated = model.eval()(src, tgt).logits
+        torch.manual_seed(3)
+        trained = model.train()(src, tgt).logits
+        assert torch.allclose(trained, evaluated, atol=1e-6) is not shifted
+
+
+def test_transformer_training_forward_equals_eval_with_the_drawn_offsets():
+    src, tgt = batch()
+    model = build("transformer", 50)
+    torch.manual_seed(3)
+    trained = model.train()(src, tgt).logits
+    torch.manual_seed(3)
+    offsets = torch.randint(0, 51, (2,))  # the same draw training_offsets makes
+    assert offsets[0] != offsets[1]
+    model.eval()
+    expected = model.embeddings.logits(model.decode(tgt, model.encode(src, offsets), offsets))
+    assert torch.allclose(trained, expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_offsets_differ_per_sequence(kind):
+    src = torch.tensor([[3, 4, 5, 6]] * 4)  # four identical rows
+    tgt = torch.tensor([[BOS, 3, 4, 5]] * 4)
+    model = build(kind, 1000).train()
+    torch.manual_seed(5)
+    logits = model(src, tgt).logits  # (4, 4, V)
+    for i in range(1, 4):
+        assert not torch.allclose(logits[0], logits[i], atol=1e-4)
+    assert torch.allclose(*model.eval()(src, tgt).logits[:2])  # in eval they are the same again
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_incremental_decoding_is_unaffected_by_offsets(kind):
+    src, tgt = batch()
+    model = build(kind, 50).eval()
+    full = torch.log_softmax(model(src, tgt).logits, dim=-1)  # (B, T, V)
+    memory = model.encode(src)
+    cache = model.init_cache(memory)
+    for t in range(tgt.size(1)):
+        logprobs, cache = model.step(tgt[:, t], memory, cache)
+        assert torch.allclose(logprobs, full[:, t], atol=1e-5)
+
+
+def test_negative_offset_max_is_a_user_error():
+    with pytest.raises(UserError, match="position_offset_max"):
+        Transformer(TransformerSettings(position_offset_max=-1, **WIDTH), VOCAB)
+
+
+TINY_RECIPE = """
+[task]
+name = "algorithmic"
+kind = "copy"
+train_max_len = 6
+valid_max_len = 6
+test_max_len = 6
+train_size = 60
+valid_size = 4
+test_size = 4
+
+[tokenizer]
+name = "word"
+
+[model]
+name = "{model}"
+d_model = 16
+d_ff = 32
+heads = 2
+{extra}
+
+[train]
+device = "cpu"
+max_tokens = 256
+max_steps = 3
+warmup_steps = 10
+validate_every = 0
+valid_decode_examples = 4
+checkpoint_every = 3
+
+[decode]
+name = "greedy"
+"""
+
+
+@pytest.fixture(scope="module")
+def cli():
+    return add_plugin_commands()
+
+
+def train_tiny(cli, tmp_path_factory, model: str, extra: str):
+    """Train a tiny run for three steps through the CLI; returns its run directory."""
+    where = tmp_path_factory.mktemp(model)
+    recipe = where / "tiny.toml"
+    recipe.write_text(TINY_RECIPE.format(model=model, extra=extra))
+    result = CliRunner().invoke(cli, ["train", str(recipe), "--out", str(where / "run")])
+    assert result.exit_code == 0, result.output
+    return where / "run"
+
+
+@pytest.fixture(scope="module")
+def act_run(cli, tmp_path_factory):
+    return train_tiny(cli, tmp_path_factory, "universal_transformer", "act = true\nact_max_steps = 4")
+
+
+SOURCES = ["1 2 3", "4 5 6 7 8 9 0", "5"]
+
+
+def test_ponder_writes_one_count_per_source_position(cli, act_run, tmp_path):
+    sources = tmp_path / "src.txt"
+    sources.write_text("".join(s + "\n" for s in SOURCES))
+    result = CliRunner().invoke(cli, ["ponder", str(act_run), "--input", str(sources)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert len(lines) == len(SOURCES)
+    for line, source in zip(lines, SOURCES):
+        counts = [int(n) for n in line.split()]
+        assert len(counts) == len(source.split()) + 1  # its symbols, then eos
+        assert all(1 <= n <= 4 for n in counts)
+    # the counts are the model's own, whatever the batch padding (row-by-row gives the same)
+    run = load_run(act_run)
+    for line, source in zip(lines, SOURCES):
+        assert [int(n) for n in line.split()] == ponder_counts(run, [source])[0]
+
+
+def test_ponder_reads_stdin_and_writes_output_file(cli, act_run, tmp_path):
+    out = tmp_path / "ponder.txt"
+    result = CliRunner().invoke(cli, ["ponder", str(act_run), "--input", "-", "--output", str(out)],
+                                input="1 2\n3\n")
+    assert result.exit_code == 0, result.output
+    assert [len(line.split()) for line in out.read_text().splitlines()] == [3, 2]
+
+
+def test_ponder_counts_follow_the_halting_unit(act_run):
+    run = load_run(act_run)
+    with torch.no_grad():
+        run.model.encoder_halting.weight.zero_()
+        run.model.encoder_halting.bias.fill_(30.0)  # p ~ 1: every position halts at its first step
+    assert ponder_counts(run, SOURCES) == [[1] * 4, [1] * 8, [1] * 2]
+    with torch.no_grad():
+        run.model.encoder_halting.bias.fill_(-30.0)  # p ~ 0: every position runs to act_max_steps
+    assert ponder_counts(run, SOURCES) == [[4] * 4, [4] * 8, [4] * 2]
+
+
+def test_ponder_on_a_transformer_run_is_one_clear_line(cli, tmp_path_factory, tmp_path):
+    run = train_tiny(cli, tmp_path_factory, "transformer", "layers = 1")
+    sources = tmp_path / "src.txt"
+    sources.write_text("1 2\n")
+    result = CliRunner().invoke(cli, ["ponder", str(run), "--input", str(sources)])
+    assert result.exit_code != 0
+    assert "has no ponder counts" in result.output
+    assert "Traceback" not in result.output
+
+
+RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+
+
+@pytest.mark.parametrize("kind", ["copy", "reverse", "addition"])
+def test_ut_recipes_load_with_the_paper_lengths(kind):
+    recipe = load_recipe(RECIPES / f"ut_{kind}.toml")
+    task, model = recipe.task.settings, recipe.model.settings
+    assert (task.kind, task.train_max_len, task.test_min_len, task.test_max_len) == (kind, 40, 400, 400)
+    assert recipe.model.core.name == "universal_transformer" and model.act
+    assert model.position_offset_max == 400
+
+
+def bench_module():
+    """bench/length_generalization.py, imported from its path (bench/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("length_generalization", RECIPES.parent / "bench" /
+                                                  "length_generalization.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("size", ["cpu", "paper"])
+def test_bench_builds_a_valid_recipe_for_every_model_and_task(size):
+    bench = bench_module()
+    args = argparse.Namespace(offset_max=400, test_len=400, device="cpu", seed=1)
+    for task in bench.TASKS:
+        for kind in bench.MODELS:
+            recipe = bench.recipe_for(task, kind, bench.SIZES[size], args)
+            assert recipe.task.settings.kind == task
+            assert recipe.task.settings.test_min_len == recipe.task.settings.test_max_len == 400
+            assert recipe.train.max_steps == bench.SIZES[size]["steps"]
+            assert recipe.model.settings.position_offset_max == 400
+            assert recipe.model.settings.d_model == bench.SIZES[size]["d_model"]
+            assert getattr(recipe.model.settings, "act", False) == (kind == "ut_act")
