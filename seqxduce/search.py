@@ -41,6 +41,18 @@ def _force_length(logprobs: torch.Tensor, step: int, limits: torch.Tensor, eos: 
         logprobs[at_limit, eos] = torch.where(torch.isinf(eos_scores), torch.zeros_like(eos_scores), eos_scores)
 
 
+def _next_logprobs(model: Model, last: torch.Tensor, memory, cache, request: DecodeRequest,
+                   constraint: StepConstraint | None, step: int, limits: torch.Tensor, min_len: int):
+    """One decoder step: float32 log-probs (N, V) with the constraint, specials and length limits applied."""
+    logprobs, cache = model.step(last, memory, cache)
+    logprobs = logprobs.float()
+    if constraint is not None:
+        logprobs = constraint.mask(logprobs)
+    _forbid_specials(logprobs, request)
+    _force_length(logprobs, step, limits, request.eos_id, min_len)
+    return logprobs, cache
+
+
 @torch.no_grad()
 def greedy_search(
     model: Model,
@@ -60,30 +72,28 @@ def greedy_search(
     if constraint is not None:
         constraint.start(request, rows)
     last = torch.full((batch,), request.bos_id, dtype=torch.long, device=device)
-    tokens: list[list[int]] = [[] for _ in range(batch)]
-    logps: list[list[float]] = [[] for _ in range(batch)]
     done = torch.zeros(batch, dtype=torch.bool, device=device)
+    chosen, scores, alive = [], [], []  # per step: (B,) token, its log-prob, whether the row was still going
     step = 0
     while not bool(done.all()):
-        logprobs, cache = model.step(last, memory, cache)
-        logprobs = logprobs.float()
-        if constraint is not None:
-            logprobs = constraint.mask(logprobs)
-        _forbid_specials(logprobs, request)
-        _force_length(logprobs, step, limits, request.eos_id, min_len)
+        logprobs, cache = _next_logprobs(model, last, memory, cache, request, constraint, step, limits, min_len)
         best, choice = logprobs.max(dim=-1)
-        for i in (~done).nonzero().flatten().tolist():
-            logps[i].append(float(best[i]))
-            if int(choice[i]) == request.eos_id:
-                done[i] = True
-            else:
-                tokens[i].append(int(choice[i]))
+        chosen.append(choice)
+        scores.append(best)
+        alive.append(~done)
+        done = done | (choice == request.eos_id)
         if constraint is not None:
             constraint.advance(rows, choice)
         last = torch.where(done, torch.full_like(choice, request.eos_id), choice)
         step += 1
-    return [[Hypothesis(tokens=t, score=sum(lp), logprob=sum(lp), positional_logprobs=lp)]
-            for t, lp in zip(tokens, logps)]
+    tokens = torch.stack(chosen, dim=1).tolist()  # (B, steps)
+    logps = torch.stack(scores, dim=1).tolist()
+    live = torch.stack(alive, dim=1).sum(dim=1).tolist()  # steps each row took, eos included
+    out = []
+    for t, lp, n in zip(tokens, logps, live):
+        kept = [tok for tok in t[:n] if tok != request.eos_id]
+        out.append([Hypothesis(tokens=kept, score=sum(lp[:n]), logprob=sum(lp[:n]), positional_logprobs=lp[:n])])
+    return out
 
 
 @torch.no_grad()
@@ -121,13 +131,9 @@ def beam_search(
     step = 0
     while alive.numel() > 0:
         n_alive = alive.numel()
-        logprobs, cache = model.step(prefixes[:, -1], memory, cache)
-        logprobs = logprobs.float()
-        if constraint is not None:
-            logprobs = constraint.mask(logprobs)
-        _forbid_specials(logprobs, request)
         limits = limits_all[alive].repeat_interleave(beam)
-        _force_length(logprobs, step, limits, request.eos_id, min_len)
+        logprobs, cache = _next_logprobs(model, prefixes[:, -1], memory, cache, request, constraint, step, limits,
+                                         min_len)
         vocab = logprobs.size(-1)
         candidates = (scores.view(-1, 1) + logprobs).view(n_alive, beam * vocab)
         # 2*beam candidates always hold at least beam that do not end in eos (one eos per row at most)
