@@ -28,8 +28,24 @@ CUTOFF_LEN = 40
 OK, ERROR, SKIP = 0, 1, 2  # EVALB's sentence status
 
 
+class BracketRates:
+    """Recall and precision (percent) of the matched, gold and test bracket counts a subclass holds."""
+
+    match: int
+    gold_brackets: int
+    test_brackets: int
+
+    @property
+    def recall(self) -> float:
+        return 100.0 * self.match / self.gold_brackets if self.gold_brackets else 0.0
+
+    @property
+    def precision(self) -> float:
+        return 100.0 * self.match / self.test_brackets if self.test_brackets else 0.0
+
+
 @dataclass
-class SentenceScore:
+class SentenceScore(BracketRates):
     """One sentence's line of the EVALB table."""
 
     length: int  # gold words that are not -NONE- (decides len<=40)
@@ -43,20 +59,12 @@ class SentenceScore:
     error: str = ""
 
     @property
-    def recall(self) -> float:
-        return 100.0 * self.match / self.gold_brackets if self.gold_brackets else 0.0
-
-    @property
-    def precision(self) -> float:
-        return 100.0 * self.match / self.test_brackets if self.test_brackets else 0.0
-
-    @property
     def tagging_accuracy(self) -> float:
         return 100.0 * self.correct_tags / self.words if self.words else 0.0
 
 
 @dataclass
-class Totals:
+class Totals(BracketRates):
     """Corpus totals of one section of the summary (all sentences, or those of length <= cutoff)."""
 
     sentences: int = 0
@@ -103,14 +111,6 @@ class Totals:
     @property
     def valid(self) -> int:
         return self.sentences - self.errors - self.skipped
-
-    @property
-    def recall(self) -> float:
-        return 100.0 * self.match / self.gold_brackets if self.gold_brackets else 0.0
-
-    @property
-    def precision(self) -> float:
-        return 100.0 * self.match / self.test_brackets if self.test_brackets else 0.0
 
     @property
     def fmeasure(self) -> float:
