@@ -85,7 +85,7 @@ def run_one(task: str, kind: str, size: dict[str, Any], args: argparse.Namespace
     _, report = seqxduce.decode_split(out, "test")
     decoded = time.perf_counter()
     checkpoint = max((out / "checkpoints").glob("*.pt"))
-    weights = torch.load(checkpoint, map_location="cpu", weights_only=False)["model"]
+    weights = torch.load(checkpoint, map_location="cpu", weights_only=True)["model"]
     params = sum({t.data_ptr(): t.numel() for t in weights.values()}.values())  # tied embeddings count once
     result = dict(task=task, model=kind, char_acc=report.metrics["char_accuracy"],
                   seq_acc=report.metrics["sequence_accuracy"], params=params,
