@@ -80,7 +80,11 @@ class VocabInfo:
 
 @dataclass
 class ModelOutput:
-    """A model's training forward: logits (B, T, V) and optional extra loss (e.g. ACT's ponder cost)."""
+    """A model's training forward: logits (B, T, V) and optional extra loss (e.g. ACT's ponder cost).
+
+    stats are figures for the training log: a name ending in `_max` is reduced by maximum over
+    accumulated batches, ranks and log steps, any other name by mean.
+    """
 
     logits: torch.Tensor
     aux_loss: torch.Tensor | None = None
@@ -185,6 +189,15 @@ class Model(abc.ABC):
     @abc.abstractmethod
     def reorder(self, memory: Any, cache: Any, index: torch.Tensor) -> tuple[Any, Any]:
         """Select batch rows (beam search keeps, duplicates and drops hypotheses)."""
+
+    def annotate(self, src: torch.Tensor, tgt_in: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Per-position figures of decoded pairs (e.g. ACT ponder counts), for `seqxduce decode --annotations`.
+
+        src (B, S) and tgt_in = bos + output tokens (B, T), padded; a name starting with `source_` maps to a
+        (B, S) tensor, one starting with `target_` to (B, T), where target position j is the step that chose
+        output token j (the last one chose eos). The default: a model with nothing to report.
+        """
+        return {}
 
 
 class StepConstraint(abc.ABC):

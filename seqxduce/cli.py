@@ -115,24 +115,29 @@ def train(ctx: click.Context, recipe_file: Path, out: Path | None, overrides: tu
 @click.option("--output", type=click.Path(path_type=Path), help="write outputs here instead of stdout")
 @click.option("--set", "overrides", multiple=True, help=SET_HELP + "; e.g. --set decode.beam=8")
 @click.option("--examples", default=3, show_default=True, help="with --split: outputs printed beside references")
+@click.option("--annotations", type=click.Path(path_type=Path),
+              help="also write the model's per-position figures (e.g. a Universal Transformer's ponder counts) "
+                   "for each source and best output here, one JSON object per line")
 @click.pass_context
 def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | None, output: Path | None,
-           overrides: tuple[str, ...], examples: int) -> None:
+           overrides: tuple[str, ...], examples: int, annotations: Path | None) -> None:
     """Decode sources with a trained run (its averaged checkpoint if any, else the latest)."""
     _registry(ctx)
     if (input_file is None) == (split is None):
         raise UserError("decode: give exactly one of --input FILE (or -) and --split NAME")
+    annotate = annotations is not None
     if split is not None:
-        outputs, report = engine.decode_split(run, split, overrides=overrides)
+        outputs, report = engine.decode_split(run, split, overrides=overrides, annotate=annotate)
         for o in outputs[:examples]:
             click.echo(f"src: {o.source}\nhyp: {o.text}\nref: {o.reference}\n", err=True)
         _write([o.text for o in outputs], output)
         # with outputs on stdout the report goes to stderr, so that stdout stays one output per line
         click.echo(report.text or _metric_line(report.metrics), err=output is None)
-        return
-    sources = _read_sources(input_file)
-    outputs = engine.decode(run, sources, overrides=overrides)
-    _write(engine.format_outputs(outputs), output)
+    else:
+        outputs = engine.decode(run, _read_sources(input_file), overrides=overrides, annotate=annotate)
+        _write(engine.format_outputs(outputs), output)
+    if annotate:
+        _write(engine.format_annotations(outputs), annotations)
 
 
 def _metric_line(metrics: dict[str, float]) -> str:

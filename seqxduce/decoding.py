@@ -25,6 +25,7 @@ class Output:
     text: str
     nbest: list[tuple[str, Hypothesis]] = field(default_factory=list)
     reference: str | None = None
+    annotations: dict[str, list] = field(default_factory=dict)  # per-position figures (decode --annotations)
 
 
 class GreedyDecoder(Decoder):
@@ -133,13 +134,43 @@ def load_run(path: Path, overrides: Sequence[str] = ()) -> LoadedRun:
     return LoadedRun(recipe, run_dir, checkpoint, task, tokenizers, model, decoder, device)
 
 
-def decode_lines(run: LoadedRun, sources: Sequence[str]) -> list[Output]:
-    """Decode raw source lines with the run's decoder, in input order."""
-    return decode_examples(run.model, run.tokenizers, run.task, list(sources), run.decoder, run.device,
-                           run.recipe.train.precision, run.recipe.decode)
+def decode_lines(run: LoadedRun, sources: Sequence[str], annotate: bool = False) -> list[Output]:
+    """Decode raw source lines with the run's decoder, in input order (with annotate, see annotate_outputs)."""
+    outputs = decode_examples(run.model, run.tokenizers, run.task, list(sources), run.decoder, run.device,
+                              run.recipe.train.precision, run.recipe.decode)
+    if annotate:
+        annotate_outputs(run, outputs)
+    return outputs
 
 
-def decode_split(run: LoadedRun, split: str) -> tuple[list[Output], Report]:
+def annotate_outputs(run: LoadedRun, outputs: Sequence[Output]) -> None:
+    """Fill each output's annotations with the model's per-position figures (Model.annotate) for its source
+    and its best hypothesis: the source and output tokens, and per figure one number per position."""
+    if not outputs or not outputs[0].nbest:
+        return
+    src_tok, tgt_tok = run.tokenizers.src, run.tokenizers.tgt
+    batch_size = run.recipe.decode.core.batch_size
+    for start in range(0, len(outputs), batch_size):
+        chunk = outputs[start:start + batch_size]
+        sources = [encode_source(src_tok, o.source) for o in chunk]
+        targets = [o.nbest[0][1].tokens + [tgt_tok.eos_id] for o in chunk]  # what each target position chose
+        src = pad_sources(sources, src_tok.pad_id).to(run.device)  # (B, S)
+        tgt_in = pad_sources([[tgt_tok.bos_id] + t[:-1] for t in targets], tgt_tok.pad_id).to(run.device)  # (B, T)
+        annotate = getattr(run.model, "annotate", None)  # optional in the Model contract
+        with torch.no_grad():
+            figures = annotate(src, tgt_in) if annotate is not None else {}
+        if not figures:
+            raise UserError(f"{run.run_dir}: model [model] name = {run.recipe.model.core.name!r} has no "
+                            "per-position figures to annotate; decode without --annotations")
+        for row, (o, s_ids, t_ids) in enumerate(zip(chunk, sources, targets)):
+            o.annotations = {"source_tokens": [src_tok.id_to_token(i) for i in s_ids],
+                             "target_tokens": [tgt_tok.id_to_token(i) for i in t_ids]}
+            for name, values in figures.items():
+                length = len(s_ids) if name.startswith("source_") else len(t_ids)
+                o.annotations[name] = values[row, :length].tolist()
+
+
+def decode_split(run: LoadedRun, split: str, annotate: bool = False) -> tuple[list[Output], Report]:
     """Decode one of the task's splits and score it with the task's metric."""
     if split not in run.task.splits:
         raise UserError(f"--split {split!r}: the task has splits {', '.join(run.task.splits)}")
@@ -148,5 +179,7 @@ def decode_split(run: LoadedRun, split: str) -> tuple[list[Output], Report]:
                               run.recipe.train.precision, run.recipe.decode)
     for o, ex in zip(outputs, examples):
         o.reference = ex.ref
+    if annotate:
+        annotate_outputs(run, outputs)
     report = run.task.score([o.text for o in outputs], [ex.ref for ex in examples], [ex.source for ex in examples])
     return outputs, report

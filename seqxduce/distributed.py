@@ -27,10 +27,17 @@ class World:
 
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
         """Sum a small CPU tensor over all ranks."""
+        return self._all_reduce(tensor, dist.ReduceOp.SUM if self.world_size > 1 else None)
+
+    def all_reduce_max(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Elementwise maximum of a small CPU tensor over all ranks."""
+        return self._all_reduce(tensor, dist.ReduceOp.MAX if self.world_size > 1 else None)
+
+    def _all_reduce(self, tensor: torch.Tensor, op) -> torch.Tensor:
         if self.world_size == 1:
             return tensor
         moved = tensor.to(self.device if dist.get_backend() == "nccl" else "cpu")
-        dist.all_reduce(moved, op=dist.ReduceOp.SUM)
+        dist.all_reduce(moved, op=op)
         return moved.cpu()
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:

@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from seqxduce.trainer import TrainResult
 
 __all__ = ["load_recipe", "load_run_recipe", "prepare", "train", "decode", "decode_split", "evaluate", "average",
-           "format_outputs", "read_lines"]
+           "format_outputs", "format_annotations", "read_lines"]
 
 
 def load_run_recipe(run_dir: Path, overrides: Sequence[str] = ()) -> Recipe:
@@ -43,19 +43,30 @@ def train(recipe: Recipe | str | Path, out: str | Path, resume: bool = False,
     return _train(recipe, Path(out), resume=resume)
 
 
-def decode(run: str | Path, sources: Sequence[str], overrides: Sequence[str] = ()) -> list[Output]:
-    """Decode source lines with a run directory or checkpoint; outputs come back in input order."""
+def decode(run: str | Path, sources: Sequence[str], overrides: Sequence[str] = (),
+           annotate: bool = False) -> list[Output]:
+    """Decode source lines with a run directory or checkpoint; outputs come back in input order.
+
+    annotate: also fill each Output's annotations with the model's per-position figures (e.g. ponder counts)."""
     from seqxduce.decoding import decode_lines, load_run
 
-    return decode_lines(load_run(Path(run), overrides), sources)
+    return decode_lines(load_run(Path(run), overrides), sources, annotate=annotate)
 
 
-def decode_split(run: str | Path, split: str, overrides: Sequence[str] = ()) -> tuple[list[Output], Report]:
-    """Decode one of the task's splits with a run and score it."""
+def decode_split(run: str | Path, split: str, overrides: Sequence[str] = (),
+                 annotate: bool = False) -> tuple[list[Output], Report]:
+    """Decode one of the task's splits with a run and score it (annotate as in decode())."""
     from seqxduce.decoding import decode_split as _decode_split
     from seqxduce.decoding import load_run
 
-    return _decode_split(load_run(Path(run), overrides), split)
+    return _decode_split(load_run(Path(run), overrides), split, annotate=annotate)
+
+
+def format_annotations(outputs: Sequence[Output]) -> list[str]:
+    """One JSON object per output: its index and its annotations (tokens and per-position figures)."""
+    import json
+
+    return [json.dumps({"index": i, **o.annotations}, ensure_ascii=False) for i, o in enumerate(outputs)]
 
 
 def format_outputs(outputs: Sequence[Output]) -> list[str]:

@@ -281,6 +281,7 @@ class Trainer:
         self.wrapped.train()
         self.optimizer.zero_grad(set_to_none=True)
         totals = torch.zeros(4, dtype=torch.float64)  # loss, nll, tokens, aux
+        model_stats: list[dict[str, float]] = []
         started = time.perf_counter()
         for i, indices in enumerate(group):
             batch = collate([self.train_pairs[j] for j in indices], self.pad_id, self.bos_id, self.eos_id)
@@ -297,6 +298,7 @@ class Trainer:
             aux = float(out.aux_loss.detach()) if out.aux_loss is not None else 0.0
             totals += torch.tensor([float(loss.detach()), float(nll.detach()), batch.ntokens, aux * batch.ntokens],
                                    dtype=torch.float64)
+            model_stats.append(out.stats)
         totals = self.dist.all_reduce_sum(totals)
         ntokens = float(totals[2])
         self.scaler.unscale_(self.optimizer)
@@ -311,7 +313,7 @@ class Trainer:
         self.scaler.update()
         elapsed = time.perf_counter() - started
         return {"loss": float(totals[0]), "nll": float(totals[1]), "tokens": ntokens, "aux": float(totals[3]),
-                "grad_norm": grad_norm, "seconds": elapsed, **{k: float(v) for k, v in out.stats.items()}}
+                "grad_norm": grad_norm, "seconds": elapsed, **reduce_stats(model_stats, self.dist)}
 
     # ------------------------------------------------------------ validation
 
@@ -360,6 +362,27 @@ class Trainer:
         console.print(f"averaged {len(paths)} checkpoints into {self.run_dir / components.AVERAGE_FILE}")
 
 
+def reduce_stats(per_batch: list[dict[str, float]], world: distributed.World) -> dict[str, float]:
+    """A model's stats (ModelOutput.stats) over the accumulated batches of all ranks: a name ending in
+    `_max` by maximum, any other by mean."""
+    names = sorted({name for stats in per_batch for name in stats})
+    if not names:
+        return {}
+    maxed = [n for n in names if n.endswith("_max")]
+    meaned = [n for n in names if not n.endswith("_max")]
+    maxima = torch.tensor([max(float(s.get(n, float("-inf"))) for s in per_batch) for n in maxed],
+                          dtype=torch.float64)
+    means = torch.tensor([sum(float(s.get(n, 0.0)) for s in per_batch) / len(per_batch) for n in meaned],
+                         dtype=torch.float64)
+    maxima = world.all_reduce_max(maxima)
+    means = world.all_reduce_sum(means) / world.world_size
+    return {**dict(zip(maxed, maxima.tolist())), **dict(zip(meaned, means.tolist()))}
+
+
+# a training step's own figures; the others it returns are the model's stats
+TRAINER_FIGURES = ("loss", "nll", "tokens", "aux", "grad_norm", "seconds")
+
+
 class _Window:
     """Sums training figures between two log lines."""
 
@@ -371,8 +394,8 @@ class _Window:
     def add(self, figures: dict[str, float]) -> None:
         self.steps += 1
         for k, v in figures.items():
-            if k.startswith("ponder_max"):
-                self.sums[k] = max(self.sums.get(k, 0.0), v)
+            if k.endswith("_max") and k not in TRAINER_FIGURES:
+                self.sums[k] = max(self.sums.get(k, float("-inf")), v)
             else:
                 self.sums[k] = self.sums.get(k, 0.0) + v
 
@@ -385,10 +408,8 @@ class _Window:
         if self.sums.get("aux"):
             out["aux_loss"] = self.sums["aux"] / tokens
         for k, v in self.sums.items():
-            if k.startswith("ponder_mean"):
-                out[k] = v / max(self.steps, 1)
-            elif k.startswith("ponder_max"):
-                out[k] = v
+            if k not in TRAINER_FIGURES:
+                out[k] = v if k.endswith("_max") else v / max(self.steps, 1)
         return out
 
 

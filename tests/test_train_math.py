@@ -1,12 +1,13 @@
-"""The learning-rate schedule and the label-smoothed loss against hand computations."""
+"""The learning-rate schedule, the label-smoothed loss and the reduction of logged figures, by hand."""
 
 import math
 
 import pytest
 import torch
 
+from seqxduce import distributed
 from seqxduce.settings import TrainSettings
-from seqxduce.trainer import inverse_sqrt_lr, label_smoothed_nll, learning_rate
+from seqxduce.trainer import _Window, inverse_sqrt_lr, label_smoothed_nll, learning_rate, reduce_stats
 
 
 def test_inverse_sqrt_schedule_matches_the_paper_formula():
@@ -47,3 +48,19 @@ def test_label_smoothing_zero_is_cross_entropy():
     ref = torch.nn.functional.cross_entropy(logits.view(-1, 7), target.view(-1), ignore_index=0, reduction="sum")
     assert float(loss) == pytest.approx(float(ref), rel=1e-6)
     assert float(nll) == pytest.approx(float(ref), rel=1e-6)
+
+
+def test_model_stats_are_averaged_and_maxed_over_accumulated_batches():
+    world = distributed.World()  # a world of one: the rank reductions are identities
+    stats = reduce_stats([{"ponder_mean": 1.0, "ponder_max": 2.0}, {"ponder_mean": 3.0, "ponder_max": 5.0}], world)
+    assert stats == {"ponder_mean": 2.0, "ponder_max": 5.0}
+    assert reduce_stats([{}, {}], world) == {}
+
+
+def test_the_log_window_averages_model_stats_over_steps_and_keeps_their_maximum():
+    window = _Window()
+    for mean, top in ((1.0, 3.0), (2.0, 2.0)):
+        window.add({"loss": 4.0, "nll": 2.0, "tokens": 2.0, "grad_norm": 1.0, "ponder_mean": mean, "ponder_max": top})
+    summary = window.summary(lr=0.1)
+    assert summary["ponder_mean"] == 1.5 and summary["ponder_max"] == 3.0
+    assert summary["loss"] == 2.0 and summary["grad_norm"] == 1.0

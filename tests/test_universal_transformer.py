@@ -80,12 +80,17 @@ def test_the_recurrence_shares_one_layer():
     assert sum(p.numel() for p in ut.parameters()) == sum(p.numel() for p in fewer.parameters())
 
 
+def all_ponder_stats(value: float) -> dict[str, float]:
+    """Every ponder stat (mean, max; all positions, source, target) equal to value."""
+    return {f"{side}ponder_{figure}": value for side in ("", "src_", "tgt_") for figure in ("mean", "max")}
+
+
 def test_act_with_very_high_halting_bias_halts_every_position_after_one_step():
     model = tiny(act=True, act_halting_bias_init=30.0)
     src, tgt = batch()
     output = model(src, tgt)
     assert model.ponder_counts(src).tolist() == (src != PAD).float().tolist()
-    assert output.stats == {"ponder_mean": 1.0, "ponder_max": 1.0}
+    assert output.stats == all_ponder_stats(1.0)
     # halting at step 1 with remainder 1 gives weight 1 to the first state: a one-step UT
     one_step = tiny(steps=1)
     missing, unexpected = one_step.load_state_dict(model.state_dict(), strict=False)
@@ -100,7 +105,7 @@ def test_act_with_very_low_halting_bias_runs_every_position_to_the_maximum():
     src, tgt = batch()
     output = model(src, tgt)
     assert model.ponder_counts(src).tolist() == (4.0 * (src != PAD).float()).tolist()
-    assert output.stats == {"ponder_mean": 4.0, "ponder_max": 4.0}
+    assert output.stats == all_ponder_stats(4.0)
 
 
 def test_ponder_cost_matches_a_hand_computation():
@@ -114,6 +119,8 @@ def test_ponder_cost_matches_a_hand_computation():
     n_src, n_tgt = int((src != PAD).sum()), int((tgt != PAD).sum())
     assert output.stats["ponder_mean"] == pytest.approx((4 * n_src + 3 * n_tgt) / (n_src + n_tgt))
     assert output.stats["ponder_max"] == 4.0
+    assert (output.stats["src_ponder_mean"], output.stats["src_ponder_max"]) == (4.0, 4.0)
+    assert (output.stats["tgt_ponder_mean"], output.stats["tgt_ponder_max"]) == (3.0, 3.0)
 
 
 def test_ponder_cost_at_the_step_limit_takes_the_rest_as_remainder():
@@ -144,19 +151,27 @@ def test_halting_weights_states_by_hand():
     assert float(halting.ponder()) == pytest.approx(3.2)
 
 
-def test_halted_positions_keep_their_state():
+@pytest.mark.parametrize("side", ["encoder", "decoder"])
+@torch.no_grad()
+def test_halted_positions_keep_their_state(side):
     model = tiny(seed=3, act=True, act_max_steps=5, act_halting_bias_init=-0.5)
-    src, _ = batch()
+    src, tgt = batch()
     inputs: list[torch.Tensor] = []
-    hook = model.encoder_layer.register_forward_pre_hook(lambda module, args: inputs.append(args[0].detach()))
+    layer = model.encoder_layer if side == "encoder" else model.decoder_layer
+    hook = layer.register_forward_pre_hook(lambda module, args: inputs.append(args[0].detach()))
     try:
-        steps = model.ponder_counts(src).long()  # (B, S)
+        memory, halting = model._encode(src)
+        if side == "decoder":
+            inputs.clear()
+            _, halting = model._decode(tgt, memory)
     finally:
         hook.remove()
-    real = src != PAD
+    steps = halting.updates.long()  # (B, L)
+    real = (src if side == "encoder" else tgt) != PAD
     assert len(set(steps[real].tolist())) > 1, "the test needs positions that halt at different steps"
     assert len(inputs) == int(steps.max())
-    carried = [x - model.coordinates(src.size(1), t) for t, x in enumerate(inputs, start=1)]  # H^{t-1}
+    length = real.size(1)
+    carried = [x - model.coordinates(length, t) for t, x in enumerate(inputs, start=1)]  # H^{t-1}
     checked = 0
     for b, s in real.nonzero().tolist():
         n = int(steps[b, s])

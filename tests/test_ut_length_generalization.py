@@ -1,10 +1,12 @@
-"""Length generalization support: random training position offsets, and `seqxduce ponder` (per-position ACT
-steps of a trained run, a command the transformer plugin adds through register_commands)."""
+"""Length generalization support: random training position offsets, `seqxduce ponder` (per-position ACT
+steps of a trained run, a command the transformer plugin adds through register_commands) and
+`seqxduce decode --annotations` (source and output positions' steps)."""
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ from seqxduce_transformer.universal import UniversalTransformer
 
 from seqxduce.api import UserError, VocabInfo
 from seqxduce.cli import add_plugin_commands
+from seqxduce.data import encode_source
 from seqxduce.decoding import load_run
 from seqxduce.recipe import load_recipe
 
@@ -229,6 +232,67 @@ def test_ponder_on_a_transformer_run_is_one_clear_line(cli, tmp_path_factory, tm
     assert result.exit_code != 0
     assert "has no ponder counts" in result.output
     assert "Traceback" not in result.output
+
+
+def test_decode_annotations_give_source_and_output_ponder_counts(cli, act_run, tmp_path):
+    sources = tmp_path / "src.txt"
+    sources.write_text("".join(s + "\n" for s in SOURCES))
+    notes = tmp_path / "ponder.jsonl"
+    result = CliRunner().invoke(cli, ["decode", str(act_run), "--input", str(sources), "--output",
+                                      str(tmp_path / "hyp.txt"), "--annotations", str(notes)])
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in notes.read_text().splitlines()]
+    hyps = (tmp_path / "hyp.txt").read_text().splitlines()
+    run = load_run(act_run)
+    assert [r["index"] for r in records] == [0, 1, 2]
+    for record, source, hyp in zip(records, SOURCES, hyps):
+        assert record["source_tokens"] == source.split() + [run.tokenizers.src.id_to_token(EOS)]
+        assert len(record["target_tokens"]) == len(hyp.split()) + 1  # its symbols, then the eos it chose
+        assert len(record["target_ponder"]) == len(record["target_tokens"])
+        assert all(1 <= n <= 4 for n in record["source_ponder"] + record["target_ponder"])
+        # the encoder's counts are those `seqxduce ponder` reports
+        assert [int(n) for n in record["source_ponder"]] == ponder_counts(run, [source])[0]
+
+
+def test_decode_annotations_of_output_positions_are_the_ones_taken_while_decoding(act_run):
+    """annotate() teacher-forces the decoded output; step() must have halted each position at the same step."""
+    run = load_run(act_run)
+    model = run.model
+    torch.manual_seed(0)
+    with torch.no_grad():
+        model.decoder_halting.weight.normal_(0.0, 3.0)  # make halting differ between positions
+        model.decoder_halting.bias.fill_(1.0)
+    src = torch.tensor([encode_source(run.tokenizers.src, "1 2 3")])
+    taken: list[float] = []
+    memory = model.encode(src)
+    cache = model.init_cache(memory)
+    tgt_in = torch.tensor([[BOS, 5, 6, 7, 8, 9]])
+    original = model._recur
+
+    def recording(*args, **kwargs):
+        x, halting = original(*args, **kwargs)
+        if halting is not None and not kwargs.get("stop_early", True):  # a decoder step()
+            taken.append(float(halting.updates[0, 0]))
+        return x, halting
+
+    model._recur = recording
+    try:
+        for position in range(tgt_in.size(1)):
+            _, cache = model.step(tgt_in[:, position], memory, cache)
+    finally:
+        del model._recur
+    assert len(set(taken)) > 1  # positions halted at different depths, so the comparison means something
+    assert model.annotate(src, tgt_in)["target_ponder"][0].tolist() == taken
+
+
+def test_decode_annotations_of_a_transformer_run_are_one_clear_line(cli, tmp_path_factory, tmp_path):
+    run = train_tiny(cli, tmp_path_factory, "transformer", "layers = 1")
+    sources = tmp_path / "src.txt"
+    sources.write_text("1 2\n")
+    result = CliRunner().invoke(cli, ["decode", str(run), "--input", str(sources), "--annotations",
+                                      str(tmp_path / "a.jsonl")])
+    assert result.exit_code != 0
+    assert "no per-position figures" in result.output and "Traceback" not in result.output
 
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"

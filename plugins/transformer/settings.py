@@ -108,6 +108,9 @@ def check_universal(settings: UniversalSettings) -> None:
         raise UserError(f"[model] steps = {settings.steps}: use at least one depth step")
     if settings.act_max_steps <= 0:
         raise UserError(f"[model] act_max_steps = {settings.act_max_steps}: use at least one step")
+    if settings.act_loss_weight < 0.0:
+        raise UserError(f"[model] act_loss_weight = {settings.act_loss_weight}: use 0 (no ponder cost) or a "
+                        "positive weight, e.g. 0.01")
     if not 0.0 < settings.act_epsilon < 1.0:
         raise UserError(f"[model] act_epsilon = {settings.act_epsilon}: use a value in (0, 1), e.g. 0.01")
     if settings.conv_kernel <= 0:

@@ -20,7 +20,8 @@ position has halted. forward() returns the ponder cost act_loss_weight * (mean o
 of N + R + mean over real target positions of N + R) as ModelOutput.aux_loss, and stats ponder_mean /
 ponder_max (steps N over real source and target positions). encode() records each source position's N in
 Memory.ponder and in the attribute `last_ponder` (B, S) (0 at padding), so a decoder can write them;
-ponder_counts(src) encodes and returns them (without ACT every real position takes `steps` steps).
+ponder_counts(src) encodes and returns them (without ACT every real position takes `steps` steps), and
+annotate(src, tgt_in) gives source and output positions' counts for `seqxduce decode --annotations`.
 
 Incremental decoding: the cache holds one LayerState per depth step (that step's self-attention keys and
 values of all positions decoded so far, and for sepconv the last kernel-1 transition inputs), plus the
@@ -210,11 +211,28 @@ class UniversalTransformer(nn.Module, Model):
         """Keep rows `index` (B',) of memory and cache (cache may be None)."""
         return memory.select(index), None if cache is None else cache.select(index)
 
+    @torch.no_grad()
+    def annotate(self, src: torch.Tensor, tgt_in: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Depth steps per source position (B, S) and per output position (B, T), 0 at padding.
+
+        A target position's halting depends only on its own prefix, so these teacher-forced counts are the
+        ones step() took while decoding the same output."""
+        memory, encoder = self._encode(src)
+        _, decoder = self._decode(tgt_in, memory)
+        if encoder is None or decoder is None:  # without ACT every real position takes every step
+            return {"source_ponder": (~memory.pad).float() * self.depth,
+                    "target_ponder": (tgt_in != self.vocab.pad_id).float() * self.depth}
+        return {"source_ponder": encoder.updates, "target_ponder": decoder.updates}
+
 
 @torch.no_grad()
 def ponder_stats(encoder: Halting, decoder: Halting) -> dict[str, float]:
-    """Mean and max depth steps N over the real source and target positions."""
-    steps = torch.cat([encoder.updates[encoder.real], decoder.updates[decoder.real]])
-    if steps.numel() == 0:
-        return {"ponder_mean": 0.0, "ponder_max": 0.0}
-    return {"ponder_mean": float(steps.mean()), "ponder_max": float(steps.max())}
+    """Mean and max depth steps N over the real source and target positions, together and per side."""
+    sides = {"src_": encoder.updates[encoder.real], "tgt_": decoder.updates[decoder.real], "": None}
+    sides[""] = torch.cat([sides["src_"], sides["tgt_"]])
+    stats = {}
+    for prefix, steps in sides.items():
+        empty = steps.numel() == 0
+        stats[f"{prefix}ponder_mean"] = 0.0 if empty else float(steps.mean())
+        stats[f"{prefix}ponder_max"] = 0.0 if empty else float(steps.max())
+    return stats
