@@ -21,9 +21,15 @@ class UserError(Exception):
     """An error a user can fix: printed as one line, never as a traceback."""
 
 
-def setting(default: Any = dataclasses.MISSING, help: str = "", choices: Sequence[Any] | None = None) -> Any:
-    """Declare one recipe setting as a dataclass field with its default, one-line help and allowed values."""
-    metadata = {"help": help, "choices": tuple(choices) if choices else None}
+def setting(default: Any = dataclasses.MISSING, help: str = "", choices: Sequence[Any] | None = None,
+            min: float | None = None, max: float | None = None,
+            min_exclusive: bool = False, max_exclusive: bool = False) -> Any:
+    """Declare one recipe setting as a dataclass field with its default, one-line help, allowed values and bounds.
+
+    min/max bound a number (or each number of a list) when the recipe is loaded; *_exclusive makes one strict.
+    """
+    metadata = {"help": help, "choices": tuple(choices) if choices else None,
+                "min": min, "max": max, "min_exclusive": min_exclusive, "max_exclusive": max_exclusive}
     if isinstance(default, (list, dict)):
         value = default
         return field(default_factory=lambda: type(value)(value), metadata=metadata)

@@ -49,6 +49,22 @@ def load(path: Path) -> dict[str, Any]:
     return state
 
 
+def load_latest(directory: Path) -> tuple[Path, dict[str, Any]]:
+    """The newest readable step checkpoint in directory and its state; a damaged newer one (a crash while
+    the disk was full, say) is reported and passed over, so a resume never depends on it."""
+    from seqxduce.console import console
+
+    found = step_checkpoints(directory)
+    if not found:
+        raise UserError(f"{directory}: holds no step checkpoint")
+    for path in reversed(found):
+        try:
+            return path, load(path)
+        except UserError as err:
+            console.print(f"warning: skipping {err}")
+    raise UserError(f"{directory}: none of its {len(found)} checkpoints is readable; train into a new --out")
+
+
 def step_checkpoints(directory: Path) -> list[Path]:
     """Step checkpoints in a directory, oldest first."""
     directory = Path(directory)

@@ -98,11 +98,7 @@ def prepare(ctx: click.Context, recipe_file: Path, overrides: tuple[str, ...]) -
 def train(ctx: click.Context, recipe_file: Path, out: Path | None, overrides: tuple[str, ...], resume: bool) -> None:
     """Train a model from a recipe into a run directory. Run under torchrun for several processes."""
     _registry(ctx)
-    out = out or Path("runs") / recipe_file.stem
-    if resume and (out / "recipe.toml").is_file():
-        result = engine.train(engine.load_run_recipe(out, overrides), out=out, resume=True)
-    else:
-        result = engine.train(engine.load_recipe(recipe_file, overrides), out=out, resume=resume)
+    result = engine.train(recipe_file, out=out, resume=resume, overrides=overrides)
     figures = " ".join(f"{k}={v:.4g}" for k, v in result.metrics.items())
     click.echo(f"trained to step {result.step} in {result.run_dir} {figures}".rstrip())
 
@@ -126,6 +122,7 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
     if (input_file is None) == (split is None):
         raise UserError("decode: give exactly one of --input FILE (or -) and --split NAME")
     annotate = annotations is not None
+    click.echo(f"decoding with {engine.checkpoint_for(run)}", err=True)
     if split is not None:
         outputs, report = engine.decode_split(run, split, overrides=overrides, annotate=annotate)
         for o in outputs[:examples]:
@@ -185,23 +182,44 @@ def average(checkpoints: tuple[Path, ...], output: Path) -> None:
     click.echo(f"averaged {len(checkpoints)} checkpoints into {output}")
 
 
-def add_plugin_commands(reg: Registry | None = None) -> click.Group:
+def add_plugin_commands(reg: Registry | None = None, strict: bool | None = None) -> click.Group:
     """Let plugins add their commands (register_commands hook); adding the same command again replaces it."""
     if reg is None:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            reg = registry()
+            reg = registry(strict=strict)
         for w in caught:
             click.echo(f"warning: {w.message}", err=True)
     reg.pm.hook.register_commands(cli=cli)
     return cli
 
 
+def _global_flag(argv: list[str], flag: str) -> bool:
+    """Whether a group option was given before the command name: plugins load before click parses."""
+    for arg in argv:
+        if arg == flag:
+            return True
+        if not arg.startswith("-"):
+            return False
+    return False
+
+
 def main() -> None:
     """Console entry point."""
+    argv = sys.argv[1:]
+    debug = _global_flag(argv, "--debug")
+    strict = _global_flag(argv, "--strict-plugins") or None  # None: SEQXDUCE_STRICT_PLUGINS decides
     try:
-        add_plugin_commands()
+        add_plugin_commands(strict=strict)
     except UserError as err:
+        if debug:
+            raise
         click.echo(f"Error: {err}", err=True)
+        sys.exit(1)
+    except Exception as err:  # only in strict mode does a plugin's own error get here
+        if debug:
+            raise
+        click.echo(f"Error: a plugin failed to load ({type(err).__name__}: {err}); fix or uninstall it, "
+                   "run without --strict-plugins to skip it, or add --debug for the traceback", err=True)
         sys.exit(1)
     cli(obj={})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,27 +56,48 @@ def _prefixes(shared: bool) -> tuple[str, str]:
     return ("tokenizer", "tokenizer") if shared else ("src_tokenizer", "tgt_tokenizer")
 
 
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write a text file through a temporary file and a rename, so a crash never leaves half of it."""
+    path = Path(path)
+    part = path.with_name(f".{path.name}.part")
+    part.write_text(text, encoding="utf-8")
+    os.replace(part, path)
+
+
 def train_tokenizers(recipe: Recipe, examples: list[Example], run_dir: Path) -> Tokenizers:
-    """Train the tokenizer(s) on training text and save them in the run directory."""
+    """Train the tokenizer(s) on training text and save them in the run directory.
+
+    The tokenizer plugin saves into a staging folder whose files are then renamed into the run directory,
+    so an interrupted save never leaves a half-written tokenizer that a later run would load; files of an
+    earlier tokenizer with the same prefix are removed first.
+    """
     run_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".tokenizer-work-", dir=run_dir) as work:
-        return _train_tokenizers(recipe, examples, run_dir, Path(work))
+        staging = Path(work) / "saved"
+        staging.mkdir()
+        tokenizers = _train_tokenizers(recipe, examples, staging, Path(work))
+        for prefix in set(_prefixes(tokenizers.shared)):
+            for old in run_dir.glob(f"{prefix}*"):
+                old.unlink()
+        for saved in staging.iterdir():
+            os.replace(saved, run_dir / saved.name)
+        return tokenizers
 
 
-def _train_tokenizers(recipe: Recipe, examples: list[Example], run_dir: Path, work: Path) -> Tokenizers:
+def _train_tokenizers(recipe: Recipe, examples: list[Example], save_dir: Path, work: Path) -> Tokenizers:
     shared = recipe.tokenizer.core.shared
     src_prefix, tgt_prefix = _prefixes(shared)
     src = _new_tokenizer(recipe)
     if shared:
         src.train([t for ex in examples for t in (ex.source, ex.target)], work)
-        src.save(run_dir, src_prefix)
+        src.save(save_dir, src_prefix)
         _check_specials(src, recipe)
         return Tokenizers(src, src)
     tgt = _new_tokenizer(recipe)
     src.train([ex.source for ex in examples], work)
     tgt.train([ex.target for ex in examples], work)
-    src.save(run_dir, src_prefix)
-    tgt.save(run_dir, tgt_prefix)
+    src.save(save_dir, src_prefix)
+    tgt.save(save_dir, tgt_prefix)
     for tok in (src, tgt):
         _check_specials(tok, recipe)
     return Tokenizers(src, tgt)

@@ -52,6 +52,7 @@ class TrainProgress:
             disable=not enabled or not sys.stderr.isatty(),
         )
         self.task = self.progress.add_task("train", total=total_steps, completed=start_step, figures="")
+        self.total_steps, self.start_step, self.started = total_steps, start_step, time.perf_counter()
 
     def __enter__(self) -> TrainProgress:
         self.progress.__enter__()
@@ -60,9 +61,21 @@ class TrainProgress:
     def __exit__(self, *exc: Any) -> None:
         self.progress.__exit__(*exc)
 
-    def update(self, step: int, figures: dict[str, float]) -> None:
+    def update(self, step: int, figures: dict[str, float] | None = None) -> None:
+        """Move the bar to step; new figures replace the shown ones, None keeps the last."""
+        if figures is None:
+            self.progress.update(self.task, completed=step)
+            return
         text = " ".join(f"{k} {_fmt(v)}" for k, v in figures.items())
         self.progress.update(self.task, completed=step, figures=text)
+
+    def eta(self, step: int) -> str:
+        """Time left to the last step at this run's pace so far, as h:mm:ss (for log lines without the bar)."""
+        done = step - self.start_step
+        if done <= 0:
+            return "?"
+        left = (time.perf_counter() - self.started) / done * max(self.total_steps - step, 0)
+        return f"{int(left // 3600)}:{int(left % 3600 // 60):02d}:{int(left % 60):02d}"
 
     def print(self, message: str) -> None:
         if self.enabled:

@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from seqxduce.trainer import TrainResult
 
 __all__ = ["load_recipe", "load_run_recipe", "prepare", "train", "decode", "decode_split", "evaluate", "average",
-           "format_outputs", "format_annotations", "read_lines"]
+           "format_outputs", "format_annotations", "checkpoint_for", "read_lines"]
 
 
 def load_run_recipe(run_dir: Path, overrides: Sequence[str] = ()) -> Recipe:
@@ -33,14 +33,25 @@ def prepare(recipe: Recipe) -> Path:
     return where
 
 
-def train(recipe: Recipe | str | Path, out: str | Path, resume: bool = False,
+def train(recipe: Recipe | str | Path, out: str | Path | None = None, resume: bool = False,
           overrides: Sequence[str] = ()) -> TrainResult:
-    """Train a recipe (a Recipe or a recipe file) into run directory `out`."""
+    """Train a recipe (a Recipe or a recipe file) into run directory `out` (default runs/<recipe name>).
+
+    With resume, a recipe file gives way to the recipe saved in `out` (plus overrides): the run continues
+    with the settings it was started with.
+    """
+    from seqxduce.components import RECIPE_FILE
     from seqxduce.trainer import train as _train
 
+    if out is None:
+        if isinstance(recipe, Recipe):
+            raise UserError("train: name the run directory (out) for a recipe given as an object")
+        out = Path("runs") / Path(recipe).stem
+    out = Path(out)
     if not isinstance(recipe, Recipe):
-        recipe = load_recipe(recipe, overrides)
-    return _train(recipe, Path(out), resume=resume)
+        resume_saved = resume and (out / RECIPE_FILE).is_file()
+        recipe = load_run_recipe(out, overrides) if resume_saved else load_recipe(recipe, overrides)
+    return _train(recipe, out, resume=resume)
 
 
 def decode(run: str | Path, sources: Sequence[str], overrides: Sequence[str] = (),
@@ -62,6 +73,13 @@ def decode_split(run: str | Path, split: str, overrides: Sequence[str] = (),
     return _decode_split(load_run(Path(run), overrides), split, annotate=annotate)
 
 
+def checkpoint_for(run: str | Path) -> Path:
+    """The checkpoint decode() uses for a run directory (its average if any, else the latest) or checkpoint."""
+    from seqxduce.decoding import find_checkpoint
+
+    return find_checkpoint(Path(run))[1]
+
+
 def format_annotations(outputs: Sequence[Output]) -> list[str]:
     """One JSON object per output: its index and its annotations (tokens and per-position figures)."""
     import json
@@ -70,7 +88,11 @@ def format_annotations(outputs: Sequence[Output]) -> list[str]:
 
 
 def format_outputs(outputs: Sequence[Output]) -> list[str]:
-    """One line per output; with n-best, one line per hypothesis: index, score, text (tab-separated)."""
+    """One line per output; with n-best, one line per hypothesis: index, score, text (tab-separated).
+
+    The one-best line is the task's postprocessed output (e.g. a parse tree); n-best lines give each
+    hypothesis's decoded target text before postprocessing (e.g. the linearized tree), because a task's
+    postprocess may count what it repairs and scoring concerns only the one-best."""
     lines: list[str] = []
     for i, o in enumerate(outputs):
         if len(o.nbest) <= 1:

@@ -72,20 +72,37 @@ def load_entry_points(pm: pluggy.PluginManager, strict: bool = False) -> None:
             continue
         pm.register(module, name=ep.name)
         DISTRIBUTIONS[ep.name] = ep.dist.name if ep.dist is not None else ep.value
-    pm.check_pending()
+    check_hooks(pm)
+
+
+def check_hooks(pm: pluggy.PluginManager) -> None:
+    """pm.check_pending() as a UserError: a hook implementation matching no spec is usually a misspelling."""
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as err:
+        known = ", ".join(sorted(name for name in dir(hookspecs) if name.startswith("register_")))
+        raise UserError(f"plugin {_plugin_name(pm, err.plugin)!r}: {err}; the hooks are {known}") from None
 
 
 class Registry:
     """Name -> Component tables for the four kinds, built from a plugin manager's hooks."""
 
-    def __init__(self, pm: pluggy.PluginManager):
+    def __init__(self, pm: pluggy.PluginManager, strict: bool = False):
         self.pm = pm
         self.tables: dict[str, dict[str, Component]] = {kind: {} for kind in KINDS}
         for kind in KINDS:
             hook = getattr(pm.hook, f"register_{kind}s")
             for impl in hook.get_hookimpls():
                 plugin = _plugin_name(pm, impl.plugin)
-                impl.function(register=self._registrar(kind, plugin))
+                try:
+                    impl.function(register=self._registrar(kind, plugin))
+                except UserError:
+                    raise
+                except Exception as err:  # one broken plugin must not take the CLI down, as on import
+                    if strict:
+                        raise
+                    warnings.warn(f"plugin {plugin!r} failed in register_{kind}s and its {kind}s are skipped: "
+                                  f"{type(err).__name__}: {err}", PluginLoadWarning, stacklevel=2)
 
     def _registrar(self, kind: str, plugin: str) -> Callable[..., None]:
         def register(
@@ -129,7 +146,7 @@ def registry(strict: bool | None = None) -> Registry:
     if _default is None:
         if strict is None:
             strict = _strict_from_env()
-        _default = Registry(new_manager(strict=strict))
+        _default = Registry(new_manager(strict=strict), strict=strict)
     return _default
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import sys
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,22 +71,20 @@ class Recipe:
         """The resolved recipe as TOML, with each key's help as a comment."""
         lines: list[str] = []
         for name, values in self.resolved().items():
-            helps = self._helps(name)
+            fields = self._fields(name)
             lines.append(f"[{name}]")
-            for key, value in values.items():
-                comment = f"  # {helps[key]}" if helps.get(key) else ""
-                lines.append(f"{key} = {toml_value(value)}{comment}")
+            lines.extend(toml_line(key, value, fields[key]) for key, value in values.items())
             lines.append("")
         return "\n".join(lines)
 
-    def _helps(self, name: str) -> dict[str, str]:
+    def _fields(self, name: str) -> dict[str, dataclasses.Field]:
         if name == "train":
-            return field_helps(TrainSettings)
+            return fields_by_name(TrainSettings)
         section: Section = getattr(self, name)
-        helps = field_helps(type(section.core))
+        fields = fields_by_name(type(section.core))
         if section.settings is not None:
-            helps.update(field_helps(type(section.settings)))
-        return helps
+            fields.update(fields_by_name(type(section.settings)))
+        return fields
 
     def path(self, value: str) -> Path:
         """A path from the recipe, relative to the recipe's directory unless absolute."""
@@ -92,8 +92,20 @@ class Recipe:
         return p if p.is_absolute() else (self.base_dir / p)
 
 
-def field_helps(cls: type) -> dict[str, str]:
-    return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(cls)}
+def fields_by_name(cls: type) -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(cls)}
+
+
+def toml_line(key: str, value: Any, f: dataclasses.Field) -> str:
+    """`key = value  # help`; TOML has no null, so a None is written so that reading it back gives None again."""
+    comment = f"  # {f.metadata['help']}" if f.metadata.get("help") else ""
+    if value is None and f.default is None:
+        # a missing key reads back as the default, None
+        return f"# {key} = (unset){comment}"
+    if value is None:
+        # the default is something else: "none" is what _coerce reads as None for an optional setting
+        return f'{key} = "none"{comment}'
+    return f"{key} = {toml_value(value)}{comment}"
 
 
 def toml_value(value: Any) -> str:
@@ -112,22 +124,38 @@ def toml_value(value: Any) -> str:
 
 def parse_override(text: str) -> tuple[str, str, Any]:
     """`section.key=value` -> (section, key, value); the value is read as TOML, else taken as a string."""
-    if "=" not in text or "." not in text.split("=", 1)[0]:
-        raise UserError(f"--set {text!r}: write it as section.key=value, e.g. --set train.max_steps=100")
-    dotted, raw = text.split("=", 1)
-    section, key = dotted.strip().split(".", 1)
+    section, key, raw = split_override(text)
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         value = raw
-    return section, key.strip(), value
+    return section, key, value
+
+
+def split_override(text: str) -> tuple[str, str, str]:
+    """`section.key=value` -> (section, key, the value's raw text)."""
+    if "=" not in text or "." not in text.split("=", 1)[0]:
+        raise UserError(f"--set {text!r}: write it as section.key=value, e.g. --set train.max_steps=100")
+    dotted, raw = text.split("=", 1)
+    section, key = dotted.strip().split(".", 1)
+    return section, key.strip(), raw
 
 
 def read_toml(path: Path) -> dict[str, Any]:
+    path = Path(path)
+    if path.is_dir():
+        run_recipe = path / "recipe.toml"
+        hint = f", e.g. {run_recipe}" if run_recipe.is_file() else ""
+        raise UserError(f"{path}: is a directory; give a recipe file{hint}")
     try:
-        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UserError(f"{path}: no such recipe file") from None
+    except UnicodeDecodeError as err:
+        raise UserError(f"{path}: not a UTF-8 text file ({err.reason} at byte {err.start}); "
+                        "give a TOML recipe") from None
+    except OSError as err:
+        raise UserError(f"{path}: cannot read the recipe: {err.strerror or err}") from None
     except tomllib.TOMLDecodeError as err:
         raise UserError(f"{path}: not valid TOML: {err}") from None
 
@@ -149,18 +177,19 @@ def build_recipe(
     """Validate a recipe given as a dict (as read from TOML)."""
     reg = reg or registry()
     data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    _check_sections(data, source)
     parsed = [parse_override(text) for text in overrides]
+    for section, key, _ in parsed:
+        if section not in SECTIONS:
+            raise UserError(f"--set {section}.{key}: unknown section [{section}]; sections are {', '.join(SECTIONS)}")
     for section, key, value in parsed:
-        if key == "name" and isinstance(data.get(section), dict) and data[section].get("name") != value:
+        if key == "name" and data.get(section, {}).get("name") != value:
             _drop_plugin_keys(data, section)
     for section, key, value in parsed:
         data.setdefault(section, {})[key] = value
-    for name, value in data.items():
-        if name not in SECTIONS:
-            raise UserError(f"{source}: unknown section [{name}]; sections are {', '.join(SECTIONS)}")
-        if not isinstance(value, dict):
-            raise UserError(f"{source}: {name} must be a table ([{name}])")
-    resolved = {name: _resolve_section(name, data.get(name, {}), source, reg) for name in SECTIONS}
+    texts = _override_texts(overrides)
+    resolved = {name: _resolve_section(name, data.get(name, {}), source, reg, texts.get(name, {}))
+                for name in SECTIONS}
     return Recipe(
         source=source,
         base_dir=base_dir or Path.cwd(),
@@ -172,20 +201,46 @@ def build_recipe(
     )
 
 
+def _check_sections(data: dict[str, Any], source: str) -> None:
+    for name, value in data.items():
+        if name not in SECTIONS:
+            raise UserError(f"{source}: unknown section [{name}]; sections are {', '.join(SECTIONS)}")
+        if not isinstance(value, dict):
+            raise UserError(f"{source}: {name} must be a table ([{name}])")
+
+
+def _override_texts(overrides: list[str] | tuple[str, ...]) -> dict[str, dict[str, str]]:
+    """section -> key -> the raw text of its --set value (a later --set of the same key wins)."""
+    texts: dict[str, dict[str, str]] = {}
+    for text in overrides:
+        section, key, raw = split_override(text)
+        texts.setdefault(section, {})[key] = raw.strip()
+    return texts
+
+
+def _where(source: str, section: str, key: str, overridden: Mapping[str, str]) -> str:
+    """Where a value came from, for messages: its --set, or its key in the recipe file."""
+    return f"--set {section}.{key}" if key in overridden else f"{source}: [{section}] {key}"
+
+
 def _drop_plugin_keys(data: dict[str, Any], section: str) -> None:
     """--set section.name=other switches plugins: the old plugin's keys from the file no longer apply."""
-    if section in SECTIONS:
+    if section in data:
         core_keys = {f.name for f in dataclasses.fields(SECTIONS[section][1])} - {"preset"}
         data[section] = {k: v for k, v in data[section].items() if k in core_keys}
 
 
-def _resolve_section(name: str, values: dict[str, Any], source: str, reg: Registry) -> Section:
+def _resolve_section(name: str, values: dict[str, Any], source: str, reg: Registry,
+                     overridden: Mapping[str, str] | None = None) -> Section:
+    """The section's core settings, its plugin and the plugin's settings; overridden: see make_settings."""
+    overridden = overridden or {}
     kind, core_cls = SECTIONS[name]
     core_keys = {f.name for f in dataclasses.fields(core_cls)}
     core_values = {k: v for k, v in values.items() if k in core_keys}
     if kind is None:
-        _reject_unknown(name, values, core_keys, source)
-        return Section(core=make_settings(core_cls, core_values, name, source), settings=None, component=None)
+        _reject_unknown(name, values, core_keys, source, overridden=overridden)
+        core = make_settings(core_cls, core_values, name, source, overridden)
+        return Section(core=core, settings=None, component=None)
     if "name" not in core_values and _has_default(core_cls, "name"):
         core_values["name"] = _default_of(core_cls, "name")
     if "name" not in core_values:
@@ -193,23 +248,23 @@ def _resolve_section(name: str, values: dict[str, Any], source: str, reg: Regist
     try:
         component = reg.get(kind, str(core_values["name"]))
     except UserError as err:
-        raise UserError(f"{source}: [{name}] name: {err}") from None
+        raise UserError(f"{_where(source, name, 'name', overridden)}: {err}") from None
     plugin_values = {k: v for k, v in values.items() if k not in core_keys}
     preset = core_values.get("preset", "")
     if preset:
         if preset not in component.presets:
             known = ", ".join(sorted(component.presets)) or "(none)"
-            raise UserError(f"{source}: [{name}] preset {preset!r} is not a preset of {component.name}; "
-                            f"known: {known}")
+            raise UserError(f"{_where(source, name, 'preset', overridden)} {preset!r} is not a preset of "
+                            f"{component.name}; known: {known}")
         plugin_values = {**component.presets[preset], **plugin_values}
     settings_cls = component.settings
     plugin_keys = {f.name for f in dataclasses.fields(settings_cls)} if settings_cls else set()
     if plugin_keys & core_keys:
         raise UserError(f"{kind} {component.name!r} (plugin {component.plugin!r}) declares [{name}] keys the core "
                         f"reads itself: {', '.join(sorted(plugin_keys & core_keys))}; the plugin must rename them")
-    _reject_unknown(name, plugin_values, plugin_keys, source, component)
-    core = make_settings(core_cls, core_values, name, source)
-    settings = make_settings(settings_cls, plugin_values, name, source) if settings_cls else None
+    _reject_unknown(name, plugin_values, plugin_keys, source, component, overridden)
+    core = make_settings(core_cls, core_values, name, source, overridden)
+    settings = make_settings(settings_cls, plugin_values, name, source, overridden) if settings_cls else None
     return Section(core=core, settings=settings, component=component)
 
 
@@ -223,7 +278,7 @@ def _default_of(cls: type, key: str) -> Any:
 
 
 def _reject_unknown(name: str, values: dict[str, Any], known: set[str], source: str,
-                    component: Component | None = None) -> None:
+                    component: Component | None = None, overridden: Mapping[str, str] | None = None) -> None:
     for key in values:
         if key in known:
             continue
@@ -231,25 +286,86 @@ def _reject_unknown(name: str, values: dict[str, Any], known: set[str], source: 
         close = difflib.get_close_matches(key, allowed, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         owner = f" for {component.kind} {component.name!r}" if component else ""
-        raise UserError(f"{source}: unknown key [{name}] {key}{owner}.{hint} Known keys: {', '.join(allowed)}")
+        origin = f"--set {name}.{key}" if key in (overridden or {}) else source
+        raise UserError(f"{origin}: unknown key [{name}] {key}{owner}.{hint} Known keys: {', '.join(allowed)}")
 
 
-def make_settings(cls: type, values: dict[str, Any], section: str, source: str) -> Any:
-    """Instantiate a settings dataclass, checking types, choices and required keys."""
+def make_settings(cls: type, values: dict[str, Any], section: str, source: str,
+                  overridden: Mapping[str, str] | None = None) -> Any:
+    """Instantiate a settings dataclass, checking types, choices, bounds, required keys and its validate().
+
+    overridden maps the keys given by --set to their raw text: their errors name the --set, and a str
+    setting takes that text as written (--set task.test_files=2300 is the text "2300", not a number).
+    """
+    overridden = overridden or {}
     hints = typing.get_type_hints(cls)
     kwargs: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
-        where = f"{source}: [{section}] {f.name}"
+        where = _where(source, section, f.name, overridden)
         if f.name not in values:
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise UserError(f"{where} is required ({f.metadata.get('help', '')})")
             continue
-        value = _coerce(values[f.name], hints[f.name], where)
-        choices = f.metadata.get("choices")
-        if choices and value not in choices:
-            raise UserError(f"{where} = {value!r} is not one of {', '.join(map(str, choices))}")
-        kwargs[f.name] = value
-    return cls(**kwargs)
+        value = values[f.name]
+        if f.name in overridden and not isinstance(value, str) and _takes_text(hints[f.name]):
+            value = overridden[f.name]
+        kwargs[f.name] = _check_value(_coerce(value, hints[f.name], where), f, where)
+    return _validated(cls, kwargs, section, source, overridden)
+
+
+def _takes_text(hint: Any) -> bool:
+    """Whether a setting of this type accepts a string (str, or a union with str such as str | None)."""
+    union = typing.get_origin(hint) in (typing.Union, getattr(types, "UnionType", None))
+    return hint is str or (union and str in typing.get_args(hint))
+
+
+def _check_value(value: Any, f: dataclasses.Field, where: str) -> Any:
+    """The value, if it is one of the field's choices and within its bounds."""
+    choices = f.metadata.get("choices")
+    if choices and value not in choices:
+        raise UserError(f"{where} = {value!r} is not one of {', '.join(map(str, choices))}")
+    numbers = value if isinstance(value, list) else [value]
+    if any(not _within(v, f.metadata) for v in numbers):
+        noun = "numbers" if isinstance(value, list) else "a number"
+        raise UserError(f"{where} = {value!r} is out of range; use {noun} {_bounds_text(f.metadata)}")
+    return value
+
+
+def _within(value: Any, meta: Mapping[str, Any]) -> bool:
+    """Whether a number lies within a setting's min/max (anything that is not a number is not bounded)."""
+    low, high = meta.get("min"), meta.get("max")
+    if (low is None and high is None) or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return True
+    if math.isnan(value):
+        return False
+    if low is not None and (value < low or (value == low and meta.get("min_exclusive"))):
+        return False
+    return high is None or not (value > high or (value == high and meta.get("max_exclusive")))
+
+
+def _bounds_text(meta: Mapping[str, Any]) -> str:
+    """A setting's bounds for messages: ">= 1", "> 0", "<= 1" or "in [0, 1)"."""
+    low, high = meta.get("min"), meta.get("max")
+    if low is not None and high is not None:
+        left, right = "(" if meta.get("min_exclusive") else "[", ")" if meta.get("max_exclusive") else "]"
+        return f"in {left}{low:g}, {high:g}{right}"
+    if low is not None:
+        return f"{'>' if meta.get('min_exclusive') else '>='} {low:g}"
+    return f"{'<' if meta.get('max_exclusive') else '<='} {high:g}"
+
+
+def _validated(cls: type, kwargs: dict[str, Any], section: str, source: str, overridden: Mapping[str, str]) -> Any:
+    """Build the settings and run their own checks (__post_init__, validate()), naming where values came from."""
+    try:
+        settings = cls(**kwargs)
+        validate = getattr(settings, "validate", None)
+        if callable(validate):
+            validate()
+    except UserError as err:
+        sets = "".join(f" --set {section}.{key}" for key in overridden if key in kwargs)
+        origin = f"{source} with{sets}" if sets else source
+        raise UserError(f"{origin}: {err}") from None
+    return settings
 
 
 def _coerce(value: Any, hint: Any, where: str) -> Any:

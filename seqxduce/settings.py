@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from seqxduce.api import setting
+from seqxduce.api import UserError, setting
 
 
 @dataclass
@@ -28,7 +28,8 @@ class ModelCore:
 @dataclass
 class DecodeCore:
     name: str = setting("beam", help="decoder plugin name")
-    batch_size: int = setting(64, help="sentences decoded together (sorted by length to waste little padding)")
+    batch_size: int = setting(64, help="sentences decoded together (sorted by length to waste little padding)",
+                              min=1)
 
 
 @dataclass
@@ -37,26 +38,41 @@ class TrainSettings:
     device: str = setting("auto", help="cpu, cuda, cuda:N, or auto (cuda when available)")
     precision: str = setting("fp32", help="fp32, bf16 (autocast) or fp16 (autocast + loss scaling)",
                              choices=("fp32", "bf16", "fp16"))
-    max_tokens: int = setting(4096, help="source+target tokens per batch per process, before padding")
-    update_freq: int = setting(1, help="batches accumulated per optimizer step (gradient accumulation)")
-    max_steps: int = setting(1000, help="optimizer steps to train for")
-    max_epochs: int = setting(0, help="stop after this many epochs as well (0 = no limit)")
+    max_tokens: int = setting(4096, help="source+target tokens per batch per process, before padding", min=1)
+    update_freq: int = setting(1, help="batches accumulated per optimizer step (gradient accumulation)", min=1)
+    # 0 steps is allowed: a run that only builds, saves and validates the initial model
+    max_steps: int = setting(1000, help="optimizer steps to train for", min=0)
+    max_epochs: int = setting(0, help="stop after this many epochs as well (0 = no limit)", min=0)
     optimizer: str = setting("adam", help="adam (the paper's) or adamw", choices=("adam", "adamw"))
-    betas: list[float] = setting([0.9, 0.98], help="Adam beta1, beta2 (paper: 0.9, 0.98)")
-    eps: float = setting(1e-9, help="Adam epsilon (paper: 1e-9)")
-    weight_decay: float = setting(0.0, help="weight decay (0 in the paper)")
+    # torch's Adam rejects betas outside [0, 1); checking here fails before the data is prepared
+    betas: list[float] = setting([0.9, 0.98], help="Adam beta1, beta2 (paper: 0.9, 0.98)", min=0.0, max=1.0,
+                                 max_exclusive=True)
+    eps: float = setting(1e-9, help="Adam epsilon (paper: 1e-9)", min=0.0)
+    weight_decay: float = setting(0.0, help="weight decay (0 in the paper)", min=0.0)
     schedule: str = setting("inverse_sqrt", help="inverse_sqrt (paper, eq. 3) or constant",
                             choices=("inverse_sqrt", "constant"))
-    warmup_steps: int = setting(4000, help="linear warm-up steps of the inverse_sqrt schedule (paper: 4000)")
-    lr_scale: float = setting(1.0, help="factor on the paper's d_model^-0.5 * min(step^-0.5, step*warmup^-1.5)")
-    lr: float = setting(5e-4, help="learning rate of the constant schedule")
-    clip_norm: float = setting(0.0, help="clip the gradient norm to this (0 = off)")
-    label_smoothing: float = setting(0.1, help="label smoothing epsilon (paper: 0.1)")
-    max_source_len: int = setting(1024, help="training pairs with a longer source (in tokens) are skipped")
-    max_target_len: int = setting(1024, help="training pairs with a longer target (in tokens) are skipped")
-    log_every: int = setting(50, help="steps between progress lines in the metrics log")
-    validate_every: int = setting(500, help="steps between validations (loss, ppl, task metric); 0 = only at end")
-    valid_decode_examples: int = setting(200, help="valid examples greedily decoded for the task metric")
-    checkpoint_every: int = setting(500, help="steps between checkpoints (one is always written at the end)")
-    keep_checkpoints: int = setting(5, help="step checkpoints kept on disk (the oldest are removed)")
-    average_last: int = setting(0, help="at the end, average the last N checkpoints into average.pt (0 = off)")
+    # eq. 3 divides by warmup^1.5, so 0 has no meaning
+    warmup_steps: int = setting(4000, help="linear warm-up steps of the inverse_sqrt schedule (paper: 4000)",
+                                min=1)
+    lr_scale: float = setting(1.0, help="factor on the paper's d_model^-0.5 * min(step^-0.5, step*warmup^-1.5)",
+                              min=0.0, min_exclusive=True)
+    lr: float = setting(5e-4, help="learning rate of the constant schedule", min=0.0, min_exclusive=True)
+    clip_norm: float = setting(0.0, help="clip the gradient norm to this (0 = off)", min=0.0)
+    # at 1 the target is uniform and the gold token carries no signal
+    label_smoothing: float = setting(0.1, help="label smoothing epsilon (paper: 0.1)", min=0.0, max=1.0,
+                                     max_exclusive=True)
+    max_source_len: int = setting(1024, help="training pairs with a longer source (in tokens) are skipped", min=1)
+    max_target_len: int = setting(1024, help="training pairs with a longer target (in tokens) are skipped", min=1)
+    log_every: int = setting(50, help="steps between progress lines in the metrics log", min=1)
+    validate_every: int = setting(500, help="steps between validations (loss, ppl, task metric); 0 = only at end",
+                                  min=0)
+    valid_decode_examples: int = setting(200, help="valid examples greedily decoded for the task metric", min=0)
+    checkpoint_every: int = setting(500, help="steps between checkpoints (one is always written at the end)", min=1)
+    keep_checkpoints: int = setting(5, help="step checkpoints kept on disk (the oldest are removed)", min=1)
+    average_last: int = setting(0, help="at the end, average the last N checkpoints into average.pt (0 = off)",
+                                min=0)
+
+    def validate(self) -> None:
+        """Checks across values that bounds cannot express; the recipe loader calls this."""
+        if len(self.betas) != 2:
+            raise UserError(f"[train] betas = {self.betas!r}: give two numbers, beta1 and beta2, e.g. [0.9, 0.98]")

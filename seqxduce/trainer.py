@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import math
 import random
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,7 +110,7 @@ class Trainer:
         self._prepare_data()
         self.train_examples = self.task.examples("train", self.data_dir)
         self.valid_examples = self.task.examples("valid", self.data_dir) if "valid" in self.task.splits else []
-        self.tokenizers = self._tokenizers()
+        self.tokenizers = self._tokenizers(resume)
         vocab = self.tokenizers.vocab()
         self.pad_id, self.bos_id, self.eos_id = vocab.pad_id, vocab.bos_id, vocab.eos_id
         self.train_pairs = self._encode(self.train_examples, "train")
@@ -124,6 +126,8 @@ class Trainer:
         self.state = TrainState()
         if resume:
             self._resume()
+        self._write_recipe()
+        self.stop_requested = False
 
     # ------------------------------------------------------------ setup
 
@@ -136,11 +140,20 @@ class Trainer:
             )
         if resume and not existing:
             raise UserError(f"--resume: {self.run_dir / components.CHECKPOINT_DIR} holds no checkpoint to resume from")
+        # relative paths in the recipe now resolve against the run directory the recipe is saved in
+        self.recipe.task.core.data_dir = str(components.data_dir(self.recipe))
+        self.recipe.base_dir = self.run_dir.resolve()
         if self.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            self.recipe.task.core.data_dir = str(components.data_dir(self.recipe))
-            self.recipe.base_dir = self.run_dir.resolve()
-            (self.run_dir / components.RECIPE_FILE).write_text(self.recipe.to_toml(), encoding="utf-8")
+            if resume:  # an average of the old last checkpoints no longer stands for the run
+                (self.run_dir / components.AVERAGE_FILE).unlink(missing_ok=True)
+        self.dist.barrier()
+
+    def _write_recipe(self) -> None:
+        """Save the resolved recipe, only once the model is built (and any checkpoint loaded) with it, so that
+        a run directory never holds a recipe its checkpoints do not fit."""
+        if self.is_main:
+            components.atomic_write_text(self.run_dir / components.RECIPE_FILE, self.recipe.to_toml())
         self.dist.barrier()
 
     def _prepare_data(self) -> None:
@@ -148,12 +161,14 @@ class Trainer:
             self.task.prepare(self.data_dir)
         self.dist.barrier()
 
-    def _tokenizers(self) -> components.Tokenizers:
-        if components.tokenizers_saved(self.recipe, self.run_dir):
-            return components.load_tokenizers(self.recipe, self.run_dir)
-        if self.is_main:
+    def _tokenizers(self, resume: bool) -> components.Tokenizers:
+        """A resumed run keeps the tokenizers its checkpoints were trained with; a new run trains its own,
+        replacing any left in the run directory by an earlier attempt (they may come from other settings)."""
+        if not resume and self.is_main:
             components.train_tokenizers(self.recipe, self.train_examples, self.run_dir)
         self.dist.barrier()
+        if not components.tokenizers_saved(self.recipe, self.run_dir):
+            raise UserError(f"--resume: {self.run_dir} holds no tokenizer files; train into a new --out")
         return components.load_tokenizers(self.recipe, self.run_dir)
 
     def _encode(self, examples: list, split: str) -> list[Pair]:
@@ -196,9 +211,13 @@ class Trainer:
         return path
 
     def _resume(self) -> None:
-        latest = ckpt.step_checkpoints(self.run_dir / components.CHECKPOINT_DIR)[-1]
-        state = ckpt.load(latest)
-        self.model.load_state_dict(state["model"])
+        latest, state = ckpt.load_latest(self.run_dir / components.CHECKPOINT_DIR)
+        try:
+            self.model.load_state_dict(state["model"])
+        except RuntimeError as err:
+            raise UserError(f"--resume: {latest} does not fit the model the recipe now builds "
+                            f"({str(err).splitlines()[0]}); resume without changing [model] or [tokenizer]"
+                            ) from None
         self.optimizer.load_state_dict(state["optimizer"])
         self.scaler.load_state_dict(state["scaler"])
         self.state = TrainState(int(state["step"]), int(state["epoch"]), int(state["step_in_epoch"]))
@@ -213,15 +232,29 @@ class Trainer:
         return token_batches(self.train_pairs, self.settings.max_tokens, self.settings.seed, epoch)
 
     def run(self) -> TrainResult:
-        """Train to max_steps; on Ctrl-C, save the last finished step so that --resume continues it."""
-        try:
-            return self._run()
-        except KeyboardInterrupt:
-            if self.state.step > 0:
-                path = self.save()
-                raise UserError(f"interrupted at step {self.state.step}; saved {path}; "
-                                "continue with --resume") from None
-            raise
+        """Train to max_steps; on Ctrl-C, finish the current step and save it so that --resume continues it.
+
+        Ctrl-C only sets a flag that the loop reads between steps: an interrupt inside an optimizer step
+        would save parameters of one step with the data position and RNG state of another. A second
+        Ctrl-C stops at once, keeping the checkpoints already written.
+        """
+        with _stop_on_sigint(self):
+            try:
+                return self._run()
+            except KeyboardInterrupt:
+                saved = ckpt.step_checkpoints(self.run_dir / components.CHECKPOINT_DIR)
+                kept = f"the last checkpoint is {saved[-1]}" if saved else "no checkpoint was written"
+                raise UserError(f"interrupted during step {self.state.step + 1}; {kept}; continue with --resume"
+                                ) from None
+
+    def _stop_now(self) -> bool:
+        """Whether Ctrl-C was pressed on any rank (all ranks must stop at the same step)."""
+        flag = torch.tensor([1.0 if self.stop_requested else 0.0], dtype=torch.float64)
+        return bool(self.dist.all_reduce_max(flag)[0] > 0)
+
+    def _interrupted(self) -> UserError:
+        path = self.save()
+        return UserError(f"interrupted at step {self.state.step}; saved {path}; continue with --resume")
 
     def _run(self) -> TrainResult:
         s = self.settings
@@ -254,10 +287,12 @@ class Trainer:
                     summary = window.summary(self.optimizer.param_groups[0]["lr"])
                     self.log.write("train", step=step, epoch=self.state.epoch, **summary)
                     progress.update(step, summary)
-                    progress.print(f"step {step} | " + format_figures(summary))
+                    progress.print(f"step {step} | " + format_figures(summary) + f" | eta {progress.eta(step)}")
                     window = _Window()
                 else:
-                    progress.update(step, {})
+                    progress.update(step)
+                if self._stop_now():
+                    raise self._interrupted()
                 if s.validate_every and step % s.validate_every == 0 and step < s.max_steps:
                     last_metrics = self.validate(progress)
                 if step % s.checkpoint_every == 0 and step < s.max_steps:
@@ -411,6 +446,27 @@ class _Window:
             if k not in TRAINER_FIGURES:
                 out[k] = v if k.endswith("_max") else v / max(self.steps, 1)
         return out
+
+
+@contextlib.contextmanager
+def _stop_on_sigint(trainer: Trainer):
+    """While training, a first Ctrl-C asks the trainer to stop after its current step; a second one raises
+    KeyboardInterrupt. Outside the main thread signals cannot be handled and Ctrl-C keeps its default."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        if trainer.stop_requested:
+            raise KeyboardInterrupt
+        trainer.stop_requested = True
+        console.print("stopping after this step (Ctrl-C again to stop at once)")
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _as_random_state(value: Any) -> tuple:

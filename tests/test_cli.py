@@ -7,6 +7,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from seqxduce import engine
 from seqxduce.cli import add_plugin_commands
 
 HERE = Path(__file__).resolve().parent
@@ -68,11 +69,14 @@ def test_decode_input_file_and_stdin(cli, run_dir, tmp_path):
     src.write_text("1 2 3\n4 5\n3\n")
     from_file = invoke(cli, "decode", run_dir, "--input", src)
     assert from_file.exit_code == 0, from_file.output
-    assert len(from_file.output.splitlines()) == 3
+    assert "decoding with" in from_file.stderr and "average.pt" in from_file.stderr
+    # sources are batched by length; outputs come back in input order, each as it is decoded alone
+    alone = [engine.decode(run_dir, [source])[0].text for source in ("1 2 3", "4 5", "3")]
+    assert from_file.stdout.splitlines() == alone
     from_stdin = invoke(cli, "decode", run_dir, "--input", "-", input="1 2 3\n4 5\n3\n")
-    assert from_stdin.output == from_file.output
+    assert from_stdin.stdout == from_file.stdout
     nbest = invoke(cli, "decode", run_dir, "--input", src, "--set", "decode.nbest=2")
-    lines = nbest.output.splitlines()
+    lines = nbest.stdout.splitlines()
     assert len(lines) == 6 and [line.split("\t")[0] for line in lines] == ["0", "0", "1", "1", "2", "2"]
 
 

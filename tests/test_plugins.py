@@ -1,6 +1,7 @@
 """Plugin discovery through entry points, duplicate and unknown names, broken plugins, lazy imports."""
 
 import importlib.metadata
+import os
 import subprocess
 import sys
 import warnings
@@ -160,3 +161,53 @@ def test_package_functions_are_not_shadowed_by_modules():
 
     for name in ("train", "decode", "decode_split", "evaluate", "average", "prepare", "load_recipe"):
         assert callable(getattr(seqxduce, name)), name
+
+
+def _fake_distribution(tmp_path, module_name: str, module_source: str | None) -> dict[str, str]:
+    """An installed-looking distribution on PYTHONPATH whose `seqxduce` entry point names module_name
+    (a module written from module_source, or none at all); returns the environment to run it in."""
+    dist = tmp_path / "fake_plugin-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(f"[seqxduce]\nfake = {module_name}\n")
+    if module_source is not None:
+        (tmp_path / f"{module_name}.py").write_text(module_source)
+    return {**os.environ, "PYTHONPATH": str(tmp_path), "SEQXDUCE_STRICT_PLUGINS": ""}
+
+
+def _seqxduce(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", "from seqxduce.cli import main; main()", *args],
+                          capture_output=True, text=True, cwd=_root(), env=env)
+
+
+def test_strict_plugins_flag_turns_a_broken_plugin_into_one_clear_error(tmp_path):
+    env = _fake_distribution(tmp_path, "seqxduce_fake_missing_module", None)
+    lenient = _seqxduce(["plugins"], env)
+    assert lenient.returncode == 0, lenient.stderr
+    assert "warning: plugin 'fake'" in lenient.stderr and "transformer" in lenient.stdout
+    strict = _seqxduce(["--strict-plugins", "plugins"], env)
+    assert strict.returncode == 1
+    assert "a plugin failed to load" in strict.stderr and "seqxduce_fake_missing_module" in strict.stderr
+    assert "Traceback" not in strict.stderr
+    debug = _seqxduce(["--debug", "--strict-plugins", "plugins"], env)
+    assert debug.returncode == 1 and "Traceback" in debug.stderr
+
+
+def test_a_misspelled_hook_in_an_installed_plugin_is_one_clear_error(tmp_path):
+    source = "from seqxduce import hookimpl\n\n\n@hookimpl\ndef register_model(register):\n    pass\n"
+    result = _seqxduce(["plugins"], _fake_distribution(tmp_path, "seqxduce_fake_misspelled", source))
+    assert result.returncode == 1
+    assert "plugin 'fake'" in result.stderr and "register_model" in result.stderr
+    assert "register_models" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_plugin_whose_register_hook_fails_is_skipped_with_a_warning(tmp_path):
+    source = ("from seqxduce import hookimpl\n\n\n@hookimpl\ndef register_tasks(register):\n"
+              "    raise RuntimeError('boom')\n")
+    env = _fake_distribution(tmp_path, "seqxduce_fake_failing", source)
+    result = _seqxduce(["plugins"], env)
+    assert result.returncode == 0, result.stderr
+    assert "plugin 'fake' failed in register_tasks" in result.stderr and "boom" in result.stderr
+    assert "algorithmic" in result.stdout
+    strict = _seqxduce(["--strict-plugins", "plugins"], env)
+    assert strict.returncode == 1 and "boom" in strict.stderr and "Traceback" not in strict.stderr

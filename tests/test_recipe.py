@@ -1,11 +1,16 @@
 """Recipe validation: every key checked against what its plugin declares, with clear messages."""
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
-from seqxduce.api import UserError
+from seqxduce import hookimpl
+from seqxduce.api import UserError, setting
+from seqxduce.cli import cli
 from seqxduce.recipe import build_recipe, load_recipe, parse_override
+from tests.conftest import plugins_registered
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,3 +102,93 @@ def test_switching_a_plugin_with_set_drops_the_old_plugins_keys():
     r = build_recipe(recipe(), overrides=["decode.name=greedy", "decode.max_len_b=7"])
     assert r.decode.component.name == "greedy" and r.decode.settings.max_len_b == 7
     assert not hasattr(r.decode.settings, "beam")
+
+
+@dataclass
+class ScratchSettings:
+    limit: int | None = setting(None, help="an optional limit (none = no limit)")
+    cap: int | None = setting(5, help="an optional cap whose default is not None")
+    label: str = setting("x", help="a text setting")
+    tag: str | None = setting(None, help="an optional text")
+    names: list[str] = setting([], help="a list of texts")
+
+
+class ScratchTask:
+    @hookimpl
+    def register_tasks(self, register):
+        register("scratch", lambda settings: None, settings=ScratchSettings, help="a task for recipe tests")
+
+
+def scratch_recipe() -> dict:
+    return {**recipe(), "task": {"name": "scratch"}}
+
+
+@pytest.mark.parametrize("overrides", [[], ["task.cap=none"], ["task.limit=3", "task.cap=none", "task.tag=t"]])
+def test_optional_settings_round_trip_through_the_written_recipe(tmp_path, overrides):
+    with plugins_registered(ScratchTask()) as reg:
+        r = build_recipe(scratch_recipe(), overrides=overrides, reg=reg)
+        text = r.to_toml()
+        (tmp_path / "again.toml").write_text(text)
+        again = load_recipe(tmp_path / "again.toml", reg=reg)
+    assert again.resolved() == r.resolved()
+    if not overrides:
+        assert "# limit = (unset)  # an optional limit" in text and again.task.settings.limit is None
+    if "task.cap=none" in overrides:
+        assert 'cap = "none"' in text and again.task.settings.cap is None
+
+
+def test_recipe_show_writes_optional_settings(tmp_path):
+    path = tmp_path / "scratch.toml"
+    path.write_text('[task]\nname = "scratch"\n[tokenizer]\nname = "word"\n[model]\nname = "transformer"\n')
+    with plugins_registered(ScratchTask()):
+        result = CliRunner().invoke(cli, ["recipe", "show", str(path), "--set", "task.cap=none"], obj={})
+    assert result.exit_code == 0, result.output
+    assert "# limit = (unset)" in result.output and 'cap = "none"' in result.output
+
+
+def test_a_str_setting_takes_the_raw_text_of_an_override():
+    with plugins_registered(ScratchTask()) as reg:
+        r = build_recipe(scratch_recipe(), overrides=["task.label=2300", "task.tag=true"], reg=reg)
+        assert (r.task.settings.label, r.task.settings.tag) == ("2300", "true")
+        r = build_recipe(scratch_recipe(), overrides=['task.label="2300-2399"', 'task.names=["a", "b"]'], reg=reg)
+        assert (r.task.settings.label, r.task.settings.names) == ("2300-2399", ["a", "b"])
+
+
+def test_errors_from_an_override_name_the_set_not_the_file():
+    with pytest.raises(UserError, match=r"^--set train\.max_steps must be an int, got 'many' \(str\)$"):
+        build_recipe(recipe(), source="my.toml", overrides=["train.max_steps=many"])
+    with pytest.raises(UserError, match=r"^--set train\.precision = 'fp8' is not one of"):
+        build_recipe(recipe(), source="my.toml", overrides=["train.precision=fp8"])
+    with pytest.raises(UserError, match=r"^--set model\.d_modle: unknown key \[model\] d_modle"):
+        build_recipe(recipe(), source="my.toml", overrides=["model.d_modle=64"])
+    with pytest.raises(UserError, match=r"^--set trian\.max_steps: unknown section \[trian\]"):
+        build_recipe(recipe(), source="my.toml", overrides=["trian.max_steps=1"])
+    with pytest.raises(UserError, match=r"^--set model\.name: unknown model 'transformr'"):
+        build_recipe(recipe(), source="my.toml", overrides=["model.name=transformr"])
+    with pytest.raises(UserError, match=r"^my\.toml: \[train\] max_steps must be an int"):
+        build_recipe(recipe(train__max_steps="many"), source="my.toml", overrides=["train.seed=3"])
+
+
+def test_a_directory_is_not_a_recipe(tmp_path):
+    with pytest.raises(UserError, match=r"is a directory; give a recipe file$"):
+        load_recipe(tmp_path)
+    (tmp_path / "recipe.toml").write_text("")
+    with pytest.raises(UserError, match=r"is a directory; give a recipe file, e\.g\. .*recipe\.toml$"):
+        load_recipe(tmp_path)
+    (tmp_path / "binary.toml").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(UserError, match=r"binary\.toml: not a UTF-8 text file"):
+        load_recipe(tmp_path / "binary.toml")
+
+
+@pytest.mark.parametrize("args, message", [
+    ([str(ROOT / "recipes")], "recipes: is a directory; give a recipe file"),
+    ([str(ROOT / "recipes" / "quickstart.toml"), "--set", "decode.beam=0"],
+     "--set decode.beam = 0 is out of range; use a number >= 1"),
+    ([str(ROOT / "recipes" / "quickstart.toml"), "--set", "model.heads=3"],
+     "quickstart.toml with --set model.heads: [model] heads = 3 does not divide d_model = 128"),
+])
+def test_recipe_show_rejects_with_one_line(args, message):
+    result = CliRunner().invoke(cli, ["recipe", "show", *args], obj={})
+    assert result.exit_code == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert result.output.count("\n") == 1 and message in result.output, result.output

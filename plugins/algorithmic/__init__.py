@@ -6,7 +6,7 @@ from typing import Any
 
 from seqxduce_algorithmic.settings import AlgorithmicSettings
 
-from seqxduce.hookspecs import hookimpl
+from seqxduce import hookimpl
 
 __all__ = ["AlgorithmicSettings", "build_task", "register_tasks"]
 

@@ -11,15 +11,23 @@ from seqxduce.api import setting
 class AlgorithmicSettings:
     kind: str = setting("reverse", help="copy, reverse or addition (the Universal Transformer's tasks)",
                         choices=("copy", "reverse", "addition"))
-    symbols: int = setting(10, help="distinct symbols 0-9a-zA-Z (2..62); for addition the number base")
-    train_min_len: int = setting(1, help="shortest training source in tokens (addition: 3 or more, 'a + b')")
-    train_max_len: int = setting(40, help="longest training source, in tokens (paper: 40)")
-    valid_min_len: int = setting(1, help="shortest validation source, in tokens")
-    valid_max_len: int = setting(40, help="longest validation source, in tokens")
-    test_min_len: int = setting(1, help="shortest test source, in tokens")
-    test_max_len: int = setting(400, help="longest test source in tokens (paper: 400, beyond training)")
-    train_size: int = setting(20000, help="examples in the train split")
-    valid_size: int = setting(500, help="examples in the valid split")
-    test_size: int = setting(500, help="examples in the test split")
+    symbols: int = setting(10, help="distinct symbols 0-9a-zA-Z (2..62); for addition the number base",
+                           min=2, max=62)
+    train_min_len: int = setting(1, help="shortest training source in tokens (addition: 3 or more, 'a + b')",
+                                 min=1)
+    train_max_len: int = setting(40, help="longest training source, in tokens (paper: 40)", min=1)
+    valid_min_len: int = setting(1, help="shortest validation source, in tokens", min=1)
+    valid_max_len: int = setting(40, help="longest validation source, in tokens", min=1)
+    test_min_len: int = setting(1, help="shortest test source, in tokens", min=1)
+    test_max_len: int = setting(400, help="longest test source in tokens (paper: 400, beyond training)", min=1)
+    train_size: int = setting(20000, help="examples in the train split", min=0)
+    valid_size: int = setting(500, help="examples in the valid split", min=0)
+    test_size: int = setting(500, help="examples in the test split", min=0)
     seed: int = setting(1234, help="data seed; each split draws from its own seed derived from this one")
     lsb_first: bool = setting(False, help="addition: least-significant digit first (as tensor2tensor)")
+
+    def validate(self) -> None:
+        """The task's own checks (lengths that can hold a source of the kind), run when the recipe is loaded."""
+        from seqxduce_algorithmic.task import check_settings  # imported here: task.py imports this module
+
+        check_settings(self)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from seqxduce.hookspecs import hookimpl
+from seqxduce import hookimpl
 
 from .settings import PtbSettings, TreeBeamSettings
 

@@ -29,12 +29,13 @@ class PtbSettings:
 class TreeBeamSettings:
     """Beam search that only produces well-formed linearized trees."""
 
-    beam: int = setting(21, help="beam size (paper, parsing: 21)")
-    alpha: float = setting(0.3, help="GNMT length penalty ((5+len)/6)^alpha (paper, parsing: 0.3)")
-    max_len_a: float = setting(1.0, help="maximum output length = max_len_a * source length + max_len_b")
+    beam: int = setting(21, help="beam size (paper, parsing: 21)", min=1)
+    alpha: float = setting(0.3, help="GNMT length penalty ((5+len)/6)^alpha (paper, parsing: 0.3)", min=0.0)
+    max_len_a: float = setting(1.0, help="maximum output length = max_len_a * source length + max_len_b",
+                               min=0.0)
     max_len_b: int = setting(300, help="maximum output length offset (paper, parsing: input length + 300)")
-    min_len: int = setting(0, help="no eos before this many tokens")
-    nbest: int = setting(1, help="finished hypotheses returned per source (at most beam)")
+    min_len: int = setting(0, help="no eos before this many tokens", min=0)
+    nbest: int = setting(1, help="finished hypotheses returned per source (at most beam)", min=1)
     constrained: bool = setting(True, help="false = the same beam search without the tree constraint (to measure "
                                            "what it adds on one checkpoint)")
     leaf_tokens: list[str] = setting([], help="vocabulary entries allowed as leaves; empty = every entry that "

@@ -1,6 +1,6 @@
 """Built-in decoders: greedy and beam search."""
 
-from seqxduce.hookspecs import hookimpl
+from seqxduce import hookimpl
 
 from .settings import BeamSettings, GreedySettings
 

@@ -9,13 +9,14 @@ from seqxduce.api import setting
 
 @dataclass
 class GreedySettings:
-    max_len_a: float = setting(1.0, help="maximum output length = max_len_a * source length + max_len_b")
+    max_len_a: float = setting(1.0, help="maximum output length = max_len_a * source length + max_len_b", min=0.0)
+    # max_len_b may be negative (a * length - b); the search never allows fewer than one token
     max_len_b: int = setting(50, help="maximum output length offset (paper: input length + 50)")
-    min_len: int = setting(0, help="no eos before this many tokens")
+    min_len: int = setting(0, help="no eos before this many tokens", min=0)
 
 
 @dataclass
 class BeamSettings(GreedySettings):
-    beam: int = setting(4, help="beam size (paper: 4 for translation, 21 for parsing)")
-    alpha: float = setting(0.6, help="GNMT length penalty ((5+len)/6)^alpha (paper: 0.6; 0 = none)")
-    nbest: int = setting(1, help="finished hypotheses returned per source (at most beam)")
+    beam: int = setting(4, help="beam size (paper: 4 for translation, 21 for parsing)", min=1)
+    alpha: float = setting(0.6, help="GNMT length penalty ((5+len)/6)^alpha (paper: 0.6; 0 = none)", min=0.0)
+    nbest: int = setting(1, help="finished hypotheses returned per source (at most beam)", min=1)

@@ -3,7 +3,7 @@
 Importing this module does not import sentencepiece; the factory does.
 """
 
-from seqxduce.hookspecs import hookimpl
+from seqxduce import hookimpl
 
 from .settings import SentencePieceSettings
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from seqxduce_text.settings import VocabSettings
 
-from seqxduce.hookspecs import hookimpl
+from seqxduce import hookimpl
 
 __all__ = ["VocabSettings", "build_char", "build_word", "register_tokenizers"]
 

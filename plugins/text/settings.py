@@ -9,6 +9,6 @@ from seqxduce.api import setting
 
 @dataclass
 class VocabSettings:
-    min_freq: int = setting(1, help="keep tokens seen at least this often in the training text")
+    min_freq: int = setting(1, help="keep tokens seen at least this often in the training text", min=1)
     max_size: int = setting(0, help="keep at most this many most frequent tokens, besides the 4 specials "
-                                    "(0 = no limit)")
+                                    "(0 = no limit)", min=0)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from seqxduce.hookspecs import hookimpl
+from seqxduce import hookimpl
 
 from .commands import ponder_command
 from .settings import (

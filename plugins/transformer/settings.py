@@ -39,6 +39,10 @@ class TransformerSettings(CommonSettings):
     encoder_layers: int = setting(0, help="encoder layers (0 = same as layers)")
     decoder_layers: int = setting(0, help="decoder layers (0 = same as layers)")
 
+    def validate(self) -> None:
+        """Run by the recipe loader, so that a bad width fails before any data is prepared."""
+        check_transformer(self)
+
 
 @dataclass
 class UniversalSettings(CommonSettings):
@@ -57,6 +61,10 @@ class UniversalSettings(CommonSettings):
                                           "(depthwise-separable convolution, causal in the decoder)",
                               choices=("ffn", "sepconv"))
     conv_kernel: int = setting(3, help="kernel width of the sepconv transition")
+
+    def validate(self) -> None:
+        """Run by the recipe loader, so that a bad width fails before any data is prepared."""
+        check_universal(self)
 
 
 TRANSFORMER_PRESETS: dict[str, dict[str, object]] = {

@@ -3,7 +3,7 @@
 Importing this module stays light: the task and sacrebleu load when a recipe builds the task.
 """
 
-from seqxduce.hookspecs import hookimpl
+from seqxduce import hookimpl
 
 from .settings import TranslationSettings
 

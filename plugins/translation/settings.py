@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from seqxduce.api import setting
+from seqxduce.api import UserError, setting
 
 DATASETS = ("wmt14", "multi30k", "files")
 
@@ -25,8 +25,16 @@ class TranslationSettings:
     corpora: list[str] = setting([], help="wmt14: training corpora to use (default all of the paper's: "
                                           "europarl, commoncrawl, news-commentary, and un, giga for en-fr)")
     download: bool = setting(True, help="download missing data (false: fail with a message instead)")
-    max_len: int = setting(250, help="training pairs with more whitespace tokens on a side are dropped (0 = off)")
+    max_len: int = setting(250, help="training pairs with more whitespace tokens on a side are dropped (0 = off)",
+                           min=0)
     max_ratio: float = setting(9.0, help="training pairs whose token-count ratio exceeds this are dropped "
-                                         "(Moses clean-corpus-n uses 9, fairseq's WMT scripts 1.5; 0 = off)")
+                                         "(Moses clean-corpus-n uses 9, fairseq's WMT scripts 1.5; 0 = off)",
+                               min=0.0)
     tokenized_bleu: bool = setting(False, help="also report the paper-style tokenized BLEU (13a tokens, "
                                                "compounds split as ##AT##-##AT##); not comparable to sacreBLEU")
+
+    def validate(self) -> None:
+        """Checks the recipe loader runs before any data is read."""
+        # the ratio is longer side / shorter side, never below 1: a limit in (0, 1) would drop every pair
+        if 0.0 < self.max_ratio < 1.0:
+            raise UserError(f"[task] max_ratio = {self.max_ratio}: use 0 (off) or a ratio of at least 1, e.g. 1.5")
