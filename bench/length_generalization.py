@@ -39,7 +39,8 @@ PAPER = {
     "ut": {"copy": (0.91, 0.35), "reverse": (0.96, 0.46), "addition": (0.34, 0.02)},
 }
 
-# Sizes: widths, depth, and the training budget. "paper" is the base size the recipes use (for a GPU);
+# Sizes: widths, depth, and the training budget. "paper" is the paper's base width (for a GPU; the recipes
+# recipes/ut_*.toml allow ACT up to 8 steps as this does, with a fixed depth of 8 for the UT without ACT);
 # "cpu" fits one run in about four minutes on one CPU thread.
 SIZES: dict[str, dict[str, Any]] = {
     "paper": dict(d_model=512, d_ff=2048, heads=8, depth=6, act_max_steps=8, steps=50000, max_tokens=8192,
@@ -90,16 +91,20 @@ def run_one(task: str, kind: str, size: dict[str, Any], args: argparse.Namespace
     result = dict(task=task, model=kind, char_acc=report.metrics["char_accuracy"],
                   seq_acc=report.metrics["sequence_accuracy"], params=params,
                   train_s=trained - start, decode_s=decoded - trained)
-    result.update(last_ponder(out))
+    result.update(last_logged(out))
     return result
 
 
-def last_ponder(run_dir: Path) -> dict[str, float]:
-    """The ponder statistics of the last training log line that has them (UT + ACT), else nothing."""
+def last_logged(run_dir: Path) -> dict[str, float]:
+    """From the training log: the last ponder statistics (UT + ACT) and the last validation's accuracies
+    (held-out lengths up to 40), which tell whether a model learned the task at the training lengths."""
     found: dict[str, float] = {}
     for line in (run_dir / "metrics.jsonl").read_text().splitlines():
         record = json.loads(line)
-        found.update({k: v for k, v in record.items() if k.startswith("ponder_")})
+        found.update({k: v for k, v in record.items() if "ponder_" in k})
+        if record.get("kind") == "valid":
+            found.update(valid_char_acc=record.get("valid_char_accuracy", float("nan")),
+                         valid_seq_acc=record.get("valid_sequence_accuracy", float("nan")))
     return found
 
 
@@ -116,12 +121,17 @@ def table(results: list[dict[str, Any]], tasks: list[str], models: list[str]) ->
 
 
 def details(results: list[dict[str, Any]]) -> str:
-    """Per run: parameters, wall times, ponder statistics."""
-    lines = ["| task | model | params | train s | decode s | ponder mean / max |", "|---|---|---|---|---|---|"]
+    """Per run: parameters, wall times, ponder statistics (source / target positions), valid accuracies."""
+    lines = ["| task | model | params | train s | decode s | ponder mean / max: source, target | "
+             "valid (len <= 40) char / seq |", "|---|---|---|---|---|---|---|"]
     for r in results:
-        ponder = f"{r['ponder_mean']:.2f} / {r['ponder_max']:.0f}" if "ponder_mean" in r else "-"
+        ponder = "-"
+        if "src_ponder_mean" in r:
+            ponder = (f"{r['src_ponder_mean']:.2f} / {r['src_ponder_max']:.0f}, "
+                      f"{r['tgt_ponder_mean']:.2f} / {r['tgt_ponder_max']:.0f}")
+        valid = f"{r['valid_char_acc']:.2f} / {r['valid_seq_acc']:.2f}" if "valid_char_acc" in r else "-"
         lines.append(f"| {r['task']} | {LABELS[r['model']]} | {r['params']:,} | {r['train_s']:.0f} | "
-                     f"{r['decode_s']:.0f} | {ponder} |")
+                     f"{r['decode_s']:.0f} | {ponder} | {valid} |")
     return "\n".join(lines)
 
 

@@ -186,3 +186,31 @@ def test_reattach_gold_tags_replaces_placeholders_in_order():
     shorter = parse_tree("(S (XX He))")
     assert evalb.reattach_gold_tags(shorter, gold) == shorter
     assert score_sentence(gold, evalb.reattach_gold_tags(test, gold)).match == 3
+
+
+def test_punctuation_tag_disagreement_is_flagged_on_scored_sentences():
+    gold = "(S (NP (PRP He)) (VP (VBD left)) (. .))"
+    assert score(gold, "(S (NP (PRP He)) (VP (VBD left) (NN .)))").punctuation_mismatch
+    assert score(gold, "(S (NP (PRP He)) (, left) (. .))").punctuation_mismatch  # a word tagged as a comma
+    assert not score(gold, gold).punctuation_mismatch
+    totals = evalb.Totals.of([score(gold, "(S (NP (PRP He)) (VP (VBD left) (NN .)))"), score(gold, gold)])
+    assert totals.punctuation_mismatch == 1
+
+
+def test_an_undefined_fmeasure_prints_as_c_evalb_does():
+    words = " ".join(f"(NN w{i})" for i in range(41))
+    long_only = score(f"(S (NP {words}))", f"(S (NP {words}))")  # nothing in the len<=40 section
+    text = evalb.format_report([long_only])
+    all_section, short_section = text.split("-- len<=40 --")
+    assert "Bracketing FMeasure       = 100.00\n" in all_section
+    assert "Bracketing Recall         =   0.00\nBracketing Precision      =   0.00\n" in short_section
+    assert "Bracketing FMeasure       =   -nan\n" in short_section  # glibc's %6.2f of 0.0/0.0
+    assert evalb.metrics([long_only])["f1_len40"] == 0.0
+    no_match = score("(S (NP (PRP He)) (VP (VBD left)))", "(X (Y (PRP He)) (Z (VBD left)))")
+    assert "Bracketing FMeasure       =   -nan\n" in evalb.format_report([no_match]).split("-- len<=40 --")[0]
+
+
+@pytest.mark.parametrize("value, printed", [(96.651, " 96.65"), (0.0, "  0.00"), (100.0, "100.00"),
+                                            (float("nan"), "  -nan")])
+def test_c_float(value, printed):
+    assert evalb.c_float(value) == printed

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,28 @@ def test_drop_empty_root():
     assert pp.flat(pp.drop_empty_root(several)) == "(TOP (NP (NN Headline)) (. .))"
     labelled = Tree.fromstring("(S (NP (PRP He)) (VP (VBD left)))")
     assert pp.drop_empty_root(labelled) == labelled
+
+
+def raw_trees(name: str) -> list[str]:
+    """The bracketed trees of a sample file as written there: each starts with '(' in the first column."""
+    return re.split(r"\n(?=\()", (SAMPLE / name).read_text().strip())
+
+
+def test_drop_empty_root_on_raw_sample_text():
+    raw = raw_trees("wsj_0001.mrg")[0]
+    assert raw.startswith("( (S ") and raw.endswith("(. .) ))")
+    read = read_split(SAMPLE, "0001", "flat", "train_files")[0]  # nltk's reader drops the root itself
+    one_child = Tree.fromstring(raw)
+    assert one_child.label() == "" and len(one_child) == 1
+    assert pp.drop_empty_root(one_child) == read
+    # the sample has no multi-child root, so make one from the same text: the S bracket removed, its
+    # children (NP-SBJ, VP and the period) stand directly under the unlabelled root
+    several = Tree.fromstring("(" + raw.removeprefix("( (S").removesuffix(")"))
+    assert several.label() == "" and [c.label() for c in several] == ["NP-SBJ", "VP", "."]
+    top = pp.drop_empty_root(several)
+    assert top == Tree("TOP", list(read))
+    assert top.leaves() == read.leaves()
+    assert pp.flat(pp.preprocess(several)).startswith("(TOP (NP (NP (NNP Pierre) (NNP Vinken)) (, ,)")
 
 
 def test_remove_empty_elements_drops_traces_and_the_constituents_left_empty(field_tree):

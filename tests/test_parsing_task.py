@@ -162,3 +162,64 @@ def test_the_wsj_recipe_has_the_papers_model():
     assert (model.layers, model.d_model) == (4, 1024)
     assert recipe.tokenizer.settings.max_size == 16000
     assert (recipe.task.settings.train_files, recipe.task.settings.test_files) == ("0200-2199", "2300-2399")
+
+
+# ---------------------------------------------------------------- gold tags, punctuation, counts
+
+HE_LEFT = "(S (NP-SBJ (PRP He)) (VP (VBD left)) (. .))"
+
+
+def test_an_unknown_word_leaf_does_not_switch_off_gold_tag_reattachment():
+    task = PtbTask(PtbSettings())
+    # the word tokenizer decodes an unknown id as <unk>, which delinearize takes as a leaf's tag
+    hyp = task.postprocess("(S (NP <unk> )NP (VP XX )VP XX )S", "He left .")
+    assert hyp == "(S (NP (<unk> He)) (VP (XX left)) (XX .))"
+    report = task.score([hyp, task.postprocess("(S (NP XX )NP (VP XX )VP XX )S", "He left .")], [HE_LEFT] * 2)
+    assert report.metrics["gold_tags_reattached"] == 1.0
+    assert report.metrics["tagging_accuracy"] == 100.0
+    assert "Note: 2 of 2 test trees were written with the placeholder XX" in report.text
+    assert PLACEHOLDER_NOTE in report.text
+
+
+def test_predicted_tags_are_never_replaced_even_when_all_are_placeholders():
+    task = PtbTask(PtbSettings(keep_pos_tags=True))
+    report = task.score(["(S (NP (<unk> He)) (VP (XX left)) (. .))"], [HE_LEFT])
+    assert report.metrics["gold_tags_reattached"] == 0.0 and report.metrics["tagging_accuracy"] == 0.0
+    assert PLACEHOLDER_NOTE not in report.text
+
+
+def test_score_files_decides_reattachment_per_tree(tmp_path):
+    gold = tmp_path / "gold.txt"
+    gold.write_text(f"{HE_LEFT}\n{HE_LEFT}\n")
+    test = tmp_path / "test.txt"
+    test.write_text("(S (NP (<unk> He)) (VP (XX left)) (XX .))\n(S (NP (NN He)) (VP (VBD left)) (. .))\n")
+    report = PtbTask().score_files(test, gold)
+    assert report.metrics["gold_tags_reattached"] == 0.5
+    assert report.metrics["tagging_accuracy"] == 75.0  # gold tags: 2 of 2; then NN for PRP: 1 of 2
+    assert "Note: 1 of 2 test trees carry only the placeholder tag XX (or <unk>)" in report.text
+
+
+def test_predicted_tags_that_disagree_on_punctuation_are_counted_and_reported():
+    task = PtbTask(PtbSettings(keep_pos_tags=True))
+    agree = "(S (NP (PRP He)) (VP (VBD left)) (. .))"
+    disagree = "(S (NP (PRP He)) (VP (VBD left)) (NN .))"  # gold: a period; EVALB would say Length unmatch
+    report = task.score([agree, disagree, disagree], [HE_LEFT] * 3)
+    assert report.metrics["punctuation_mismatch_sentences"] == 2
+    assert report.metrics["error_sentences"] == 0
+    assert ("Note: 2 sentence(s) whose test tags disagree with the gold tags on which words are punctuation"
+            in report.text)
+    assert "would count them as error sentences" in report.text
+    assert task.score([agree], [HE_LEFT]).metrics["punctuation_mismatch_sentences"] == 0
+    assert "disagree with the gold tags" not in task.score([agree], [HE_LEFT]).text
+
+
+def test_reattached_gold_tags_never_disagree_on_punctuation():
+    task = PtbTask(PtbSettings())
+    report = task.score(["(S (NP (XX He)) (VP (XX left)) (XX .))"], [HE_LEFT])
+    assert report.metrics["punctuation_mismatch_sentences"] == 0
+
+
+@pytest.mark.parametrize("hyps, refs", [(2, 1), (1, 2)])
+def test_score_refuses_unequal_numbers_of_outputs_and_references(hyps, refs):
+    with pytest.raises(UserError, match=f"{hyps} outputs for {refs} references"):
+        PtbTask().score([HE_LEFT] * hyps, [HE_LEFT] * refs)

@@ -196,3 +196,94 @@ def test_prepare_downloads_only_when_no_treebank_is_there(tmp_path, monkeypatch)
 def test_prepare_never_downloads_for_the_ldc_layout(tmp_path):
     with pytest.raises(UserError, match="licensed by the LDC"):
         PtbTask(PtbSettings(layout="ldc")).prepare(tmp_path)
+
+
+# ---------------------------------------------------------------- malformed trees with balanced brackets
+
+
+@pytest.mark.parametrize("old, new, where", [
+    # (a) a bare word among constituents; nltk keeps it as a string child and linearize crashed on it
+    ("(NP-SBJ (PRP He) )", "(NP-SBJ (PRP He) ) stray", r":7: word 'stray' stands among the constituents of \(S"),
+    # (b) two words under one tag; nltk's reader silently rewrites (PRP He she) to (PRP He)
+    ("(PRP He)", "(PRP He she)", r":7: \(PRP He she \.\.\.\) has more than one word"),
+    # (c) an empty preterminal; nltk reads an empty Tree that preprocessing silently dropped
+    ("(PRP He)", "(PRP)", r":7: \(PRP\) holds no word and no bracket"),
+    ("(PRP He)", "()", r":7: \(\) holds no word"),
+    ("(NP-SBJ (PRP He) )", "(NP-SBJ He (PRP he) )", r":7: \(NP-SBJ He \.\.\.\) mixes a word with brackets"),
+    ("(NP-SBJ (PRP He) )", "( (PRP He) )", r":7: a bracket without a label inside a tree"),
+])
+def test_malformed_trees_with_balanced_brackets_name_file_and_line(tmp_path, old, new, where):
+    write(tmp_path / "wsj_0001.mrg", TWO_TREES.replace(old, new))
+    task = PtbTask(PtbSettings(train_files="0001"))
+    with pytest.raises(UserError, match=r"wsj_0001\.mrg" + where + ".*; "):
+        task.examples("train", tmp_path)
+
+
+def test_a_multiline_empty_bracket_is_reported_at_its_opening_line(tmp_path):
+    write(tmp_path / "wsj_0001.mrg", TWO_TREES.replace("(NP-PRD (NN chairman) ))", "(NP-PRD (NN\n chairman) ))"))
+    assert treebank.check_brackets(tmp_path / "wsj_0001.mrg") == 2
+    write(tmp_path / "wsj_0001.mrg", TWO_TREES.replace("(NP-PRD (NN chairman) ))", "(NP-PRD (NN\n ) ))"))
+    with pytest.raises(UserError, match=r"wsj_0001\.mrg:4: \(NN\) holds no word"):
+        treebank.check_trees(tmp_path / "wsj_0001.mrg")
+
+
+def test_check_trees_records_each_trees_line_and_words(tmp_path):
+    write(tmp_path / "wsj_0001.mrg", TWO_TREES)
+    scanned = treebank.check_trees(tmp_path / "wsj_0001.mrg")
+    assert [(t.line, t.words) for t in scanned] == [(1, ["Mr.", "Vinken", "is", "chairman", "."]),
+                                                   (6, ["He", "left", "."])]
+
+
+def test_a_tree_nltk_reads_differently_is_an_error_not_a_silent_change(tmp_path, monkeypatch):
+    # stands for a normalisation of a future nltk that check_trees does not know: the words are compared
+    normalize = BracketParseCorpusReader._normalize
+    monkeypatch.setattr(BracketParseCorpusReader, "_normalize",
+                        lambda self, t: normalize(self, t).replace("(PRP He)", "(PRP She)"))
+    write(tmp_path / "wsj_0001.mrg", TWO_TREES)
+    with pytest.raises(UserError, match=r"wsj_0001\.mrg:6: nltk read this tree's words as \['She'"):
+        treebank.read_trees(tmp_path, ["wsj_0001.mrg"])
+
+
+def test_every_sample_file_passes_the_checks():
+    trees = treebank.read_split(SAMPLE, "0001-0179", "flat", "train_files")
+    assert len(trees) == 3396 + 273  # the train and dev splits, nothing dropped
+
+
+# ---------------------------------------------------------------- symlinks
+
+
+def test_a_data_dir_of_symlinks_to_another_folder_is_read(tmp_path):
+    write(tmp_path / "store" / "wsj_0001.mrg", TWO_TREES)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "wsj_0001.mrg").symlink_to(tmp_path / "store" / "wsj_0001.mrg")
+    trees = treebank.read_split(tmp_path / "data", "0001", "flat", "train_files")
+    assert [t.leaves() for t in trees] == [["Mr.", "Vinken", "is", "chairman", "."], ["He", "left", "."]]
+    assert len(PtbTask(PtbSettings(train_files="0001")).examples("train", tmp_path / "data")) == 2
+
+
+def test_a_symlinked_file_keeps_its_line_numbers_in_errors(tmp_path):
+    write(tmp_path / "store" / "real.mrg", TWO_TREES.replace("(PRP He)", "(PRP)"))
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "wsj_0001.mrg").symlink_to(tmp_path / "store" / "real.mrg")
+    with pytest.raises(UserError, match=r"data/wsj_0001\.mrg:7: \(PRP\) holds no word"):
+        treebank.read_split(tmp_path / "data", "0001", "flat", "train_files")
+
+
+def test_a_dangling_symlink_is_a_user_error_not_a_gap(tmp_path):
+    write(tmp_path / "data" / "wsj_0001.mrg", TWO_TREES)
+    (tmp_path / "data" / "wsj_0002.mrg").symlink_to(tmp_path / "gone.mrg")
+    with pytest.raises(UserError, match=r"wsj_0002\.mrg: a symlink to .*gone\.mrg, which does not exist"):
+        treebank.split_files(tmp_path / "data", "0001-0002", "flat", "train_files")
+
+
+def test_an_nltk_refusal_is_one_user_error_naming_file_and_target(tmp_path, monkeypatch):
+    def refuse(root, fileids, **kwargs):
+        raise ValueError(f"Security Violation [CorpusReader]: Path {root}/{fileids[0]} escapes root /x")
+
+    write(tmp_path / "store" / "wsj_0001.mrg", TWO_TREES)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "wsj_0001.mrg").symlink_to(tmp_path / "store" / "wsj_0001.mrg")
+    monkeypatch.setattr(treebank, "BracketParseCorpusReader", refuse)
+    with pytest.raises(UserError, match=r"data/wsj_0001\.mrg \(resolved to .*store/wsj_0001\.mrg\): nltk refuses "
+                                        r"to read it .*; copy the file into data_dir"):
+        treebank.read_trees(tmp_path / "data", ["wsj_0001.mrg"])

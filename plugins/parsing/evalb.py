@@ -7,7 +7,8 @@ that are not -NONE-. Brackets match as multisets and totals are summed over the 
 words differ from the gold ones is an error and stays out of the totals; one with no test words is skipped.
 
 One deliberate difference: punctuation is deleted at the positions the *gold* tags mark, in both trees,
-so a test tree that tags a comma as NN is scored rather than reported as a length mismatch.
+so a test tree that tags a comma as NN is scored rather than reported as a length mismatch. Such sentences
+are counted (punctuation_mismatch) so that a report can say how far it departs from the original program.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class SentenceScore(BracketRates):
     words: int = 0  # words scored for tagging (punctuation deleted)
     correct_tags: int = 0
     error: str = ""
+    punctuation_mismatch: bool = False  # test and gold tags disagree on which words are punctuation
 
     @property
     def tagging_accuracy(self) -> float:
@@ -79,6 +81,7 @@ class Totals(BracketRates):
     crossing: int = 0
     no_crossing: int = 0
     two_or_less_crossing: int = 0
+    punctuation_mismatch: int = 0  # scored sentences whose tags disagree on punctuation (errors in EVALB)
 
     @classmethod
     def of(cls, scores: list[SentenceScore], cutoff: int | None = None) -> Totals:
@@ -107,6 +110,7 @@ class Totals(BracketRates):
         self.crossing += s.crossing
         self.no_crossing += int(s.crossing == 0)
         self.two_or_less_crossing += int(s.crossing <= 2)
+        self.punctuation_mismatch += int(s.punctuation_mismatch)
 
     @property
     def valid(self) -> int:
@@ -242,6 +246,8 @@ def score_sentence(gold: Tree, test: Tree | None) -> SentenceScore:
     return SentenceScore(
         length, OK, match, len(gold_brackets), len(test_brackets), crossing,
         words=len(pairs), correct_tags=sum(same_tag(g, t) for g, t in pairs),
+        punctuation_mismatch=any((g in PUNCTUATION_TAGS) != (t in PUNCTUATION_TAGS)
+                                 for (_, g), (_, t) in zip(gold_words, test_words)),
     )
 
 
@@ -289,6 +295,12 @@ def format_sentence(number: int, s: SentenceScore) -> str:
             f"    {s.crossing:3d}   {s.words:4d}  {s.correct_tags:4d}   {s.tagging_accuracy:6.2f}")
 
 
+def c_float(value: float, width: int = 6) -> str:
+    """C's printf("%6.2f") as glibc prints it; EVALB's undefined F-measure is 0.0/0.0, a NaN that x86 makes
+    negative, hence '-nan'."""
+    return f"{'-nan':>{width}}" if math.isnan(value) else f"{value:{width}.2f}"
+
+
 def format_summary(title: str, t: Totals) -> list[str]:
     """One summary section (`-- All --` or `-- len<=40 --`)."""
     return [
@@ -299,7 +311,7 @@ def format_summary(title: str, t: Totals) -> list[str]:
         f"Number of Valid sentence  = {t.valid:6d}",
         f"Bracketing Recall         = {t.recall:6.2f}",
         f"Bracketing Precision      = {t.precision:6.2f}",
-        f"Bracketing FMeasure       = {t.fmeasure:6.2f}",
+        f"Bracketing FMeasure       = {c_float(t.fmeasure)}",
         f"Complete match            = {t.complete_match:6.2f}",
         f"Average crossing          = {t.average_crossing:6.2f}",
         f"No crossing               = {t.no_crossing_rate:6.2f}",
@@ -337,6 +349,7 @@ def metrics(scores: list[SentenceScore], cutoff: int = CUTOFF_LEN) -> dict[str, 
         out[f"complete_match{suffix}"] = t.complete_match
         out[f"tagging_accuracy{suffix}"] = t.tagging_accuracy
     every = Totals.of(scores)
-    out.update(sentences=every.sentences, error_sentences=every.errors, skipped_sentences=every.skipped)
+    out.update(sentences=every.sentences, error_sentences=every.errors, skipped_sentences=every.skipped,
+               punctuation_mismatch_sentences=every.punctuation_mismatch)
     return out
 

@@ -14,9 +14,17 @@ from .preprocess import drop_empty_root, expand_unary_chains, flat, is_pretermin
 from .settings import PtbSettings
 from .treebank import download_sample, has_treebank, read_split
 
-PLACEHOLDER_NOTE = ("Note: the test trees carry the placeholder tag XX, so the gold POS tags were re-attached to "
-                    "their leaves before scoring (standard practice; benepar does the same): punctuation is "
-                    "found by the gold tags and the tagging accuracy above is not a measure of the parser.")
+UNKNOWN = "<unk>"  # how the word tokenizer writes an unknown id, so it can stand at a placeholder's place
+PLACEHOLDER_TAGS = frozenset({PLACEHOLDER, UNKNOWN})
+PLACEHOLDER_NOTE = ("the gold POS tags were re-attached to their leaves before scoring (standard practice; benepar "
+                    "does the same): punctuation is found by the gold tags and the tagging accuracy above is not a "
+                    "measure of the parser.")
+SETTING_REASON = "were written with the placeholder XX instead of POS tags (keep_pos_tags = false)"
+LEAVES_REASON = f"carry only the placeholder tag {PLACEHOLDER} (or {UNKNOWN}) instead of POS tags"
+PUNCTUATION_NOTE = ("Note: {count} sentence(s) whose test tags disagree with the gold tags on which words are "
+                    "punctuation were scored with punctuation deleted by the gold tags; the original EVALB, which "
+                    "deletes it by each tree's own tags, would count them as error sentences (length or words "
+                    "unmatch).")
 
 
 class PtbTask(Task):
@@ -81,13 +89,17 @@ class PtbTask(Task):
 
     def score(self, hypotheses: list[str], references: list[str], sources: list[str] | None = None) -> Report:
         """EVALB figures of postprocessed trees against gold trees, plus the repairs made since the last call."""
+        if len(hypotheses) != len(references):
+            raise UserError(f"{len(hypotheses)} outputs for {len(references)} references: score one output per "
+                            "reference (was a batch dropped or decoded twice?)")
         golds = []
         for i, ref in enumerate(references, start=1):
             try:
                 golds.append(evalb.parse_tree(ref))
             except ValueError as err:
                 raise UserError(f"reference {i}: not a bracketed tree ({err})") from None
-        report = score_trees(golds, hypotheses)
+        # the setting, not the leaves, decides: an unknown-word leaf (<unk>) must not switch re-attachment off
+        report = score_trees(golds, hypotheses, reattach=not self.settings.keep_pos_tags)
         if self.postprocessed:
             report.metrics.update(repaired=self.repaired, repairs=self.repairs)
             report.text += (f"\nRepaired outputs: {self.repaired} of {self.postprocessed} decoded sequences were not "
@@ -109,11 +121,17 @@ class PtbTask(Task):
             except ValueError as err:
                 raise UserError(f"{reference_file}:{line_no}: not a bracketed tree ({err}); "
                                 "write one gold tree per line") from None
-        return score_trees(golds, hyps)
+        return score_trees(golds, hyps, reattach=None)
 
 
-def score_trees(golds: list[Tree], test_lines: list[str]) -> Report:
-    """EVALB over gold trees and test lines; placeholder (XX) test tags are replaced by the gold tags."""
+def has_placeholder_tags(tree: Tree) -> bool:
+    """Whether every leaf of a test tree is tagged XX (or <unk>): a tag-less linearization's output."""
+    return all(node.label() in PLACEHOLDER_TAGS for node in tree.subtrees(is_preterminal))
+
+
+def score_trees(golds: list[Tree], test_lines: list[str], reattach: bool | None = None) -> Report:
+    """EVALB over gold trees and test lines, with the gold POS tags re-attached to every test tree (reattach
+    True), to none (False), or to each tree whose leaves are all placeholders (None: files of unknown origin)."""
     tests: list[Tree | str | None] = []
     for line in test_lines:
         if not line.strip():
@@ -123,26 +141,35 @@ def score_trees(golds: list[Tree], test_lines: list[str]) -> Report:
             tests.append(evalb.parse_tree(line))
         except ValueError as err:
             tests.append(str(err))
-    parsed = [t for t in tests if isinstance(t, Tree)]
-    tags = {node.label() for t in parsed for node in t.subtrees(is_preterminal)}
-    placeholder = tags == {PLACEHOLDER}
     scores = []
-    for gold, test in zip(golds, tests):
+    reattached = 0
+    for gold, test in zip(golds, tests, strict=True):
         if isinstance(test, str):
             length = sum(t != evalb.EMPTY_TAG for _, t in evalb.terminals(gold))
             scores.append(evalb.SentenceScore(length, status=evalb.ERROR, error=f"Reading sentence ({test})"))
             continue
-        if placeholder and test is not None:
+        if test is not None and (has_placeholder_tags(test) if reattach is None else reattach):
             test = evalb.reattach_gold_tags(test, gold)
+            reattached += 1
         scores.append(evalb.score_sentence(gold, test))
+    parsed = sum(isinstance(t, Tree) for t in tests)
+    return build_report(scores, reattached, parsed, SETTING_REASON if reattach else LEAVES_REASON)
+
+
+def build_report(scores: list[evalb.SentenceScore], reattached: int, parsed: int, reason: str) -> Report:
+    """The EVALB text with the error list and notes appended, and the metrics to log."""
     text = evalb.format_report(scores)
     errors = [f"{i} : {s.error}" for i, s in enumerate(scores, start=1) if s.status == evalb.ERROR]
     if errors:
         text += "\nError sentences (left out of the totals):\n" + "\n".join(errors) + "\n"
-    if placeholder:
-        text += "\n" + PLACEHOLDER_NOTE + "\n"
+    mismatched = sum(s.punctuation_mismatch for s in scores)
+    if mismatched:
+        text += "\n" + PUNCTUATION_NOTE.format(count=mismatched) + "\n"
+    if reattached:
+        text += f"\nNote: {reattached} of {parsed} test trees {reason}, so {PLACEHOLDER_NOTE}\n"
     metrics = evalb.metrics(scores)
-    metrics["gold_tags_reattached"] = float(placeholder)
+    # the share of readable test trees scored with gold tags: 1.0 for a tag-less model, 0.0 for predicted tags
+    metrics["gold_tags_reattached"] = reattached / parsed if parsed else 0.0
     return Report(metrics=metrics, primary="f1", text=text,
                   signature="EVALB COLLINS.prm (seqxduce_parsing.evalb)"
-                            + (", gold POS tags re-attached" if placeholder else ""))
+                            + (", gold POS tags re-attached" if reattached else ""))

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import zipfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nltk
@@ -67,12 +69,21 @@ def split_files(data_dir: Path, ranges: str, layout: str, key: str) -> tuple[Pat
     if layout == "auto":
         layout = detect_layout(data_dir)
     root = corpus_root(data_dir, layout)
-    ids = [fid for fid in (file_id(n, layout) for n in parse_ranges(ranges, key)) if (root / fid).is_file()]
+    candidates = [file_id(n, layout) for n in parse_ranges(ranges, key)]
+    for fid in candidates:
+        check_link(root / fid)
+    ids = [fid for fid in candidates if (root / fid).is_file()]
     if not ids:
         example = root / file_id(parse_ranges(ranges, key)[0], layout) if ranges.strip() else root
         raise UserError(f"[task] {key} = {ranges!r}: no .mrg file of that range under {root} (looked for "
                         f"{example}); check data_dir, layout ({layout}) and the range")
     return root, ids
+
+
+def check_link(path: Path) -> None:
+    """A UserError for a dangling symlink, which would otherwise be skipped like a gap in an LDC section."""
+    if path.is_symlink() and not path.exists():
+        raise UserError(f"{path}: a symlink to {os.readlink(path)}, which does not exist; fix or remove the link")
 
 
 def authorize(directory: Path) -> None:
@@ -82,36 +93,106 @@ def authorize(directory: Path) -> None:
         nltk.data.path.append(resolved)
 
 
-def check_brackets(path: Path) -> int:
-    """Count the trees of one .mrg file, or raise a UserError at the line of the first bracket problem.
+TOKEN = re.compile(r"[()]|[^\s()]+")  # nltk's bracketed-tree tokens: brackets and atoms (labels, words)
 
-    nltk's reader "recovers" from a bad tree by returning a flat parse, which would silently corrupt the
-    data; trees start with '(' in the first column, as nltk's block detection assumes.
+
+@dataclass
+class ScannedTree:
+    """One tree of a file as the checker read it: the line it starts on and its words, in order."""
+
+    line: int
+    words: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Bracket:
+    """A bracket still open while scanning: its label (None until read), where it opened, what it holds."""
+
+    line: int
+    label: str | None = None
+    words: list[str] = field(default_factory=list)
+    subtrees: int = 0
+
+
+def check_trees(path: Path) -> list[ScannedTree]:
+    """The trees of one .mrg file, or a UserError at the line of the first bracket or structure problem.
+
+    nltk's reader "recovers" from a bad tree by returning a flat parse and silently rewrites some malformed
+    ones ((PRP He she) -> (PRP He)), which would corrupt the data, so the tokens are checked here: every
+    bracket has a label (only a tree's outermost one may be unlabelled) and is either a POS bracket over
+    exactly one word or a constituent over brackets only. Trees start with '(' in the first column, as
+    nltk's block detection assumes.
     """
-    text = read_text(path)
-    depth = 0
-    trees = 0
-    start_line = 0
-    for line_no, line in enumerate(text.splitlines(), start=1):
-        if line.startswith("(") and depth > 0:
-            raise UserError(f"{path}:{start_line}: tree has {depth} unclosed bracket(s) when the next tree "
-                            f"starts at line {line_no}; add the missing ')'")
-        for column, char in enumerate(line, start=1):
-            if char == "(":
-                if depth == 0:
-                    trees += 1
-                    start_line = line_no
-                depth += 1
-            elif char == ")":
-                depth -= 1
-                if depth < 0:
+    trees: list[ScannedTree] = []
+    stack: list[_Bracket] = []
+    for line_no, line in enumerate(read_text(path).splitlines(), start=1):
+        if line.startswith("(") and stack:
+            raise UserError(f"{path}:{trees[-1].line}: tree has {len(stack)} unclosed bracket(s) when the next "
+                            f"tree starts at line {line_no}; add the missing ')'")
+        for match in TOKEN.finditer(line):
+            token, column = match.group(), match.start() + 1
+            if token == "(":
+                if not stack:
+                    trees.append(ScannedTree(line_no))
+                _open(path, line_no, stack)
+            elif token == ")":
+                if not stack:
                     raise UserError(f"{path}:{line_no}:{column}: ')' closes no open bracket; remove it")
-            elif depth == 0 and not char.isspace():
+                _close(path, stack)
+            elif not stack:
                 raise UserError(f"{path}:{line_no}:{column}: text outside a tree; every tree must be bracketed")
-    if depth > 0:
-        raise UserError(f"{path}:{start_line}: tree has {depth} unclosed bracket(s) at the end of the file; "
-                        "add the missing ')'")
+            else:
+                _atom(path, line_no, token, stack, trees[-1])
+    if stack:
+        raise UserError(f"{path}:{trees[-1].line}: tree has {len(stack)} unclosed bracket(s) at the end of the "
+                        "file; add the missing ')'")
     return trees
+
+
+def _open(path: Path, line_no: int, stack: list[_Bracket]) -> None:
+    """'(' starts a bracket inside the innermost one, which must then be a constituent."""
+    if stack:
+        parent = stack[-1]
+        if parent.label is None:
+            if len(stack) > 1:  # the outermost bracket is the treebank's unlabelled root; no other may be
+                raise UserError(f"{path}:{line_no}: a bracket without a label inside a tree; write its label "
+                                "after the '(', e.g. (NP ...)")
+            parent.label = ""
+        if parent.words:
+            raise UserError(f"{path}:{line_no}: ({parent.label} {parent.words[0]} ...) mixes a word with "
+                            "brackets; put the word in its own POS bracket, e.g. (NN word)")
+        parent.subtrees += 1
+    stack.append(_Bracket(line_no))
+
+
+def _atom(path: Path, line_no: int, token: str, stack: list[_Bracket], tree: ScannedTree) -> None:
+    """A label right after '(', otherwise a word, which must be the only child of a POS bracket."""
+    node = stack[-1]
+    if node.label is None:
+        node.label = token
+        return
+    if node.subtrees:
+        raise UserError(f"{path}:{line_no}: word {token!r} stands among the constituents of ({node.label} ...); "
+                        f"put it in a POS bracket, e.g. (NN {token}), or delete it")
+    if node.words:
+        raise UserError(f"{path}:{line_no}: ({node.label} {node.words[0]} {token} ...) has more than one word; "
+                        "give each word its own POS bracket")
+    node.words.append(token)
+    tree.words.append(token)
+
+
+def _close(path: Path, stack: list[_Bracket]) -> None:
+    """')' ends the innermost bracket, which must hold a word or a bracket."""
+    node = stack.pop()
+    if not node.words and not node.subtrees:
+        shown = "()" if node.label is None else f"({node.label})"
+        raise UserError(f"{path}:{node.line}: {shown} holds no word and no bracket; give it its word, e.g. "
+                        "(PRP he), or delete it")
+
+
+def check_brackets(path: Path) -> int:
+    """Count the trees of one .mrg file, or raise a UserError at the line of the first problem (check_trees)."""
+    return len(check_trees(path))
 
 
 def read_text(path: Path) -> str:
@@ -127,16 +208,39 @@ def read_text(path: Path) -> str:
 def read_trees(root: Path, fileids: list[str]) -> list[Tree]:
     """The trees of the given files, in order, read with nltk's bracketed corpus reader (empty root dropped)."""
     authorize(root)
-    reader = BracketParseCorpusReader(str(Path(root).resolve()), fileids, encoding="utf-8")
     trees: list[Tree] = []
     for fid in fileids:
-        expected = check_brackets(Path(root) / fid)
-        parsed = list(reader.parsed_sents(fid))
-        if len(parsed) != expected:
-            raise UserError(f"{Path(root) / fid}: nltk read {len(parsed)} trees where the brackets hold "
-                            f"{expected}; check that every tree starts with '(' in the first column")
+        path = Path(root) / fid
+        scanned = check_trees(path)
+        parsed = parse_file(path, allowed=Path(root).resolve())
+        if len(parsed) != len(scanned):
+            raise UserError(f"{path}: nltk read {len(parsed)} trees where the brackets hold {len(scanned)}; "
+                            "check that every tree starts with '(' in the first column")
+        for tree, seen in zip(parsed, scanned):
+            if tree.leaves() != seen.words:  # an nltk normalisation that check_trees did not foresee
+                raise UserError(f"{path}:{seen.line}: nltk read this tree's words as {tree.leaves()!r} instead "
+                                f"of {seen.words!r}; correct the tree's brackets")
         trees.extend(parsed)
     return trees
+
+
+def parse_file(path: Path, allowed: Path) -> list[Tree]:
+    """nltk's trees of one file, read from the folder it really is in (`allowed` is already authorized).
+
+    nltk refuses a file whose resolved path leaves the reader's root, which a data_dir of symlinks into
+    another folder does; the user chose that folder by linking to it, so it is authorized too.
+    """
+    target = Path(path).resolve()
+    if not target.is_relative_to(allowed):
+        authorize(target.parent)
+    try:
+        reader = BracketParseCorpusReader(str(target.parent), [target.name], encoding="utf-8")
+        return list(reader.parsed_sents(target.name))
+    except (PermissionError, ValueError) as err:
+        if "Security Violation" not in str(err):
+            raise
+        raise UserError(f"{path} (resolved to {target}): nltk refuses to read it ({err}); copy the file into "
+                        "data_dir instead of linking it") from None
 
 
 def read_split(data_dir: Path, ranges: str, layout: str, key: str) -> list[Tree]:
