@@ -18,8 +18,11 @@ def length_penalty(length: int, alpha: float) -> float:
 
 
 def max_lengths(request: DecodeRequest, a: float, b: int) -> torch.Tensor:
-    """Maximum output length per source: a * source length + b, counted in tokens (without eos)."""
-    src_len = (request.src != request.pad_id).sum(dim=1)
+    """Maximum output length per source: a * source length + b, counted in tokens (without eos).
+
+    The source length leaves out the eos that encoding appends, so that max_len_a = 1, max_len_b = 50 is the
+    paper's "input length + 50"."""
+    src_len = ((request.src != request.pad_id) & (request.src != request.eos_id)).sum(dim=1)
     return (src_len.float() * a + b).floor().long().clamp(min=1)
 
 

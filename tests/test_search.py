@@ -80,6 +80,11 @@ def test_length_limit_and_forced_eos():
     model = TableModel(probs.log())
     out = beam_search(model, request([2, 4]), beam=3, alpha=0.6, max_len_a=2.0, max_len_b=1)
     assert [len(o[0].tokens) for o in out] == [5, 9]
+    # the eos that encoding appends to a source does not count as input length
+    with_eos = request([3, 5])
+    with_eos.src[0, 2] = with_eos.src[1, 4] = EOS
+    out = beam_search(model, with_eos, beam=3, alpha=0.6, max_len_a=2.0, max_len_b=1)
+    assert [len(o[0].tokens) for o in out] == [5, 9]
 
 
 def test_length_penalty_and_nbest_order():
