@@ -211,3 +211,19 @@ def test_a_plugin_whose_register_hook_fails_is_skipped_with_a_warning(tmp_path):
     assert "algorithmic" in result.stdout
     strict = _seqxduce(["--strict-plugins", "plugins"], env)
     assert strict.returncode == 1 and "boom" in strict.stderr and "Traceback" not in strict.stderr
+
+
+def test_every_hook_is_documented_and_implemented_by_a_test_plugin():
+    """As datasette does: a new hook spec must come with CONTRIBUTING.md prose and a test that implements it."""
+    from pathlib import Path
+
+    from seqxduce import hookspecs
+
+    root = _root()
+    hooks = [name for name in dir(hookspecs) if name.startswith("register_")]
+    assert len(hooks) == 5
+    contributing = (root / "CONTRIBUTING.md").read_text()
+    tests = "\n".join(p.read_text() for p in Path(root / "tests").rglob("*.py"))
+    for hook in hooks:
+        assert hook in contributing, f"{hook} is not documented in CONTRIBUTING.md"
+        assert f"def {hook}(" in tests, f"no test plugin implements {hook}"
