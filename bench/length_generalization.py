@@ -141,6 +141,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--steps", type=int, help="optimizer steps per run (default: the size's)")
     parser.add_argument("--test-len", type=int, default=400, help="test source length (paper: 400)")
     parser.add_argument("--test-size", type=int, help="test examples per task (default: the size's)")
+    parser.add_argument("--lr-scale", type=float, help="factor on the inverse-sqrt schedule (default: the size's)")
     parser.add_argument("--offset-max", type=int, default=400,
                         help="training positions start at a random offset in [0, this] (0 = off)")
     parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
@@ -156,7 +157,8 @@ def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
     size = dict(SIZES[args.size])
-    size.update({k: v for k, v in (("steps", args.steps), ("test_size", args.test_size)) if v is not None})
+    chosen = (("steps", args.steps), ("test_size", args.test_size), ("lr_scale", args.lr_scale))
+    size.update({k: v for k, v in chosen if v is not None})
     print(f"size {args.size}: {json.dumps(size)}; test length {args.test_len}; offsets up to {args.offset_max}",
           flush=True)
     results = []
