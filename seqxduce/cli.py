@@ -165,7 +165,9 @@ def _write(lines: list[str], output: Path | None) -> None:
 @click.pass_context
 def evaluate(ctx: click.Context, hypotheses: Path, references: Path, recipe_or_run: Path | None,
              task_name: str | None, overrides: tuple[str, ...]) -> None:
-    """Score a hypothesis file against a reference file with the task's metric."""
+    """Score a hypothesis file against a reference file with the task's metric.
+
+    The hypotheses come first (EVALB's own order is GOLD TEST; here it is HYPOTHESES REFERENCES)."""
     _registry(ctx)
     report = engine.evaluate(hypotheses, references, recipe=recipe_or_run, task=task_name, overrides=overrides)
     click.echo(report.text or _metric_line(report.metrics))
