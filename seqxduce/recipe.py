@@ -125,11 +125,15 @@ def toml_value(value: Any) -> str:
 def parse_override(text: str) -> tuple[str, str, Any]:
     """`section.key=value` -> (section, key, value); the value is read as TOML, else taken as a string."""
     section, key, raw = split_override(text)
+    return section, key, override_value(raw)
+
+
+def override_value(raw: str) -> Any:
+    """An override's value: its text read as TOML, else the text itself."""
     try:
-        value = tomllib.loads(f"v = {raw}")["v"]
+        return tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
-        value = raw
-    return section, key, value
+        return raw
 
 
 def split_override(text: str) -> tuple[str, str, str]:
@@ -178,7 +182,8 @@ def build_recipe(
     reg = reg or registry()
     data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
     _check_sections(data, source)
-    parsed = [parse_override(text) for text in overrides]
+    pieces = [split_override(text) for text in overrides]
+    parsed = [(section, key, override_value(raw)) for section, key, raw in pieces]
     for section, key, _ in parsed:
         if section not in SECTIONS:
             raise UserError(f"--set {section}.{key}: unknown section [{section}]; sections are {', '.join(SECTIONS)}")
@@ -187,7 +192,9 @@ def build_recipe(
             _drop_plugin_keys(data, section)
     for section, key, value in parsed:
         data.setdefault(section, {})[key] = value
-    texts = _override_texts(overrides)
+    texts: dict[str, dict[str, str]] = {}  # section -> key -> the raw text of its --set (the last one wins)
+    for section, key, raw in pieces:
+        texts.setdefault(section, {})[key] = raw.strip()
     resolved = {name: _resolve_section(name, data.get(name, {}), source, reg, texts.get(name, {}))
                 for name in SECTIONS}
     return Recipe(
@@ -207,15 +214,6 @@ def _check_sections(data: dict[str, Any], source: str) -> None:
             raise UserError(f"{source}: unknown section [{name}]; sections are {', '.join(SECTIONS)}")
         if not isinstance(value, dict):
             raise UserError(f"{source}: {name} must be a table ([{name}])")
-
-
-def _override_texts(overrides: list[str] | tuple[str, ...]) -> dict[str, dict[str, str]]:
-    """section -> key -> the raw text of its --set value (a later --set of the same key wins)."""
-    texts: dict[str, dict[str, str]] = {}
-    for text in overrides:
-        section, key, raw = split_override(text)
-        texts.setdefault(section, {})[key] = raw.strip()
-    return texts
 
 
 def _where(source: str, section: str, key: str, overridden: Mapping[str, str]) -> str:

@@ -112,23 +112,23 @@ def test_missing_close_bracket_names_file_and_line_of_the_tree(tmp_path):
 def test_missing_close_bracket_in_the_last_tree_names_its_line(tmp_path):
     write(tmp_path / "wsj_0001.mrg", TWO_TREES.rstrip().removesuffix(")"))
     with pytest.raises(UserError, match=r"wsj_0001\.mrg:6: tree has 1 unclosed bracket\(s\) at the end"):
-        treebank.check_brackets(tmp_path / "wsj_0001.mrg")
+        treebank.check_trees(tmp_path / "wsj_0001.mrg")
 
 
 def test_extra_close_bracket_names_its_line_and_column(tmp_path):
     write(tmp_path / "wsj_0001.mrg", TWO_TREES.replace("(VBD left) )", "(VBD left) )))"))
     with pytest.raises(UserError, match=r"wsj_0001\.mrg:9:\d+: '\)' closes no open bracket"):
-        treebank.check_brackets(tmp_path / "wsj_0001.mrg")
+        treebank.check_trees(tmp_path / "wsj_0001.mrg")
 
 
 def test_text_between_trees_is_an_error(tmp_path):
     write(tmp_path / "wsj_0001.mrg", TWO_TREES.replace("( (S\n    (NP-SBJ (PRP", "oops\n( (S\n    (NP-SBJ (PRP"))
     with pytest.raises(UserError, match=r"wsj_0001\.mrg:6:1: text outside a tree"):
-        treebank.check_brackets(tmp_path / "wsj_0001.mrg")
+        treebank.check_trees(tmp_path / "wsj_0001.mrg")
 
 
 def test_a_well_formed_file_counts_its_trees():
-    assert treebank.check_brackets(SAMPLE / "wsj_0001.mrg") == 2
+    assert len(treebank.check_trees(SAMPLE / "wsj_0001.mrg")) == 2
 
 
 # ---------------------------------------------------------------- download
@@ -221,7 +221,7 @@ def test_malformed_trees_with_balanced_brackets_name_file_and_line(tmp_path, old
 
 def test_a_multiline_empty_bracket_is_reported_at_its_opening_line(tmp_path):
     write(tmp_path / "wsj_0001.mrg", TWO_TREES.replace("(NP-PRD (NN chairman) ))", "(NP-PRD (NN\n chairman) ))"))
-    assert treebank.check_brackets(tmp_path / "wsj_0001.mrg") == 2
+    assert len(treebank.check_trees(tmp_path / "wsj_0001.mrg")) == 2
     write(tmp_path / "wsj_0001.mrg", TWO_TREES.replace("(NP-PRD (NN chairman) ))", "(NP-PRD (NN\n ) ))"))
     with pytest.raises(UserError, match=r"wsj_0001\.mrg:4: \(NN\) holds no word"):
         treebank.check_trees(tmp_path / "wsj_0001.mrg")

@@ -190,11 +190,6 @@ def _close(path: Path, stack: list[_Bracket]) -> None:
                         "(PRP he), or delete it")
 
 
-def check_brackets(path: Path) -> int:
-    """Count the trees of one .mrg file, or raise a UserError at the line of the first problem (check_trees)."""
-    return len(check_trees(path))
-
-
 def read_text(path: Path) -> str:
     """A treebank file as text, with a UserError naming the file and line of undecodable bytes."""
     data = Path(path).read_bytes()
