@@ -228,8 +228,8 @@ class UniversalTransformer(nn.Module, Model):
 @torch.no_grad()
 def ponder_stats(encoder: Halting, decoder: Halting) -> dict[str, float]:
     """Mean and max depth steps N over the real source and target positions, together and per side."""
-    sides = {"src_": encoder.updates[encoder.real], "tgt_": decoder.updates[decoder.real], "": None}
-    sides[""] = torch.cat([sides["src_"], sides["tgt_"]])
+    source, target = encoder.updates[encoder.real], decoder.updates[decoder.real]
+    sides = {"src_": source, "tgt_": target, "": torch.cat([source, target])}
     stats = {}
     for prefix, steps in sides.items():
         empty = steps.numel() == 0
