@@ -258,3 +258,24 @@ def test_an_undefined_fmeasure_prints_as_c_evalb_does():
                                             (float("nan"), "  -nan")])
 def test_c_float(value, printed):
     assert evalb.c_float(value) == printed
+
+
+def test_lines_on_which_the_original_is_undefined_are_error_sentences():
+    gold = "(S (NP (PRP He)) (VP (VBD left)))"
+    # a word read past the end of the longest line so far: bytes the original never wrote
+    past_the_end = evaluate("(S (NP (PRP He)) (", gold)
+    assert past_the_end.undefined == [1] and past_the_end.scores[0].status == ERROR
+    # nine ')' too many: the ninth pops from below the four variables under the stack's padding
+    nine = evaluate(gold, gold + ")" * 9)
+    assert nine.undefined == [1] and counts(nine.scores[0])[:2] == (2, ERROR)
+    eight = evaluate(gold, gold + ")" * 8)  # the eighth reads the line number: still defined
+    assert eight.undefined == [] and len(eight.messages) == 8  # 7 close-bracket messages and 1 open-bracket
+
+
+def test_a_line_past_the_end_of_a_longer_one_reads_what_it_left():
+    reader = Reader()
+    reader.read(b"(S (NN a) (NN b))\n")
+    # '(' then only spaces to the end: the original reads a word in the buffer past this line's NUL
+    read = reader.read(b"(X (\n")
+    assert not read.undefined
+    assert read.errors == ["More than two elements in a bracket", "Bracketing is unbalanced (too many open bracket)"]

@@ -7,19 +7,22 @@ deleted label (TOP, -NONE-, punctuation) are dropped as they are read. Several t
 sentence. Malformed lines give EVALB's messages; a character outside a label or a word makes the original loop
 on 'Reading sentence' until it gives up, which is marked `unreadable` here.
 
-An unmatched ')' makes the original pop below its stack: it reads (and a later '(' writes) the 16 bytes of
-padding that precede the stack in memory, which keep their value from one line to the next. Reader keeps them,
-so that such lines score as they do in the original; deeper than that it corrupts its own variables
-(`undefined`).
+Two pieces of the original's memory outlive a line, and Reader keeps both, so that malformed lines score as
+they do there. Its one line buffer: a line ending in `(` or `(LABEL` and spaces makes it read a word past the
+line's end, in what the longer line read before (from either file) left there. And the 16 bytes of padding
+below its bracket stack: an unmatched ')' pops from there, and a '(' after it pushes there. Reading buffer
+bytes never written, or popping deeper than the padding, is undefined in the original (`undefined`).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 SPACE = frozenset(b" \t\n\v\f\r")  # isspace() in the C locale
 OPEN, CLOSE = ord("("), ord(")")
-TERMINATORS = SPACE | {OPEN, CLOSE}
+TOKEN = re.compile(rb"[^ \t\n\v\f\r()]*")  # a label or a word: up to whitespace or a bracket
+SPACES = re.compile(rb"[ \t\n\v\f\r]*")
 EMPTY_TAG = b"-NONE-"  # DELETE_LABEL_FOR_LENGTH
 DELETE_LABELS = frozenset({b"TOP", EMPTY_TAG, b",", b":", b"``", b"''", b"."})  # COLLINS.prm's DELETE_LABEL
 BELOW_STACK = 4  # ints of padding between evalb.c's stack_top and stack (gcc's layout on x86-64)
@@ -59,7 +62,7 @@ class ReadLine:
     brackets: list[Bracket] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # EVALB's messages, in order
     unreadable: bool = False  # the original loops on 'Reading sentence' here and stops
-    undefined: bool = False  # so many unmatched ')' that the original overwrites its own variables
+    undefined: bool = False  # the original reads memory it never wrote or writes over its variables here
     beyond_limits: list[str] = field(default_factory=list)  # which of evalb.c's fixed buffers it exceeds
 
     @property
@@ -75,7 +78,7 @@ class ReadLine:
 
 def c_string(data: bytes) -> bytes:
     """What strcpy keeps of a buffer: the bytes before the first NUL."""
-    return data.split(b"\0", 1)[0]
+    return bytes(data).split(b"\0", 1)[0]
 
 
 def file_lines(data: bytes) -> list[bytes]:
@@ -86,26 +89,52 @@ def file_lines(data: bytes) -> list[bytes]:
 
 
 class Reader:
-    """Reads lines in order, keeping the state the original carries from one line to the next."""
+    """Reads lines in order, keeping the state the original carries from one line to the next: its one line
+    buffer, which both files are read into (a label or word running past a line's end reads what an earlier,
+    longer line left there), and the padding below its bracket stack."""
 
     def __init__(self) -> None:
-        self.below = [0] * BELOW_STACK  # below[i] is stack[-1 - i]
+        self.memory = Memory(bytearray(), [0] * BELOW_STACK)
 
-    def read(self, line: bytes) -> ReadLine:
-        """Read one line (its newline included), as read_line() does."""
-        return _LineReader(line, self.below).run()
+    def read(self, line: bytes, number: int = 1, messages: int = 0) -> ReadLine:
+        """Read one line (its newline included), as read_line() does; number is its line number and messages
+        the count of messages the original has printed before (both can be read below its stack)."""
+        return _LineReader(line, self.memory, number, messages).run()
 
-    def peek(self, line: bytes) -> ReadLine:
-        """Read a line without keeping what reading it leaves behind."""
-        return _LineReader(line, list(self.below)).run()
+    def saved(self) -> Memory:
+        """A copy of the state, for restore()."""
+        return Memory(bytearray(self.memory.buffer), list(self.memory.below))
+
+    def restore(self, memory: Memory) -> None:
+        """Go back to a saved state (to read a line again, changed)."""
+        self.memory = memory
+
+
+@dataclass
+class Memory:
+    """The original's memory that outlives a line: the bytes of its line buffer written so far (what lies beyond
+    was never written: reading it is undefined), and below[i], its stack[-1 - i]."""
+
+    buffer: bytearray
+    below: list[int]
+
+
+class Undefined(Exception):
+    """The original reads memory it never wrote, or writes over its own variables."""
 
 
 class _LineReader:
     """One pass of read_line() over one line."""
 
-    def __init__(self, line: bytes, below: list[int]):
-        self.buf = line
-        self.below = below
+    def __init__(self, line: bytes, memory: Memory, number: int, messages: int):
+        buffer = memory.buffer
+        if len(buffer) <= len(line):
+            buffer.extend(bytes(len(line) + 1 - len(buffer)))
+        buffer[:len(line) + 1] = line + b"\0"  # fgets: the line and a NUL over what was there
+        self.buf = buffer
+        self.below = memory.below
+        self.number = number
+        self.messages = messages
         self.out = ReadLine()
         self.stack: list[int] = []  # stack[0 .. top-1] above the bottom
         self.top = 0
@@ -115,12 +144,20 @@ class _LineReader:
             self.out.beyond_limits.append(f"a line of more than {MAX_LINE_BYTES} bytes")
 
     def run(self) -> ReadLine:
-        buf, n, p = self.buf, len(self.buf), 0
-        while p < n and buf[p] != 0 and not (self.out.unreadable or self.out.undefined):
-            char = buf[p]
-            if char in SPACE:
-                p += 1
-            elif char == OPEN:
+        try:
+            self.read()
+        except Undefined:
+            self.out.undefined = True
+        return self.out
+
+    def read(self) -> None:
+        p = 0
+        while True:
+            p = SPACES.match(self.buf, p).end()
+            char = self.at(p)
+            if char == 0:
+                break
+            if char == OPEN:
                 p = self.open(p + 1)
             elif char == CLOSE:
                 self.close()
@@ -128,18 +165,20 @@ class _LineReader:
             else:
                 self.out.errors.append("Reading sentence")
                 self.out.unreadable = True
-        if self.top != 0 and not (self.out.unreadable or self.out.undefined):
+                return
+        if self.top != 0:
             self.out.errors.append("Bracketing is unbalanced (too many open bracket)")
-        return self.out
+
+    def at(self, p: int) -> int:
+        if p >= len(self.buf):
+            raise Undefined
+        return self.buf[p]
 
     def token_end(self, p: int) -> int:
         """Where a label or word starting at p ends (a NUL does not end it, as in the original)."""
-        while p < len(self.buf) and self.buf[p] not in TERMINATORS:
-            p += 1
-        return p
-
-    def at(self, p: int) -> int:
-        return self.buf[p] if p < len(self.buf) else 0
+        end = TOKEN.match(self.buf, p).end()
+        self.at(end)
+        return end
 
     def open(self, p: int) -> int:
         """After '(': a word `(TAG WORD)` (returns past its ')'), or a bracket (returns p after its label)."""
@@ -147,9 +186,8 @@ class _LineReader:
         label = c_string(self.buf[p:end])
         self.check_size(label, MAX_LABEL_BYTES, "label")
         if self.at(end) in SPACE:
-            q = end + 1
-            while self.at(q) in SPACE:
-                q += 1
+            q = SPACES.match(self.buf, end).end()
+            self.at(q)
             word_end = self.token_end(q)
             if self.at(word_end) == CLOSE:
                 word = c_string(self.buf[q:word_end])
@@ -175,8 +213,8 @@ class _LineReader:
 
     def push(self, bid: int) -> None:
         if self.top < -BELOW_STACK:
-            self.out.undefined = True
-        elif self.top < 0:
+            raise Undefined  # the original writes over its own stack_top
+        if self.top < 0:
             self.below[-1 - self.top] = bid
         elif self.top < len(self.stack):
             self.stack[self.top] = bid
@@ -185,20 +223,23 @@ class _LineReader:
         self.top += 1
 
     def close(self) -> None:
-        """')': pop a bracket and set its end; below an empty stack the original reads its padding."""
+        """')': pop a bracket and set its end; below an empty stack the original reads its padding, then its
+        variables stack_top, Status, Error_count and Line, which lie below that."""
         index = self.top - 1
+        if self.top < 0:  # `if(stack_top-- < 0)`: only the second ')' too many is reported
+            self.out.errors.append("Bracketing unbalance (too many close bracket)")
         if index >= 0:
             bid = self.stack[index]
         elif index >= -BELOW_STACK:
             bid = self.below[-1 - index]
         else:
-            bid = -1  # the original reads its own stack_top here, and writes outside its arrays
-        if self.top < 0:  # `if(stack_top-- < 0)`: only the second ')' too many is reported
-            self.out.errors.append("Bracketing unbalance (too many close bracket)")
-        if bid < 0:
-            self.out.undefined = True
-            return
+            below = {-5: self.top, -6: 1, -7: self.messages + len(self.out.errors) - 1, -8: self.number}
+            bid = below.get(index, MAX_BRACKETS)  # Status is 1 by then: the ')' before this one was reported
+            if bid >= MAX_BRACKETS:
+                raise Undefined  # a line number past the bracket array, or deeper: the totals and more
         self.top -= 1
+        if bid < 0:
+            return  # written before the bracket array: into memory the scoring never reads
         if bid < len(self.out.brackets):
             self.out.brackets[bid].end = self.wid
         else:
