@@ -195,11 +195,10 @@ class Evaluation:
     def note_read(self, number: int, line: ReadLine) -> None:
         """Record what reading one line of either file said."""
         self.messages += [Message(number, text) for text in line.errors]
-        known = self.beyond_limits.setdefault(number, [])
-        known += [limit for limit in line.beyond_limits if limit not in known]
-        if not known:
-            del self.beyond_limits[number]
-        if line.undefined:
+        new = [limit for limit in line.beyond_limits if limit not in self.beyond_limits.get(number, [])]
+        if new:
+            self.beyond_limits.setdefault(number, []).extend(new)
+        if line.undefined and number not in self.undefined:
             self.undefined.append(number)
 
 
@@ -273,8 +272,8 @@ def with_gold_tags(line: bytes, test: ReadLine, gold: ReadLine) -> bytes | None:
     sides); None when the numbers of words differ or the line cannot be read."""
     gold_tags = [t.tag for t in gold.terminals if t.tag != EMPTY_TAG]
     spots = [t for t in test.terminals if t.tag != EMPTY_TAG]
-    if len(spots) != len(gold_tags) or test.unreadable:
-        return None
+    if len(spots) != len(gold_tags) or test.unreadable or any(spot.tag_end > len(line) for spot in spots):
+        return None  # (a tag past the line's end was read from what an earlier line left in the buffer)
     parts, last = [], 0
     for spot, tag in zip(spots, gold_tags):
         parts += [line[last:spot.tag_start], tag]
