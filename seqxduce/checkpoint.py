@@ -1,9 +1,8 @@
-"""Checkpoints: atomic save, safe load (no arbitrary unpickling), keep-last-K, parameter averaging."""
+"""Checkpoint files: atomic save, safe load (no arbitrary unpickling), parameter averaging."""
 
 from __future__ import annotations
 
 import os
-import re
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,8 +11,6 @@ from typing import Any
 import torch
 
 from seqxduce.api import UserError
-
-STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
 
 
 def atomic_save(obj: Any, path: Path) -> None:
@@ -64,43 +61,6 @@ def load(path: Path) -> dict[str, Any]:
     return state
 
 
-def load_latest(directory: Path) -> tuple[Path, dict[str, Any]]:
-    """The newest readable step checkpoint in directory and its state; a damaged newer one (a crash while
-    the disk was full, say) is reported and passed over, so a resume never depends on it."""
-    from seqxduce.console import console
-
-    found = step_checkpoints(directory)
-    if not found:
-        raise UserError(f"{directory}: holds no step checkpoint")
-    for path in reversed(found):
-        try:
-            return path, load(path)
-        except UserError as err:
-            console.print(f"warning: skipping {err}")
-    raise UserError(f"{directory}: none of its {len(found)} checkpoints is readable; train into a new --out")
-
-
-def step_checkpoints(directory: Path) -> list[Path]:
-    """Step checkpoints in a directory, oldest first."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := STEP_FILE.match(p.name))]
-    return [p for _, p in sorted(found)]
-
-
-def step_path(directory: Path, step: int) -> Path:
-    return Path(directory) / f"step_{step:08d}.pt"
-
-
-def prune(directory: Path, keep: int) -> list[Path]:
-    """Remove all but the newest `keep` step checkpoints; returns what was removed."""
-    removed = step_checkpoints(directory)[:-keep] if keep > 0 else []
-    for p in removed:
-        p.unlink(missing_ok=True)
-    return removed
-
-
 def average(paths: Sequence[Path]) -> dict[str, Any]:
     """Average model parameters of several checkpoints (Vaswani et al. 2017, section 6.1).
 
@@ -127,3 +87,11 @@ def average(paths: Sequence[Path]) -> dict[str, Any]:
         for name, t in total.items()
     }
     return {"model": averaged, "step": last.get("step", 0), "averaged_from": [str(p) for p in paths]}
+
+
+def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], source: str | Path, fix: str) -> None:
+    """model.load_state_dict(weights); weights of another model are a UserError naming source and the fix."""
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as err:
+        raise UserError(f"{source}: does not fit the model ({str(err).splitlines()[0]}); {fix}") from None

@@ -19,9 +19,9 @@ __all__ = ["load_recipe", "load_run_recipe", "prepare", "train", "decode", "deco
 
 def load_run_recipe(run_dir: Path, overrides: Sequence[str] = ()) -> Recipe:
     """The recipe saved in a run directory, with overrides."""
-    from seqxduce.components import load_run_recipe as _load
+    from seqxduce.rundir import RunDir
 
-    return _load(Path(run_dir), tuple(overrides))
+    return RunDir(run_dir).load_recipe(overrides)
 
 
 def prepare(recipe: Recipe) -> Path:
@@ -40,7 +40,7 @@ def train(recipe: Recipe | str | Path, out: str | Path | None = None, resume: bo
     With resume, a recipe file gives way to the recipe saved in `out` (plus overrides): the run continues
     with the settings it was started with.
     """
-    from seqxduce.components import RECIPE_FILE
+    from seqxduce.rundir import RunDir
     from seqxduce.trainer import train as _train
 
     if out is None:
@@ -49,7 +49,7 @@ def train(recipe: Recipe | str | Path, out: str | Path | None = None, resume: bo
         out = Path("runs") / Path(recipe).stem
     out = Path(out)
     if not isinstance(recipe, Recipe):
-        resume_saved = resume and (out / RECIPE_FILE).is_file()
+        resume_saved = resume and RunDir(out).recipe_file.is_file()
         recipe = load_run_recipe(out, overrides) if resume_saved else load_recipe(recipe, overrides)
     return _train(recipe, out, resume=resume)
 
@@ -75,9 +75,9 @@ def decode_split(run: str | Path, split: str, overrides: Sequence[str] = (),
 
 def checkpoint_for(run: str | Path) -> Path:
     """The checkpoint decode() uses for a run directory (its average if any, else the latest) or checkpoint."""
-    from seqxduce.decoding import find_checkpoint
+    from seqxduce.rundir import locate
 
-    return find_checkpoint(Path(run))[1]
+    return locate(run)[1]
 
 
 def format_annotations(outputs: Sequence[Output]) -> list[str]:

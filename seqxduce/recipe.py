@@ -86,6 +86,13 @@ class Recipe:
             fields.update(fields_by_name(type(section.settings)))
         return fields
 
+    def relocated(self, base_dir: Path) -> Recipe:
+        """A copy whose relative paths resolve against base_dir, its data directory made absolute first (so it
+        still names the same data): the recipe a run directory saves."""
+        data_dir = str(self.path(self.task.core.data_dir))
+        task = dataclasses.replace(self.task, core=dataclasses.replace(self.task.core, data_dir=data_dir))
+        return dataclasses.replace(self, base_dir=Path(base_dir).resolve(), task=task)
+
     def path(self, value: str) -> Path:
         """A path from the recipe, relative to the recipe's directory unless absolute."""
         p = Path(value).expanduser()

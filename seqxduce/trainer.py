@@ -21,7 +21,9 @@ from seqxduce import components, distributed
 from seqxduce.api import UserError
 from seqxduce.console import MetricsLog, TrainProgress, console, format_figures
 from seqxduce.data import Pair, batches_for_step, collate, encode_pairs, steps_in_epoch, token_batches
+from seqxduce.device import autocast_context, resolve_device
 from seqxduce.recipe import Recipe
+from seqxduce.rundir import RunDir, prune
 from seqxduce.settings import TrainSettings
 
 
@@ -69,23 +71,6 @@ class TrainState:
     step_in_epoch: int = 0
 
 
-def resolve_device(name: str) -> torch.device:
-    """cpu, cuda, cuda:N or auto."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"[train] device = {name!r} but no CUDA device is visible; use device = \"cpu\"")
-    return torch.device(name)
-
-
-def autocast_context(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
-    """torch.autocast for bf16/fp16, nothing for fp32."""
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device_type=device.type, dtype=dtype)
-
-
 def set_step_seed(seed: int, rank: int, step: int) -> None:
     """Reseed per optimizer step (as fairseq does) so dropout is reproducible across resume and distinct per rank."""
     value = (seed * 1_000_003 + rank * 7_919 + step) % (2**63)
@@ -99,24 +84,27 @@ class Trainer:
     def __init__(self, recipe: Recipe, run_dir: Path, resume: bool = False):
         self.recipe = recipe
         self.settings = recipe.train
-        self.run_dir = Path(run_dir)
+        self.rundir = RunDir(run_dir)
+        self.run_dir = self.rundir.path
         self.dist = distributed.setup(recipe.train.device)
         self.device = self.dist.device or resolve_device(recipe.train.device)
         self.is_main = self.dist.rank == 0
-        self._check_run_dir(resume)
-        self.log = MetricsLog(self.run_dir / components.METRICS_FILE if self.is_main else None)
+        self._open_run_dir(resume)
+        self.log = MetricsLog(self.rundir.metrics_file if self.is_main else None)
         self.task = components.build_task(recipe)
         self.data_dir = components.data_dir(recipe)
         self._prepare_data()
         self.train_examples = self.task.examples("train", self.data_dir)
         self.valid_examples = self.task.examples("valid", self.data_dir) if "valid" in self.task.splits else []
-        self.tokenizers = self._tokenizers(resume)
+        self._train_tokenizers(resume)
+        torch.manual_seed(self.settings.seed)
+        built = self.rundir.components(recipe, self.task)
+        self.tokenizers = built.tokenizers
         vocab = self.tokenizers.vocab()
         self.pad_id, self.bos_id, self.eos_id = vocab.pad_id, vocab.bos_id, vocab.eos_id
         self.train_pairs = self._encode(self.train_examples, "train")
         self.valid_pairs = self._encode(self.valid_examples, "valid") if self.valid_examples else []
-        torch.manual_seed(self.settings.seed)
-        self.model = components.build_model(recipe, vocab).to(self.device)
+        self.model = built.model.to(self.device)
         self.d_model = getattr(self.model, "d_model", None) or getattr(recipe.model.settings, "d_model", None)
         self.wrapped = self.dist.wrap(self.model)
         self.optimizer = self._optimizer()
@@ -131,29 +119,19 @@ class Trainer:
 
     # ------------------------------------------------------------ setup
 
-    def _check_run_dir(self, resume: bool) -> None:
-        existing = ckpt.step_checkpoints(self.run_dir / components.CHECKPOINT_DIR)
-        if existing and not resume:
-            raise UserError(
-                f"{self.run_dir} already holds checkpoints (latest {existing[-1].name}); "
-                "continue it with --resume or train into another --out"
-            )
-        if resume and not existing:
-            raise UserError(f"--resume: {self.run_dir / components.CHECKPOINT_DIR} holds no checkpoint to resume from")
-        # relative paths in the recipe now resolve against the run directory the recipe is saved in
-        self.recipe.task.core.data_dir = str(components.data_dir(self.recipe))
-        self.recipe.base_dir = self.run_dir.resolve()
+    def _open_run_dir(self, resume: bool) -> None:
+        self.rundir.check_start(resume)
         if self.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             if resume:  # an average of the old last checkpoints no longer stands for the run
-                (self.run_dir / components.AVERAGE_FILE).unlink(missing_ok=True)
+                self.rundir.drop_average()
         self.dist.barrier()
 
     def _write_recipe(self) -> None:
         """Save the resolved recipe, only once the model is built (and any checkpoint loaded) with it, so that
         a run directory never holds a recipe its checkpoints do not fit."""
         if self.is_main:
-            components.atomic_write_text(self.run_dir / components.RECIPE_FILE, self.recipe.to_toml())
+            self.rundir.write_recipe(self.recipe)
         self.dist.barrier()
 
     def _prepare_data(self) -> None:
@@ -161,15 +139,14 @@ class Trainer:
             self.task.prepare(self.data_dir)
         self.dist.barrier()
 
-    def _tokenizers(self, resume: bool) -> components.Tokenizers:
+    def _train_tokenizers(self, resume: bool) -> None:
         """A resumed run keeps the tokenizers its checkpoints were trained with; a new run trains its own,
         replacing any left in the run directory by an earlier attempt (they may come from other settings)."""
         if not resume and self.is_main:
-            components.train_tokenizers(self.recipe, self.train_examples, self.run_dir)
+            self.rundir.train_tokenizers(self.recipe, self.train_examples)
         self.dist.barrier()
-        if not components.tokenizers_saved(self.recipe, self.run_dir):
+        if not self.rundir.has_tokenizers(self.recipe):
             raise UserError(f"--resume: {self.run_dir} holds no tokenizer files; train into a new --out")
-        return components.load_tokenizers(self.recipe, self.run_dir)
 
     def _encode(self, examples: list, split: str) -> list[Pair]:
         pairs, skipped = encode_pairs(examples, self.tokenizers.src, self.tokenizers.tgt,
@@ -203,21 +180,17 @@ class Trainer:
         }
 
     def save(self) -> Path:
-        path = ckpt.step_path(self.run_dir / components.CHECKPOINT_DIR, self.state.step)
+        path = self.rundir.step_path(self.state.step)
         if self.is_main:
             ckpt.atomic_save(self._state_dict(), path)
-            ckpt.prune(path.parent, max(self.settings.keep_checkpoints, self.settings.average_last, 1))
+            prune(path.parent, max(self.settings.keep_checkpoints, self.settings.average_last, 1))
         self.dist.barrier()
         return path
 
     def _resume(self) -> None:
-        latest, state = ckpt.load_latest(self.run_dir / components.CHECKPOINT_DIR)
-        try:
-            self.model.load_state_dict(state["model"])
-        except RuntimeError as err:
-            raise UserError(f"--resume: {latest} does not fit the model the recipe now builds "
-                            f"({str(err).splitlines()[0]}); resume without changing [model] or [tokenizer]"
-                            ) from None
+        latest, state = self.rundir.load_latest()
+        ckpt.load_weights(self.model, state["model"], f"--resume: {latest}",
+                          "resume without changing [model] or [tokenizer]")
         self.optimizer.load_state_dict(state["optimizer"])
         self.scaler.load_state_dict(state["scaler"])
         self.state = TrainState(int(state["step"]), int(state["epoch"]), int(state["step_in_epoch"]))
@@ -242,7 +215,7 @@ class Trainer:
             try:
                 return self._run()
             except KeyboardInterrupt:
-                saved = ckpt.step_checkpoints(self.run_dir / components.CHECKPOINT_DIR)
+                saved = self.rundir.step_checkpoints()
                 kept = f"the last checkpoint is {saved[-1]}" if saved else "no checkpoint was written"
                 raise UserError(f"interrupted during step {self.state.step + 1}; {kept}; continue with --resume"
                                 ) from None
@@ -392,9 +365,9 @@ class Trainer:
         return {f"valid_{k}": v for k, v in report.metrics.items()}
 
     def _average(self) -> None:
-        paths = ckpt.step_checkpoints(self.run_dir / components.CHECKPOINT_DIR)[-self.settings.average_last:]
-        ckpt.atomic_save(ckpt.average(paths), self.run_dir / components.AVERAGE_FILE)
-        console.print(f"averaged {len(paths)} checkpoints into {self.run_dir / components.AVERAGE_FILE}")
+        paths = self.rundir.step_checkpoints()[-self.settings.average_last:]
+        ckpt.atomic_save(ckpt.average(paths), self.rundir.average_file)
+        console.print(f"averaged {len(paths)} checkpoints into {self.rundir.average_file}")
 
 
 def reduce_stats(per_batch: list[dict[str, float]], world: distributed.World) -> dict[str, float]:

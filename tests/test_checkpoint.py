@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from seqxduce import checkpoint as ckpt
+from seqxduce import rundir
 from seqxduce.api import UserError
 
 
@@ -40,15 +41,15 @@ def test_loading_refuses_arbitrary_objects(tmp_path):
 
 def test_prune_keeps_newest(tmp_path):
     for step in (1, 2, 3, 10):
-        ckpt.atomic_save(state(float(step), step), ckpt.step_path(tmp_path, step))
-    ckpt.prune(tmp_path, 2)
-    assert [p.name for p in ckpt.step_checkpoints(tmp_path)] == ["step_00000003.pt", "step_00000010.pt"]
+        ckpt.atomic_save(state(float(step), step), rundir.step_path(tmp_path, step))
+    rundir.prune(tmp_path, 2)
+    assert [p.name for p in rundir.step_checkpoints(tmp_path)] == ["step_00000003.pt", "step_00000010.pt"]
 
 
 def test_average_is_the_mean_and_keeps_integer_buffers_of_the_last(tmp_path):
     paths = []
     for i, value in enumerate((1.0, 2.0, 6.0)):
-        paths.append(ckpt.step_path(tmp_path, i + 1))
+        paths.append(rundir.step_path(tmp_path, i + 1))
         ckpt.atomic_save(state(value, i + 1), paths[-1])
     avg = ckpt.average(paths)
     assert torch.allclose(avg["model"]["w"], torch.full((2, 2), 3.0))
