@@ -10,7 +10,7 @@ import click
 
 from seqxduce import engine
 from seqxduce.api import UserError
-from seqxduce.plugins import KINDS, Registry, registry
+from seqxduce.registry import KINDS, Registry, registry
 
 SET_HELP = "override a recipe value: section.key=value (repeatable), e.g. --set train.max_steps=100"
 

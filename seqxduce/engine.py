@@ -106,8 +106,8 @@ def format_outputs(outputs: Sequence[Output]) -> list[str]:
 def evaluate(hypotheses: str | Path, references: str | Path, recipe: str | Path | None = None,
              task: str | None = None, overrides: Sequence[str] = ()) -> Report:
     """Score a file of outputs against a file of references with a task's metric."""
-    from seqxduce.plugins import registry
     from seqxduce.recipe import make_settings
+    from seqxduce.registry import registry
 
     if (recipe is None) == (task is None):
         raise UserError("evaluate: name the task with exactly one of --recipe (file or run directory) and --task")

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from seqxduce.api import UserError
-from seqxduce.plugins import Component, Registry, registry
+from seqxduce.registry import Component, Registry, registry
 from seqxduce.settings import DecodeCore, ModelCore, TaskCore, TokenizerCore, TrainSettings
 
 if sys.version_info >= (3, 11):

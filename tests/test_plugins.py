@@ -11,7 +11,7 @@ import pytest
 
 from seqxduce import hookimpl, setting
 from seqxduce.api import UserError
-from seqxduce.plugins import PluginLoadWarning, Registry, load_entry_points, new_manager
+from seqxduce.registry import PluginLoadWarning, Registry, load_entry_points, new_manager
 from tests.conftest import plugins_registered
 
 BUILT_IN = {
