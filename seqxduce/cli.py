@@ -10,7 +10,7 @@ import click
 
 from seqxduce import engine
 from seqxduce.api import UserError
-from seqxduce.registry import KINDS, Registry, registry
+from seqxduce.registry import KINDS, PluginLoadError, Registry, registry
 
 SET_HELP = "override a recipe value: section.key=value (repeatable), e.g. --set train.max_steps=100"
 
@@ -218,7 +218,13 @@ def main() -> None:
             raise
         click.echo(f"Error: {err}", err=True)
         sys.exit(1)
-    except Exception as err:  # only in strict mode does a plugin's own error get here
+    except PluginLoadError as err:  # only in strict mode does a plugin's own error get here
+        if debug:
+            raise
+        click.echo(f"Error: {err}; fix or uninstall it, run without --strict-plugins to skip it, "
+                   "or add --debug for the traceback", err=True)
+        sys.exit(1)
+    except Exception as err:  # e.g. a plugin's register_commands failing
         if debug:
             raise
         click.echo(f"Error: a plugin failed to load ({type(err).__name__}: {err}); fix or uninstall it, "
