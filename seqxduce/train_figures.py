@@ -53,6 +53,8 @@ class Window:
                 self.sums[k] = self.sums.get(k, 0.0) + v
 
     def summary(self, lr: float) -> dict[str, float]:
+        if not self.steps:  # every update of the window was skipped: there is no loss to report
+            return {"lr": lr, "skipped_updates": self.skipped}
         tokens = max(self.sums.get("tokens", 0.0), 1.0)
         nll = self.sums.get("nll", 0.0) / tokens
         out = {"loss": self.sums.get("loss", 0.0) / tokens, "ppl": math.exp(min(nll, 100.0)), "lr": lr,

@@ -308,7 +308,6 @@ class Trainer:
                 self.state.step += 1
                 self.state.step_in_epoch += 1
                 window.add(figures)
-                self._count_nonfinite(figures)
                 step = self.state.step
                 if step % s.log_every == 0 or step == s.max_steps:
                     summary = window.summary(self.optimizer.param_groups[0]["lr"])
@@ -318,6 +317,7 @@ class Trainer:
                     window = Window()
                 else:
                     progress.update(step)
+                self._count_nonfinite(figures)
                 signum = self._stop_now()
                 if signum:
                     raise self._interrupted(signum)
