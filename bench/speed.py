@@ -19,9 +19,10 @@ import torch
 
 from seqxduce.api import DecodeRequest
 from seqxduce.data import encode_source, pad_sources, token_batches
+from seqxduce.device import autocast_context
 from seqxduce.recipe import load_recipe
 from seqxduce.search import beam_search, greedy_search
-from seqxduce.trainer import Trainer, autocast_context
+from seqxduce.trainer import Trainer
 
 
 class NoCache:

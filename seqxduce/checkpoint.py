@@ -1,10 +1,10 @@
-"""Checkpoints: atomic save, safe load (no arbitrary unpickling), keep-last-K, parameter averaging."""
+"""Checkpoint files: atomic save, safe load (no arbitrary unpickling), parameter averaging."""
 
 from __future__ import annotations
 
 import os
-import re
-import tempfile
+import pickle
+import secrets
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -13,22 +13,49 @@ import torch
 
 from seqxduce.api import UserError
 
-STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
+
+class _Recorder:
+    """The file object torch.save writes to, keeping the OSError of a failed write: torch reports it as a
+    RuntimeError that does not say the disk was full."""
+
+    def __init__(self, handle: Any):
+        self.handle, self.error = handle, None
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self.handle.write(data)
+        except OSError as err:
+            self.error = err
+            raise
+
+    def flush(self) -> None:
+        self.handle.flush()
 
 
 def atomic_save(obj: Any, path: Path) -> None:
-    """torch.save to a temporary file beside path, fsync, then rename: a crash never leaves half a file."""
+    """torch.save to a temporary file beside path, fsync, then rename: a crash never leaves half a file.
+
+    The file gets the mode of any new file (0666 less the umask). A failed write (a full disk, a file size
+    limit) is a UserError naming the cause; the temporary file is removed and an earlier file at path is kept.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    recorder = None
     try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with os.fdopen(fd, "wb") as handle:
-            torch.save(obj, handle)
+            recorder = _Recorder(handle)
+            torch.save(obj, recorder)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as err:
+        tmp.unlink(missing_ok=True)
+        cause = recorder.error if recorder is not None and recorder.error is not None else err
+        if isinstance(cause, OSError):
+            raise UserError(f"{path}: not written ({cause.strerror or cause}); "
+                            "any earlier file of that name is unchanged") from None
         raise
     _fsync_directory(path.parent)
 
@@ -47,83 +74,118 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def load(path: Path) -> dict[str, Any]:
-    """Load a checkpoint with weights_only=True; a damaged file is a UserError naming it."""
+ZIP_MAGIC = b"PK\x03\x04"  # torch.save writes a zip archive
+
+
+def load(path: Path, mmap: bool = False) -> dict[str, Any]:
+    """Load a checkpoint with weights_only=True (no arbitrary objects are unpickled); a file that is not a
+    checkpoint, a truncated one or one without model weights is a UserError naming the cause. With mmap the
+    tensors are mapped, not read: a cheap look at what a checkpoint holds."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise UserError(f"{path}: no such checkpoint")
+    if not path.is_file():
+        raise UserError(f"{path}: not a file; name a checkpoint file")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises several types for truncated or foreign files
-        raise UserError(
-            f"{path}: not a readable checkpoint ({type(err).__name__}: {str(err).splitlines()[0][:120]}); "
-            f"it may be truncated: use an earlier one from {path.parent}"
-        ) from None
-    if not isinstance(state, dict) or "model" not in state:
+        with path.open("rb") as handle:
+            head = handle.read(len(ZIP_MAGIC))
+    except OSError as err:
+        raise UserError(f"{path}: cannot be read ({err.strerror or err})") from None
+    size = path.stat().st_size
+    if size == 0:
+        raise UserError(f"{path}: empty (0 bytes): its save was cut off; use an earlier checkpoint from {path.parent}")
+    if head != ZIP_MAGIC:
+        raise UserError(f"{path}: not a checkpoint (not a file torch.save wrote)")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError:
+        raise UserError(f"{path}: not a seqxduce checkpoint: it holds objects other than tensors and plain "
+                        "values, which are not loaded because unpickling them could run code") from None
+    except Exception:  # torch raises several types for a damaged archive
+        raise UserError(f"{path}: truncated or damaged ({size} bytes; a save cut off by a full disk or a kill?); "
+                        f"use an earlier checkpoint from {path.parent}") from None
+    if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
         raise UserError(f"{path}: not a seqxduce checkpoint (no 'model' entry)")
     return state
 
 
-def load_latest(directory: Path) -> tuple[Path, dict[str, Any]]:
-    """The newest readable step checkpoint in directory and its state; a damaged newer one (a crash while
-    the disk was full, say) is reported and passed over, so a resume never depends on it."""
-    from seqxduce.console import console
-
-    found = step_checkpoints(directory)
-    if not found:
-        raise UserError(f"{directory}: holds no step checkpoint")
-    for path in reversed(found):
-        try:
-            return path, load(path)
-        except UserError as err:
-            console.print(f"warning: skipping {err}")
-    raise UserError(f"{directory}: none of its {len(found)} checkpoints is readable; train into a new --out")
-
-
-def step_checkpoints(directory: Path) -> list[Path]:
-    """Step checkpoints in a directory, oldest first."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := STEP_FILE.match(p.name))]
-    return [p for _, p in sorted(found)]
+def load_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor], source: str | Path, fix: str) -> None:
+    """model.load_state_dict(weights); weights of a model of another shape are a UserError naming the first
+    tensor that differs, with both shapes, then the fix."""
+    expected = model.state_dict()
+    problem = ""
+    for name, tensor in expected.items():
+        if name not in weights:
+            problem = f"it has no tensor {name} (shape {_shape(tensor)} in the model)"
+        elif tuple(weights[name].shape) != tuple(tensor.shape):
+            problem = f"{name} is {_shape(weights[name])} in it but {_shape(tensor)} in the model"
+        if problem:
+            break
+    else:
+        extra = [name for name in weights if name not in expected]
+        if extra:
+            problem = f"it has a tensor {extra[0]} (shape {_shape(weights[extra[0]])}) that the model has not"
+    if problem:
+        raise UserError(f"{source}: does not fit the model, it comes from a model of another shape: {problem}; {fix}")
+    model.load_state_dict(weights)
 
 
-def step_path(directory: Path, step: int) -> Path:
-    return Path(directory) / f"step_{step:08d}.pt"
+def _shape(tensor: torch.Tensor) -> str:
+    return "(" + ", ".join(str(n) for n in tensor.shape) + ")"
 
 
-def prune(directory: Path, keep: int) -> list[Path]:
-    """Remove all but the newest `keep` step checkpoints; returns what was removed."""
-    removed = step_checkpoints(directory)[:-keep] if keep > 0 else []
-    for p in removed:
-        p.unlink(missing_ok=True)
-    return removed
+def nonfinite_tensor(weights: dict[str, torch.Tensor]) -> str | None:
+    """The name of the first floating-point tensor holding a NaN or an infinity, if any."""
+    for name, tensor in weights.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            return name
+    return None
+
+
+def check_same_shapes(paths: Sequence[Path]) -> None:
+    """Checkpoints whose model tensors differ in name or shape (from different models) as one UserError naming
+    the first difference; only the archives' tables are read, not the tensors."""
+    first = load(paths[0], mmap=True)["model"]
+    for path in paths[1:]:
+        model = load(path, mmap=True)["model"]
+        for name in list(first) + [n for n in model if n not in first]:
+            if name not in model or name not in first:
+                owner, other = (paths[0], path) if name in first else (path, paths[0])
+                raise UserError(f"{other}: has no tensor {name}, which {owner} has; average checkpoints of one "
+                                "model only")
+            if tuple(model[name].shape) != tuple(first[name].shape):
+                raise UserError(f"{path}: {name} is {_shape(model[name])} in it but {_shape(first[name])} in "
+                                f"{paths[0]}; average checkpoints of one model only")
 
 
 def average(paths: Sequence[Path]) -> dict[str, Any]:
     """Average model parameters of several checkpoints (Vaswani et al. 2017, section 6.1).
 
     Floating-point tensors are averaged in float64 and cast back; integer buffers are taken from the last
-    checkpoint. The result keeps the last checkpoint's step and carries no optimizer state.
+    checkpoint. The result keeps the last checkpoint's step, carries no optimizer state, and records what it
+    averages (files, steps, and the run they come from when they share one) so that decoding can tell a
+    stale average from a current one.
     """
     if not paths:
         raise UserError("average: name at least one checkpoint")
+    check_same_shapes(paths)
     total: dict[str, torch.Tensor] = {}
     last: dict[str, Any] = {}
+    steps: list[int] = []
+    run_ids: set[Any] = set()
     for path in paths:
         state = load(path)
-        model = state["model"]
-        if total and set(model) != set(total):
-            raise UserError(f"{path}: its parameters differ from {paths[0]}'s; average checkpoints of one run only")
-        for name, tensor in model.items():
+        for name, tensor in state["model"].items():
             if tensor.is_floating_point():
                 total[name] = total.get(name, 0) + tensor.double()
             else:
                 total[name] = tensor
+        steps.append(int(state.get("step", 0)))
+        run_ids.add(state.get("run_id"))
         last = state
     averaged = {
         name: (t / len(paths)).to(last["model"][name].dtype) if t.is_floating_point() else t
         for name, t in total.items()
     }
-    return {"model": averaged, "step": last.get("step", 0), "averaged_from": [str(p) for p in paths]}
+    return {"model": averaged, "step": last.get("step", 0), "averaged_from": [str(p) for p in paths],
+            "averaged_steps": steps, "run_id": run_ids.pop() if len(run_ids) == 1 else None}

@@ -9,8 +9,9 @@ from pathlib import Path
 import click
 
 from seqxduce import engine
-from seqxduce.api import Report, UserError
-from seqxduce.plugins import KINDS, Registry, registry
+from seqxduce.api import Report, TrainingStopped, UserError
+from seqxduce.files import atomic_write_text
+from seqxduce.registry import KINDS, PluginLoadError, Registry, registry
 
 SET_HELP = "override a recipe value: section.key=value (repeatable), e.g. --set train.max_steps=100"
 ALLOW_ERRORS_HELP = ("exit 0 even when the metric could not score some outputs (e.g. a parse that is not a tree); "
@@ -24,6 +25,9 @@ class Group(click.Group):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
+        except TrainingStopped as err:  # asked for (Ctrl-C, SIGTERM): not an error, but not a success either
+            click.echo(str(err), err=True)
+            ctx.exit(err.exit_code)
         except UserError as err:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
@@ -97,11 +101,16 @@ def prepare(ctx: click.Context, recipe_file: Path, overrides: tuple[str, ...]) -
 @click.option("--out", type=click.Path(path_type=Path), help="run directory (default: runs/<recipe name>)")
 @click.option("--set", "overrides", multiple=True, help=SET_HELP)
 @click.option("--resume", is_flag=True, help="continue from the run directory's latest checkpoint")
+@click.option("--overwrite", is_flag=True, help="replace the run already in the run directory (its recipe, "
+              "tokenizers, checkpoints, average and metrics are removed first)")
 @click.pass_context
-def train(ctx: click.Context, recipe_file: Path, out: Path | None, overrides: tuple[str, ...], resume: bool) -> None:
-    """Train a model from a recipe into a run directory. Run under torchrun for several processes."""
+def train(ctx: click.Context, recipe_file: Path, out: Path | None, overrides: tuple[str, ...], resume: bool,
+          overwrite: bool) -> None:
+    """Train a model from a recipe into a run directory. Run under torchrun for several processes.
+
+    Ctrl-C or SIGTERM finishes the current step, saves it and exits (130 or 143); --resume continues."""
     _registry(ctx)
-    result = engine.train(recipe_file, out=out, resume=resume, overrides=overrides)
+    result = engine.train(recipe_file, out=out, resume=resume, overrides=overrides, overwrite=overwrite)
     figures = " ".join(f"{k}={v}" if isinstance(v, str) else f"{k}={v:.4g}" for k, v in result.metrics.items())
     click.echo(f"trained to step {result.step} in {result.run_dir} {figures}".rstrip())
 
@@ -128,8 +137,13 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
     _registry(ctx)
     if (input_file is None) == (split is None):
         raise UserError("decode: give exactly one of --input FILE (or -) and --split NAME")
+    for option, path in (("--output", output), ("--annotations", annotations)):
+        if path is not None:  # before any work: a decode must not be lost for want of a place to write it
+            engine.check_writable(path, f"{option} {path}")
     annotate = annotations is not None
-    click.echo(f"decoding with {engine.checkpoint_for(run)}", err=True)
+    checkpoint = engine.checkpoint_for(run)
+    click.echo(f"decoding with {checkpoint}", err=True)
+    run = checkpoint  # the one named: a damaged newest checkpoint is passed over once, not twice
     if split is not None:
         outputs, report = engine.decode_split(run, split, overrides=overrides, annotate=annotate)
         for o in outputs[:examples]:
@@ -172,7 +186,7 @@ def _write(lines: list[str], output: Path | None) -> None:
     if output is None:
         click.echo(text, nl=False)
     else:
-        output.write_text(text, encoding="utf-8")
+        atomic_write_text(output, text)
 
 
 @cli.command()
@@ -243,7 +257,13 @@ def main() -> None:
             raise
         click.echo(f"Error: {err}", err=True)
         sys.exit(1)
-    except Exception as err:  # only in strict mode does a plugin's own error get here
+    except PluginLoadError as err:  # only in strict mode does a plugin's own error get here
+        if debug:
+            raise
+        click.echo(f"Error: {err}; fix or uninstall it, run without --strict-plugins to skip it, "
+                   "or add --debug for the traceback", err=True)
+        sys.exit(1)
+    except Exception as err:  # e.g. a plugin's register_commands failing
         if debug:
             raise
         click.echo(f"Error: a plugin failed to load ({type(err).__name__}: {err}); fix or uninstall it, "

@@ -1,20 +1,13 @@
-"""Build a recipe's task, tokenizers, model and decoder, and save/load what a run directory holds."""
+"""Build a recipe's task, tokenizers, model and decoder; training and decoding assemble them the same way."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from seqxduce.api import Decoder, Example, Task, Tokenizer, UserError, VocabInfo
-from seqxduce.recipe import Recipe, load_recipe
-
-RECIPE_FILE = "recipe.toml"
-CHECKPOINT_DIR = "checkpoints"
-AVERAGE_FILE = "average.pt"
-METRICS_FILE = "metrics.jsonl"
+from seqxduce.recipe import Recipe
 
 
 def build_task(recipe: Recipe) -> Task:
@@ -23,6 +16,7 @@ def build_task(recipe: Recipe) -> Task:
 
 
 def data_dir(recipe: Recipe) -> Path:
+    """Where the recipe's task data lives (relative paths resolve against the recipe's directory)."""
     return recipe.path(recipe.task.core.data_dir)
 
 
@@ -48,82 +42,26 @@ class Tokenizers:
         )
 
 
-def _new_tokenizer(recipe: Recipe) -> Tokenizer:
+def new_tokenizer(recipe: Recipe) -> Tokenizer:
+    """An untrained tokenizer of the recipe's tokenizer plugin."""
     return recipe.tokenizer.component.factory(recipe.tokenizer.settings)
 
 
-def _prefixes(shared: bool) -> tuple[str, str]:
-    return ("tokenizer", "tokenizer") if shared else ("src_tokenizer", "tgt_tokenizer")
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write a text file through a temporary file and a rename, so a crash never leaves half of it."""
-    path = Path(path)
-    part = path.with_name(f".{path.name}.part")
-    part.write_text(text, encoding="utf-8")
-    os.replace(part, path)
-
-
-def train_tokenizers(recipe: Recipe, examples: list[Example], run_dir: Path) -> Tokenizers:
-    """Train the tokenizer(s) on training text and save them in the run directory.
-
-    The tokenizer plugin saves into a staging folder whose files are then renamed into the run directory,
-    so an interrupted save never leaves a half-written tokenizer that a later run would load; files of an
-    earlier tokenizer with the same prefix are removed first.
-    """
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".tokenizer-work-", dir=run_dir) as work:
-        staging = Path(work) / "saved"
-        staging.mkdir()
-        tokenizers = _train_tokenizers(recipe, examples, staging, Path(work))
-        for prefix in set(_prefixes(tokenizers.shared)):
-            for old in run_dir.glob(f"{prefix}*"):
-                old.unlink()
-        for saved in staging.iterdir():
-            os.replace(saved, run_dir / saved.name)
-        return tokenizers
-
-
-def _train_tokenizers(recipe: Recipe, examples: list[Example], save_dir: Path, work: Path) -> Tokenizers:
-    shared = recipe.tokenizer.core.shared
-    src_prefix, tgt_prefix = _prefixes(shared)
-    src = _new_tokenizer(recipe)
-    if shared:
+def train_tokenizers(recipe: Recipe, examples: list[Example], work: Path) -> Tokenizers:
+    """Train the recipe's tokenizer(s) on training text (one on both sides when the vocabulary is shared)."""
+    src = new_tokenizer(recipe)
+    if recipe.tokenizer.core.shared:
         src.train([t for ex in examples for t in (ex.source, ex.target)], work)
-        src.save(save_dir, src_prefix)
-        _check_specials(src, recipe)
-        return Tokenizers(src, src)
-    tgt = _new_tokenizer(recipe)
-    src.train([ex.source for ex in examples], work)
-    tgt.train([ex.target for ex in examples], work)
-    src.save(save_dir, src_prefix)
-    tgt.save(save_dir, tgt_prefix)
-    for tok in (src, tgt):
-        _check_specials(tok, recipe)
-    return Tokenizers(src, tgt)
-
-
-def _check_specials(tok: Tokenizer, recipe: Recipe) -> None:
-    if len({tok.pad_id, tok.bos_id, tok.eos_id}) != 3:
-        raise UserError(f"tokenizer {recipe.tokenizer.component.name!r} must give pad, bos and eos distinct ids")
-
-
-def load_tokenizers(recipe: Recipe, run_dir: Path) -> Tokenizers:
-    """Load the tokenizer(s) saved in a run directory."""
-    shared = recipe.tokenizer.core.shared
-    src_prefix, tgt_prefix = _prefixes(shared)
-    src = _new_tokenizer(recipe)
-    src.load(run_dir, src_prefix)
-    if shared:
-        return Tokenizers(src, src)
-    tgt = _new_tokenizer(recipe)
-    tgt.load(run_dir, tgt_prefix)
-    return Tokenizers(src, tgt)
-
-
-def tokenizers_saved(recipe: Recipe, run_dir: Path) -> bool:
-    prefix = _prefixes(recipe.tokenizer.core.shared)[1]
-    return any(p.name.startswith(prefix) and p.is_file() for p in run_dir.iterdir()) if run_dir.is_dir() else False
+        tokenizers = Tokenizers(src, src)
+    else:
+        tgt = new_tokenizer(recipe)
+        src.train([ex.source for ex in examples], work)
+        tgt.train([ex.target for ex in examples], work)
+        tokenizers = Tokenizers(src, tgt)
+    for tok in {id(t): t for t in (tokenizers.src, tokenizers.tgt)}.values():
+        if len({tok.pad_id, tok.bos_id, tok.eos_id}) != 3:
+            raise UserError(f"tokenizer {recipe.tokenizer.component.name!r} must give pad, bos and eos distinct ids")
+    return tokenizers
 
 
 def build_model(recipe: Recipe, vocab: VocabInfo) -> Any:
@@ -136,10 +74,16 @@ def build_decoder(recipe: Recipe, tokenizers: Tokenizers) -> Decoder:
     return recipe.decode.component.factory(recipe.decode.settings, tokenizers.tgt)
 
 
-def load_run_recipe(run_dir: Path, overrides: list[str] | tuple[str, ...] = ()) -> Recipe:
-    """The resolved recipe saved in a run directory, with command-line overrides applied."""
-    path = Path(run_dir) / RECIPE_FILE
-    if not path.is_file():
-        raise UserError(f"{run_dir}: not a run directory (no {RECIPE_FILE}); give the --out of `seqxduce train`")
-    recipe = load_recipe(path, overrides)
-    return recipe
+@dataclass
+class Components:
+    """What a recipe builds for training and decoding alike: the task, its tokenizers and a (fresh) model."""
+
+    task: Task
+    tokenizers: Tokenizers
+    model: Any
+
+
+def assemble(recipe: Recipe, tokenizers: Tokenizers, task: Task | None = None) -> Components:
+    """The recipe's task (unless given), and its model built for these tokenizers' vocabularies."""
+    task = build_task(recipe) if task is None else task
+    return Components(task, tokenizers, build_model(recipe, tokenizers.vocab()))

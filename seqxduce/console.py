@@ -12,6 +12,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from seqxduce.api import UserError
+
 # Progress and messages go to stderr so that decode output on stdout stays clean.
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -26,8 +28,12 @@ class MetricsLog:
         if self.path is None:
             return
         record = {"kind": kind, "time": round(time.time(), 3), **{k: _plain(v) for k, v in figures.items()}}
-        with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record) + "\n")
+        try:
+            with self.path.open("a", encoding="utf-8") as handle:
+                handle.write(json.dumps(record) + "\n")
+        except OSError as err:
+            raise UserError(f"{self.path}: cannot append the metrics ({err.strerror or err}); free disk space "
+                            "and continue with --resume") from None
 
 
 def _plain(value: Any) -> Any:

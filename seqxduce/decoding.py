@@ -10,9 +10,10 @@ from typing import Any
 import torch
 
 from seqxduce import checkpoint as ckpt
-from seqxduce import components
+from seqxduce import components, rundir
 from seqxduce.api import Decoder, DecodeRequest, Example, Hypothesis, Model, Report, Task, UserError
 from seqxduce.data import encode_source, pad_sources
+from seqxduce.device import autocast_context, resolve_device
 from seqxduce.recipe import Recipe, Section
 from seqxduce.search import greedy_search
 
@@ -48,8 +49,6 @@ def decode_examples(model: Any, tokenizers: components.Tokenizers, task: Task,
                     decoder: Decoder | None, device: torch.device, precision: str = "fp32",
                     decode_settings: Section | None = None, batch_size: int = 64) -> list[Output]:
     """Decode sources (Examples or plain source strings) in input order; decoder None means greedy."""
-    from seqxduce.trainer import autocast_context
-
     sources = [ex.source if isinstance(ex, Example) else ex for ex in examples]
     if decoder is None:
         decoder = validation_decoder(decode_settings) if decode_settings else GreedyDecoder(1.5, 10)
@@ -93,45 +92,17 @@ class LoadedRun:
     device: torch.device
 
 
-def find_checkpoint(path: Path) -> tuple[Path, Path]:
-    """(run directory, checkpoint file) for a run directory or a checkpoint inside one.
-
-    In a run directory the averaged checkpoint wins when there is one, else the latest step.
-    """
-    path = Path(path)
-    if path.is_file():
-        run_dir = path.parent.parent if path.parent.name == components.CHECKPOINT_DIR else path.parent
-        return run_dir, path
-    if not path.is_dir():
-        raise UserError(f"{path}: no such run directory or checkpoint")
-    average = path / components.AVERAGE_FILE
-    if average.is_file():
-        return path, average
-    steps = ckpt.step_checkpoints(path / components.CHECKPOINT_DIR)
-    if not steps:
-        raise UserError(f"{path}: no checkpoint in {path / components.CHECKPOINT_DIR}; train first")
-    return path, steps[-1]
-
-
 def load_run(path: Path, overrides: Sequence[str] = ()) -> LoadedRun:
     """Load recipe, tokenizers, model weights and decoder from a run directory or checkpoint."""
-    from seqxduce.trainer import resolve_device
-
-    run_dir, checkpoint = find_checkpoint(path)
-    recipe = components.load_run_recipe(run_dir, tuple(overrides))
-    tokenizers = components.load_tokenizers(recipe, run_dir)
+    run, checkpoint = rundir.locate(path)
+    recipe = run.load_recipe(overrides)
     device = resolve_device(recipe.train.device)
-    model = components.build_model(recipe, tokenizers.vocab())
-    state = ckpt.load(checkpoint)
-    try:
-        model.load_state_dict(state["model"])
-    except RuntimeError as err:
-        raise UserError(f"{checkpoint}: does not fit the model in {run_dir / components.RECIPE_FILE} "
-                        f"({str(err).splitlines()[0]}); decode with the recipe it was trained with") from None
-    model.to(device).eval()
-    task = components.build_task(recipe)
-    decoder = components.build_decoder(recipe, tokenizers)
-    return LoadedRun(recipe, run_dir, checkpoint, task, tokenizers, model, decoder, device)
+    built = run.components(recipe)
+    ckpt.load_weights(built.model, ckpt.load(checkpoint)["model"], checkpoint,
+                      f"decode with the recipe it was trained with ({run.recipe_file})")
+    built.model.to(device).eval()
+    decoder = components.build_decoder(recipe, built.tokenizers)
+    return LoadedRun(recipe, run.path, checkpoint, built.task, built.tokenizers, built.model, decoder, device)
 
 
 def decode_lines(run: LoadedRun, sources: Sequence[str], annotate: bool = False) -> list[Output]:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
+import re
 from dataclasses import dataclass
 
 import torch
@@ -58,8 +60,9 @@ class World:
             dist.destroy_process_group()
 
 
-def setup(device_setting: str) -> World:
-    """Join the process group torchrun describes in the environment (RANK, WORLD_SIZE, LOCAL_RANK)."""
+def setup(device_setting: str, timeout: float = 600.0) -> World:
+    """Join the process group torchrun describes in the environment (RANK, WORLD_SIZE, LOCAL_RANK); a
+    collective operation that waits longer than timeout seconds for another process fails instead of hanging."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size == 1:
         return World()
@@ -77,5 +80,19 @@ def setup(device_setting: str) -> World:
         backend = "gloo"
     owns = not dist.is_initialized()
     if owns:
-        dist.init_process_group(backend=backend)
+        dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout))
     return World(rank=rank, world_size=world_size, device=device, owns_group=owns)
+
+
+def is_collective_failure(err: BaseException) -> bool:
+    """Whether an exception comes from the communication backend (another process died or stopped answering)
+    rather than from the model: gloo and NCCL raise plain RuntimeErrors that name themselves."""
+    if isinstance(err, getattr(dist, "DistError", ())):
+        return True
+    return isinstance(err, RuntimeError) and bool(re.search(r"gloo|NCCL|ProcessGroup|c10d", str(err)))
+
+
+def failure_text(err: BaseException) -> str:
+    """The backend's own words, without its source location and advice: 'Connection reset by peer'."""
+    text = re.sub(r"^\[[^\]]*\]\s*", "", str(err).strip().splitlines()[0] if str(err).strip() else repr(err))
+    return text.split(". ")[0].rstrip(".")

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from seqxduce.api import Report, UserError, read_lines
+from seqxduce.files import check_writable
 from seqxduce.recipe import Recipe, load_recipe
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -14,14 +15,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from seqxduce.trainer import TrainResult
 
 __all__ = ["load_recipe", "load_run_recipe", "prepare", "train", "decode", "decode_split", "evaluate", "average",
-           "format_outputs", "format_annotations", "checkpoint_for", "read_lines"]
+           "format_outputs", "format_annotations", "checkpoint_for", "read_lines", "check_writable"]
 
 
 def load_run_recipe(run_dir: Path, overrides: Sequence[str] = ()) -> Recipe:
     """The recipe saved in a run directory, with overrides."""
-    from seqxduce.components import load_run_recipe as _load
+    from seqxduce.rundir import RunDir
 
-    return _load(Path(run_dir), tuple(overrides))
+    return RunDir(run_dir).load_recipe(overrides)
 
 
 def prepare(recipe: Recipe) -> Path:
@@ -34,13 +35,14 @@ def prepare(recipe: Recipe) -> Path:
 
 
 def train(recipe: Recipe | str | Path, out: str | Path | None = None, resume: bool = False,
-          overrides: Sequence[str] = ()) -> TrainResult:
+          overrides: Sequence[str] = (), overwrite: bool = False) -> TrainResult:
     """Train a recipe (a Recipe or a recipe file) into run directory `out` (default runs/<recipe name>).
 
     With resume, a recipe file gives way to the recipe saved in `out` (plus overrides): the run continues
-    with the settings it was started with.
+    with the settings it was started with. A directory holding another run's files is refused unless resume,
+    or overwrite (which removes that run's files first).
     """
-    from seqxduce.components import RECIPE_FILE
+    from seqxduce.rundir import RunDir
     from seqxduce.trainer import train as _train
 
     if out is None:
@@ -48,10 +50,11 @@ def train(recipe: Recipe | str | Path, out: str | Path | None = None, resume: bo
             raise UserError("train: name the run directory (out) for a recipe given as an object")
         out = Path("runs") / Path(recipe).stem
     out = Path(out)
+    RunDir(out).check_start(resume, overwrite)  # before the recipe's plugins build anything
     if not isinstance(recipe, Recipe):
-        resume_saved = resume and (out / RECIPE_FILE).is_file()
+        resume_saved = resume and RunDir(out).recipe_file.is_file()
         recipe = load_run_recipe(out, overrides) if resume_saved else load_recipe(recipe, overrides)
-    return _train(recipe, out, resume=resume)
+    return _train(recipe, out, resume=resume, overwrite=overwrite)
 
 
 def decode(run: str | Path, sources: Sequence[str], overrides: Sequence[str] = (),
@@ -74,10 +77,11 @@ def decode_split(run: str | Path, split: str, overrides: Sequence[str] = (),
 
 
 def checkpoint_for(run: str | Path) -> Path:
-    """The checkpoint decode() uses for a run directory (its average if any, else the latest) or checkpoint."""
-    from seqxduce.decoding import find_checkpoint
+    """The checkpoint decode() uses for a run directory or checkpoint: the run's average if any (refused when
+    stale), else its newest readable step checkpoint."""
+    from seqxduce.rundir import locate
 
-    return find_checkpoint(Path(run))[1]
+    return locate(run)[1]
 
 
 def format_annotations(outputs: Sequence[Output]) -> list[str]:
@@ -106,8 +110,8 @@ def format_outputs(outputs: Sequence[Output]) -> list[str]:
 def evaluate(hypotheses: str | Path, references: str | Path, recipe: str | Path | None = None,
              task: str | None = None, overrides: Sequence[str] = ()) -> Report:
     """Score a file of outputs against a file of references with a task's metric."""
-    from seqxduce.plugins import registry
     from seqxduce.recipe import make_settings
+    from seqxduce.registry import registry
 
     if (recipe is None) == (task is None):
         raise UserError("evaluate: name the task with exactly one of --recipe (file or run directory) and --task")
@@ -123,8 +127,9 @@ def evaluate(hypotheses: str | Path, references: str | Path, recipe: str | Path 
 
 
 def average(checkpoints: Sequence[str | Path], output: str | Path) -> Path:
-    """Average the parameters of checkpoints into one file."""
+    """Average the parameters of checkpoints into one file (its folder is checked before any is read)."""
     from seqxduce import checkpoint
 
+    check_writable(output, f"average -o {output}")
     checkpoint.atomic_save(checkpoint.average([Path(p) for p in checkpoints]), Path(output))
     return Path(output)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from seqxduce.api import UserError
-from seqxduce.plugins import Component, Registry, registry
+from seqxduce.registry import Component, Registry, registry
 from seqxduce.settings import DecodeCore, ModelCore, TaskCore, TokenizerCore, TrainSettings
 
 if sys.version_info >= (3, 11):
@@ -85,6 +85,13 @@ class Recipe:
         if section.settings is not None:
             fields.update(fields_by_name(type(section.settings)))
         return fields
+
+    def relocated(self, base_dir: Path) -> Recipe:
+        """A copy whose relative paths resolve against base_dir, its data directory made absolute first (so it
+        still names the same data): the recipe a run directory saves."""
+        data_dir = str(self.path(self.task.core.data_dir))
+        task = dataclasses.replace(self.task, core=dataclasses.replace(self.task.core, data_dir=data_dir))
+        return dataclasses.replace(self, base_dir=Path(base_dir).resolve(), task=task)
 
     def path(self, value: str) -> Path:
         """A path from the recipe, relative to the recipe's directory unless absolute."""

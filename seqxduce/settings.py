@@ -58,6 +58,10 @@ class TrainSettings:
                               min=0.0, min_exclusive=True)
     lr: float = setting(5e-4, help="learning rate of the constant schedule", min=0.0, min_exclusive=True)
     clip_norm: float = setting(0.0, help="clip the gradient norm to this (0 = off)", min=0.0)
+    # fp16 loss scaling overflows now and then (the scale then halves); a run that diverged does so every step
+    max_nonfinite_steps: int = setting(10, help="updates with a non-finite loss or gradient are skipped (counted "
+                                       "in metrics.jsonl as skipped_updates); stop after this many in a row",
+                                       min=1)
     # at 1 the target is uniform and the gold token carries no signal
     label_smoothing: float = setting(0.1, help="label smoothing epsilon (paper: 0.1)", min=0.0, max=1.0,
                                      max_exclusive=True)
@@ -73,6 +77,9 @@ class TrainSettings:
                                 choices=("recipe", "greedy"))
     checkpoint_every: int = setting(500, help="steps between checkpoints (one is always written at the end)", min=1)
     keep_checkpoints: int = setting(5, help="step checkpoints kept on disk (the oldest are removed)", min=1)
+    collective_timeout: float = setting(600.0, help="with several processes: seconds one waits for the others in "
+                                        "a collective operation before it stops with an error (one died or hangs)",
+                                        min=0.0, min_exclusive=True)
     average_last: int = setting(0, help="at the end, average the last N checkpoints into average.pt (0 = off)",
                                 min=0)
 

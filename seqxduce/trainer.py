@@ -3,12 +3,11 @@ data parallelism over torch.distributed, validation, checkpoints and exact resum
 
 from __future__ import annotations
 
-import contextlib
 import math
+import os
 import random
-import signal
-import threading
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,11 +17,15 @@ import torch.nn.functional as F
 
 from seqxduce import checkpoint as ckpt
 from seqxduce import components, distributed
-from seqxduce.api import UserError
+from seqxduce.api import TrainingStopped, UserError
 from seqxduce.console import MetricsLog, TrainProgress, console, format_figures
 from seqxduce.data import Pair, batches_for_step, collate, encode_pairs, steps_in_epoch, token_batches
+from seqxduce.device import autocast_context, resolve_device
 from seqxduce.recipe import Recipe
+from seqxduce.rundir import RunDir, prune
 from seqxduce.settings import TrainSettings
+from seqxduce.stopping import StopRequest, signal_name, stop_on_signals
+from seqxduce.train_figures import Window, reduce_stats
 
 
 def inverse_sqrt_lr(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:
@@ -69,23 +72,6 @@ class TrainState:
     step_in_epoch: int = 0
 
 
-def resolve_device(name: str) -> torch.device:
-    """cpu, cuda, cuda:N or auto."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"[train] device = {name!r} but no CUDA device is visible; use device = \"cpu\"")
-    return torch.device(name)
-
-
-def autocast_context(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
-    """torch.autocast for bf16/fp16, nothing for fp32."""
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device_type=device.type, dtype=dtype)
-
-
 def set_step_seed(seed: int, rank: int, step: int) -> None:
     """Reseed per optimizer step (as fairseq does) so dropout is reproducible across resume and distinct per rank."""
     value = (seed * 1_000_003 + rank * 7_919 + step) % (2**63)
@@ -96,27 +82,35 @@ def set_step_seed(seed: int, rank: int, step: int) -> None:
 class Trainer:
     """One training run in one run directory, on one rank of a (possibly single-process) world."""
 
-    def __init__(self, recipe: Recipe, run_dir: Path, resume: bool = False):
+    def __init__(self, recipe: Recipe, run_dir: Path, resume: bool = False, overwrite: bool = False):
         self.recipe = recipe
         self.settings = recipe.train
-        self.run_dir = Path(run_dir)
-        self.dist = distributed.setup(recipe.train.device)
+        self.rundir = RunDir(run_dir)
+        self.run_dir = self.rundir.path
+        self.dist = distributed.setup(recipe.train.device, recipe.train.collective_timeout)
         self.device = self.dist.device or resolve_device(recipe.train.device)
         self.is_main = self.dist.rank == 0
-        self._check_run_dir(resume)
-        self.log = MetricsLog(self.run_dir / components.METRICS_FILE if self.is_main else None)
+        self._open_run_dir(resume, overwrite)
+        # read before any heavy work, so that a checkpoint that cannot be resumed is one line at once
+        resume_from = self.rundir.resume_state() if resume else None
+        self.log = MetricsLog(self.rundir.metrics_file if self.is_main else None)
         self.task = components.build_task(recipe)
         self.data_dir = components.data_dir(recipe)
         self._prepare_data()
         self.train_examples = self.task.examples("train", self.data_dir)
+        if not self.train_examples:
+            raise UserError(f"[task] name = {recipe.task.core.name!r} read no training examples from "
+                            f"{self.data_dir}: the training file is empty")
         self.valid_examples = self.task.examples("valid", self.data_dir) if "valid" in self.task.splits else []
-        self.tokenizers = self._tokenizers(resume)
+        self._train_tokenizers(resume)
+        torch.manual_seed(self.settings.seed)
+        built = self.rundir.components(recipe, self.task)
+        self.tokenizers = built.tokenizers
         vocab = self.tokenizers.vocab()
         self.pad_id, self.bos_id, self.eos_id = vocab.pad_id, vocab.bos_id, vocab.eos_id
         self.train_pairs = self._encode(self.train_examples, "train")
         self.valid_pairs = self._encode(self.valid_examples, "valid") if self.valid_examples else []
-        torch.manual_seed(self.settings.seed)
-        self.model = components.build_model(recipe, vocab).to(self.device)
+        self.model = built.model.to(self.device)
         self.d_model = getattr(self.model, "d_model", None) or getattr(recipe.model.settings, "d_model", None)
         self.wrapped = self.dist.wrap(self.model)
         self.optimizer = self._optimizer()
@@ -124,36 +118,28 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(self.device.type, init_scale=2.0**7,
                                            enabled=self.settings.precision == "fp16")
         self.state = TrainState()
-        if resume:
-            self._resume()
+        self.run_id = uuid.uuid4().hex  # tells this run's checkpoints from another's (see RunDir.check_average)
+        self.resumed = resume_from is not None
+        if resume_from is not None:
+            self._resume(*resume_from)
         self._write_recipe()
-        self.stop_requested = False
+        self.stop = StopRequest()
+        self.nonfinite_in_a_row = 0
 
     # ------------------------------------------------------------ setup
 
-    def _check_run_dir(self, resume: bool) -> None:
-        existing = ckpt.step_checkpoints(self.run_dir / components.CHECKPOINT_DIR)
-        if existing and not resume:
-            raise UserError(
-                f"{self.run_dir} already holds checkpoints (latest {existing[-1].name}); "
-                "continue it with --resume or train into another --out"
-            )
-        if resume and not existing:
-            raise UserError(f"--resume: {self.run_dir / components.CHECKPOINT_DIR} holds no checkpoint to resume from")
-        # relative paths in the recipe now resolve against the run directory the recipe is saved in
-        self.recipe.task.core.data_dir = str(components.data_dir(self.recipe))
-        self.recipe.base_dir = self.run_dir.resolve()
+    def _open_run_dir(self, resume: bool, overwrite: bool) -> None:
+        self.rundir.check_start(resume, overwrite)
         if self.is_main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            if resume:  # an average of the old last checkpoints no longer stands for the run
-                (self.run_dir / components.AVERAGE_FILE).unlink(missing_ok=True)
+            for line in self.rundir.open(overwrite):
+                console.print(line)
         self.dist.barrier()
 
     def _write_recipe(self) -> None:
         """Save the resolved recipe, only once the model is built (and any checkpoint loaded) with it, so that
         a run directory never holds a recipe its checkpoints do not fit."""
         if self.is_main:
-            components.atomic_write_text(self.run_dir / components.RECIPE_FILE, self.recipe.to_toml())
+            self.rundir.write_recipe(self.recipe)
         self.dist.barrier()
 
     def _prepare_data(self) -> None:
@@ -161,15 +147,14 @@ class Trainer:
             self.task.prepare(self.data_dir)
         self.dist.barrier()
 
-    def _tokenizers(self, resume: bool) -> components.Tokenizers:
+    def _train_tokenizers(self, resume: bool) -> None:
         """A resumed run keeps the tokenizers its checkpoints were trained with; a new run trains its own,
         replacing any left in the run directory by an earlier attempt (they may come from other settings)."""
         if not resume and self.is_main:
-            components.train_tokenizers(self.recipe, self.train_examples, self.run_dir)
+            self.rundir.train_tokenizers(self.recipe, self.train_examples)
         self.dist.barrier()
-        if not components.tokenizers_saved(self.recipe, self.run_dir):
+        if not self.rundir.has_tokenizers(self.recipe):
             raise UserError(f"--resume: {self.run_dir} holds no tokenizer files; train into a new --out")
-        return components.load_tokenizers(self.recipe, self.run_dir)
 
     def _encode(self, examples: list, split: str) -> list[Pair]:
         pairs, skipped = encode_pairs(examples, self.tokenizers.src, self.tokenizers.tgt,
@@ -200,29 +185,40 @@ class Trainer:
             "epoch": self.state.epoch,
             "step_in_epoch": self.state.step_in_epoch,
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
+            "run_id": self.run_id,
         }
 
     def save(self) -> Path:
-        path = ckpt.step_path(self.run_dir / components.CHECKPOINT_DIR, self.state.step)
+        """Write this step's checkpoint (main process), then remove the oldest beyond keep_checkpoints."""
+        path = self.rundir.step_path(self.state.step)
         if self.is_main:
-            ckpt.atomic_save(self._state_dict(), path)
-            ckpt.prune(path.parent, max(self.settings.keep_checkpoints, self.settings.average_last, 1))
+            state = self._state_dict()
+            bad = ckpt.nonfinite_tensor(state["model"])
+            if bad is not None:
+                raise UserError(f"step {self.state.step}: {bad} holds NaN or inf, so no checkpoint was written; "
+                                f"{self._last_checkpoint_text()}; lower the learning rate and continue with --resume")
+            try:
+                ckpt.atomic_save(state, path)
+            except UserError as err:
+                raise UserError(f"{err}; {self._last_checkpoint_text()}; free disk space and continue with "
+                                "--resume") from None
+            prune(path.parent, max(self.settings.keep_checkpoints, self.settings.average_last, 1))
         self.dist.barrier()
         return path
 
-    def _resume(self) -> None:
-        latest, state = ckpt.load_latest(self.run_dir / components.CHECKPOINT_DIR)
-        try:
-            self.model.load_state_dict(state["model"])
-        except RuntimeError as err:
-            raise UserError(f"--resume: {latest} does not fit the model the recipe now builds "
-                            f"({str(err).splitlines()[0]}); resume without changing [model] or [tokenizer]"
-                            ) from None
+    def _last_checkpoint_text(self) -> str:
+        saved = self.rundir.step_checkpoints()
+        return f"the last checkpoint, {saved[-1]}, is intact" if saved else "no checkpoint was written yet"
+
+    def _resume(self, latest: Path, state: dict[str, Any]) -> None:
+        ckpt.load_weights(self.model, state["model"], f"--resume: {latest}",
+                          "resume without changing [model] or [tokenizer]")
         self.optimizer.load_state_dict(state["optimizer"])
         self.scaler.load_state_dict(state["scaler"])
         self.state = TrainState(int(state["step"]), int(state["epoch"]), int(state["step_in_epoch"]))
         torch.set_rng_state(state["rng"]["torch"])
         random.setstate(_as_random_state(state["rng"]["python"]))
+        self.run_id = state.get("run_id") or self.run_id
         if self.is_main:
             console.print(f"resumed from {latest} at step {self.state.step}")
 
@@ -232,29 +228,57 @@ class Trainer:
         return token_batches(self.train_pairs, self.settings.max_tokens, self.settings.seed, epoch)
 
     def run(self) -> TrainResult:
-        """Train to max_steps; on Ctrl-C, finish the current step and save it so that --resume continues it.
-
-        Ctrl-C only sets a flag that the loop reads between steps: an interrupt inside an optimizer step
-        would save parameters of one step with the data position and RNG state of another. A second
-        Ctrl-C stops at once, keeping the checkpoints already written.
-        """
-        with _stop_on_sigint(self):
+        """Train to max_steps. A first Ctrl-C or SIGTERM finishes the current step and saves it, so that --resume
+        continues it; a second one stops at once, keeping the checkpoints already written (TrainingStopped).
+        Another process that dies or hangs stops this one after [train] collective_timeout, with an error."""
+        with stop_on_signals(self.stop):
             try:
                 return self._run()
             except KeyboardInterrupt:
-                saved = ckpt.step_checkpoints(self.run_dir / components.CHECKPOINT_DIR)
+                saved = self.rundir.step_checkpoints()
                 kept = f"the last checkpoint is {saved[-1]}" if saved else "no checkpoint was written"
-                raise UserError(f"interrupted during step {self.state.step + 1}; {kept}; continue with --resume"
-                                ) from None
+                raise TrainingStopped(f"interrupted during step {self.state.step + 1}; {kept}; continue with "
+                                      "--resume", self.stop.exit_code) from None
+            except RuntimeError as err:
+                if self.dist.world_size == 1 or not distributed.is_collective_failure(err):
+                    raise
+                raise UserError(
+                    f"process {self.dist.rank} of {self.dist.world_size} lost the others during step "
+                    f"{self.state.step + 1} ({distributed.failure_text(err)}): one died or did not answer within "
+                    f"[train] collective_timeout = {self.settings.collective_timeout:g} s; "
+                    f"{self._last_checkpoint_text()}; continue with --resume") from None
 
-    def _stop_now(self) -> bool:
-        """Whether Ctrl-C was pressed on any rank (all ranks must stop at the same step)."""
-        flag = torch.tensor([1.0 if self.stop_requested else 0.0], dtype=torch.float64)
-        return bool(self.dist.all_reduce_max(flag)[0] > 0)
+    def _stop_now(self) -> int:
+        """The signal that asked any process to stop, else 0 (all processes must stop at the same step)."""
+        flag = torch.tensor([float(self.stop.signal)], dtype=torch.float64)
+        return int(self.dist.all_reduce_max(flag)[0])
 
-    def _interrupted(self) -> UserError:
+    def _interrupted(self, signum: int) -> TrainingStopped:
+        self.stop.signal = self.stop.signal or signum
         path = self.save()
-        return UserError(f"interrupted at step {self.state.step}; saved {path}; continue with --resume")
+        return TrainingStopped(f"{signal_name(signum)}: interrupted at step {self.state.step}; saved {path}; "
+                               "continue with --resume", self.stop.exit_code)
+
+    def _nothing_left(self, per_epoch: int) -> bool:
+        """Whether the loop would train no step: max_steps reached, or the last of max_epochs finished."""
+        s = self.settings
+        return self.state.step >= s.max_steps or bool(
+            s.max_epochs and self.state.epoch >= s.max_epochs and self.state.step_in_epoch >= per_epoch)
+
+    def _count_nonfinite(self, figures: dict[str, float]) -> None:
+        """Count updates skipped for a non-finite loss or gradient; too many in a row stop the run."""
+        if not figures["skipped_updates"]:
+            self.nonfinite_in_a_row = 0
+            return
+        self.nonfinite_in_a_row += 1
+        if self.nonfinite_in_a_row < self.settings.max_nonfinite_steps:
+            return
+        step, n = self.state.step, self.nonfinite_in_a_row
+        self.log.write("stopped", step=step, reason="nonfinite", skipped_in_a_row=n)
+        raise UserError(f"stopped at step {step}: the last {n} steps (from step {step - n + 1}) had a non-finite "
+                        f"loss or gradient and their updates were skipped ([train] max_nonfinite_steps = "
+                        f"{self.settings.max_nonfinite_steps}); {self._last_checkpoint_text()}; lower lr_scale or lr, "
+                        "set clip_norm, or train in fp32 or bf16, then continue with --resume")
 
     def _run(self) -> TrainResult:
         s = self.settings
@@ -265,8 +289,10 @@ class Trainer:
                 f"the training data fill {len(batches)} batches, fewer than world_size * update_freq = "
                 f"{self.dist.world_size * s.update_freq}; lower [train] max_tokens or update_freq"
             )
+        if self.resumed and self._nothing_left(per_epoch):
+            return finished_already(self.rundir, self.settings, self.state.step, self.is_main)
         last_metrics: dict[str, float | str] = {}
-        window = _Window()
+        window = Window()
         with TrainProgress(s.max_steps, self.state.step, enabled=self.is_main) as progress:
             while self.state.step < s.max_steps:
                 if self.state.step_in_epoch >= per_epoch:
@@ -288,11 +314,13 @@ class Trainer:
                     self.log.write("train", step=step, epoch=self.state.epoch, **summary)
                     progress.update(step, summary)
                     progress.print(f"step {step} | " + format_figures(summary) + f" | eta {progress.eta(step)}")
-                    window = _Window()
+                    window = Window()
                 else:
                     progress.update(step)
-                if self._stop_now():
-                    raise self._interrupted()
+                self._count_nonfinite(figures)
+                signum = self._stop_now()
+                if signum:
+                    raise self._interrupted(signum)
                 if s.validate_every and step % s.validate_every == 0 and step < s.max_steps:
                     last_metrics = self.validate(progress)
                 if step % s.checkpoint_every == 0 and step < s.max_steps:
@@ -300,8 +328,8 @@ class Trainer:
         self.save()
         if self.valid_pairs:
             last_metrics = self.validate(progress)
-        if s.average_last > 1 and self.is_main:
-            self._average()
+        if self.is_main:
+            settle_average(self.rundir, s)
         self.dist.barrier()
         return TrainResult(self.run_dir, self.state.step, last_metrics)
 
@@ -344,11 +372,15 @@ class Trainer:
                 p.grad.mul_(factor)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(
             self.model.parameters(), s.clip_norm if s.clip_norm > 0 else float("inf")))
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
+        # every process sees the same summed loss and all-reduced gradients, so all skip the same updates
+        finite = math.isfinite(float(totals[0])) and math.isfinite(grad_norm)
+        if finite:
+            self.scaler.step(self.optimizer)
+        self.scaler.update()  # after an fp16 overflow, this halves the loss scale
         elapsed = time.perf_counter() - started
         return {"loss": float(totals[0]), "nll": float(totals[1]), "tokens": ntokens, "aux": float(totals[3]),
-                "grad_norm": grad_norm, "seconds": elapsed, **reduce_stats(model_stats, self.dist)}
+                "grad_norm": grad_norm, "seconds": elapsed, "skipped_updates": 0.0 if finite else 1.0,
+                **reduce_stats(model_stats, self.dist)}
 
     # ------------------------------------------------------------ validation
 
@@ -395,82 +427,35 @@ class Trainer:
         metrics.update({f"valid_{k}": v for k, v in report.metrics.items()})
         return metrics
 
-    def _average(self) -> None:
-        paths = ckpt.step_checkpoints(self.run_dir / components.CHECKPOINT_DIR)[-self.settings.average_last:]
-        ckpt.atomic_save(ckpt.average(paths), self.run_dir / components.AVERAGE_FILE)
-        console.print(f"averaged {len(paths)} checkpoints into {self.run_dir / components.AVERAGE_FILE}")
+
+def settle_average(rundir: RunDir, settings: TrainSettings) -> None:
+    """At the end of a run: average its last checkpoints when asked; otherwise an average left from before a
+    resume no longer stands for the run, and goes now that the final checkpoint (which replaces it) is written."""
+    if settings.average_last > 1:
+        console.print(f"averaged the last {settings.average_last} checkpoints into "
+                      f"{rundir.write_average(settings.average_last)}")
+    elif rundir.average_file.exists():
+        rundir.average_file.unlink()
+        console.print(f"removed {rundir.average_file}: it averaged checkpoints the run has gone past")
 
 
-def reduce_stats(per_batch: list[dict[str, float]], world: distributed.World) -> dict[str, float]:
-    """A model's stats (ModelOutput.stats) over the accumulated batches of all ranks: a name ending in
-    `_max` by maximum, any other by mean."""
-    names = sorted({name for stats in per_batch for name in stats})
-    if not names:
-        return {}
-    maxed = [n for n in names if n.endswith("_max")]
-    meaned = [n for n in names if not n.endswith("_max")]
-    maxima = torch.tensor([max(float(s.get(n, float("-inf"))) for s in per_batch) for n in maxed],
-                          dtype=torch.float64)
-    means = torch.tensor([sum(float(s.get(n, 0.0)) for s in per_batch) / len(per_batch) for n in meaned],
-                         dtype=torch.float64)
-    maxima = world.all_reduce_max(maxima)
-    means = world.all_reduce_sum(means) / world.world_size
-    return {**dict(zip(maxed, maxima.tolist())), **dict(zip(meaned, means.tolist()))}
+def finished_already(rundir: RunDir, settings: TrainSettings, step: int, is_main: bool) -> TrainResult:
+    """A --resume of a finished run trains nothing and deletes nothing; it makes only an average the run asks
+    for and lacks (one a kill at the very end left unwritten)."""
+    if is_main:
+        console.print(f"{rundir.path}: the run already finished at step {step} (max_steps = {settings.max_steps}, "
+                      f"max_epochs = {settings.max_epochs}); nothing to train: raise them with --set to go on")
+        if settings.average_last > 1 and not _average_current(rundir):
+            settle_average(rundir, settings)
+    return TrainResult(rundir.path, step, {})
 
 
-# a training step's own figures; the others it returns are the model's stats
-TRAINER_FIGURES = ("loss", "nll", "tokens", "aux", "grad_norm", "seconds")
-
-
-class _Window:
-    """Sums training figures between two log lines."""
-
-    def __init__(self) -> None:
-        self.sums: dict[str, float] = {}
-        self.steps = 0
-        self.started = time.perf_counter()
-
-    def add(self, figures: dict[str, float]) -> None:
-        self.steps += 1
-        for k, v in figures.items():
-            if k.endswith("_max") and k not in TRAINER_FIGURES:
-                self.sums[k] = max(self.sums.get(k, float("-inf")), v)
-            else:
-                self.sums[k] = self.sums.get(k, 0.0) + v
-
-    def summary(self, lr: float) -> dict[str, float]:
-        tokens = max(self.sums.get("tokens", 0.0), 1.0)
-        nll = self.sums.get("nll", 0.0) / tokens
-        out = {"loss": self.sums.get("loss", 0.0) / tokens, "ppl": math.exp(min(nll, 100.0)), "lr": lr,
-               "tokens_per_s": self.sums.get("tokens", 0.0) / max(time.perf_counter() - self.started, 1e-9),
-               "grad_norm": self.sums.get("grad_norm", 0.0) / max(self.steps, 1)}
-        if self.sums.get("aux"):
-            out["aux_loss"] = self.sums["aux"] / tokens
-        for k, v in self.sums.items():
-            if k not in TRAINER_FIGURES:
-                out[k] = v if k.endswith("_max") else v / max(self.steps, 1)
-        return out
-
-
-@contextlib.contextmanager
-def _stop_on_sigint(trainer: Trainer):
-    """While training, a first Ctrl-C asks the trainer to stop after its current step; a second one raises
-    KeyboardInterrupt. Outside the main thread signals cannot be handled and Ctrl-C keeps its default."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        if trainer.stop_requested:
-            raise KeyboardInterrupt
-        trainer.stop_requested = True
-        console.print("stopping after this step (Ctrl-C again to stop at once)")
-
-    previous = signal.signal(signal.SIGINT, handler)
+def _average_current(rundir: RunDir) -> bool:
     try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
+        rundir.check_average()
+    except UserError:
+        return False
+    return rundir.average_file.is_file()
 
 
 def _as_random_state(value: Any) -> tuple:
@@ -479,9 +464,16 @@ def _as_random_state(value: Any) -> tuple:
     return (version, tuple(internal), gauss)
 
 
-def train(recipe: Recipe, out: Path, resume: bool = False) -> TrainResult:
-    """Train the recipe's model into run directory `out` (resuming from its latest checkpoint if asked)."""
-    trainer = Trainer(recipe, Path(out), resume=resume)
+def train(recipe: Recipe, out: Path, resume: bool = False, overwrite: bool = False) -> TrainResult:
+    """Train the recipe's model into run directory `out` (resuming from its latest checkpoint if asked; with
+    overwrite, replacing a run already there)."""
+    if resume:  # a run finished by max_steps is known from its newest checkpoint alone: no data to load
+        rundir = RunDir(out)
+        rundir.check_start(resume=True)
+        latest = int(rundir.newest_readable(mmap=True)[1].get("step", 0))
+        if latest >= recipe.train.max_steps:
+            return finished_already(rundir, recipe.train, latest, int(os.environ.get("RANK", "0")) == 0)
+    trainer = Trainer(recipe, Path(out), resume=resume, overwrite=overwrite)
     try:
         return trainer.run()
     finally:

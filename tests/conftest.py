@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from seqxduce.plugins import Registry, new_manager, registry, reset_registry
+from seqxduce.registry import Registry, new_manager, registry, reset_registry
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 

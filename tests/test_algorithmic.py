@@ -13,8 +13,8 @@ from seqxduce_algorithmic.settings import AlgorithmicSettings
 from seqxduce_algorithmic.task import AlgorithmicTask
 
 from seqxduce.api import UserError
-from seqxduce.plugins import Registry, new_manager
 from seqxduce.recipe import make_settings
+from seqxduce.registry import Registry, new_manager
 
 SMALL = dict(train_size=300, valid_size=50, test_size=50, train_max_len=12, valid_max_len=12,
              test_min_len=20, test_max_len=30)

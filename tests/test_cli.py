@@ -60,8 +60,8 @@ def test_train_writes_a_complete_run_directory(run_dir):
 def test_train_refuses_to_overwrite_a_run(cli, run_dir):
     result = invoke(cli, "train", RECIPE, "--out", run_dir)
     assert result.exit_code != 0
-    assert "already holds checkpoints" in result.output and "--resume" in result.output
-    assert "Traceback" not in result.output
+    assert "holds another run's files (recipe.toml, metrics.jsonl, average.pt, " in result.output
+    assert "--resume" in result.output and "--overwrite" in result.output and "Traceback" not in result.output
 
 
 def test_decode_input_file_and_stdin(cli, run_dir, tmp_path):
@@ -119,7 +119,7 @@ def test_corrupt_checkpoint_is_one_clear_line(cli, run_dir, tmp_path):
             (tmp_path / f.name).write_bytes(f.read_bytes())
     result = invoke(cli, "decode", bad, "--input", "-", input="1 2\n")
     assert result.exit_code != 0
-    assert "not a readable checkpoint" in result.output and "Traceback" not in result.output
+    assert "not a checkpoint (not a file torch.save wrote)" in result.output and "Traceback" not in result.output
 
 
 def test_user_errors_are_one_line_without_traceback(cli, tmp_path):

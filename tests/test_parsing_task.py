@@ -15,8 +15,8 @@ from seqxduce_parsing.task import PtbTask
 from seqxduce import components
 from seqxduce.api import UserError
 from seqxduce.cli import cli
-from seqxduce.plugins import registry
 from seqxduce.recipe import load_recipe
+from seqxduce.registry import registry
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 SAMPLE = SHARED / "data" / "ptb_sample"

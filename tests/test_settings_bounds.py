@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import pytest
 
 from seqxduce.api import UserError, setting
-from seqxduce.plugins import registry
 from seqxduce.recipe import build_recipe, make_settings
+from seqxduce.registry import registry
 from seqxduce.settings import DecodeCore, ModelCore, TaskCore, TokenizerCore, TrainSettings
 
 BASE = {

@@ -14,7 +14,7 @@ from seqxduce_text.tokenizers import CharTokenizer, WordTokenizer
 from seqxduce_text.vocab_file import escape, unescape
 
 from seqxduce.api import UserError
-from seqxduce.plugins import Registry, new_manager
+from seqxduce.registry import Registry, new_manager
 
 
 def trained(cls, texts, tmp_path, **settings):

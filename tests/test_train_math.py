@@ -7,7 +7,8 @@ import torch
 
 from seqxduce import distributed
 from seqxduce.settings import TrainSettings
-from seqxduce.trainer import _Window, inverse_sqrt_lr, label_smoothed_nll, learning_rate, reduce_stats
+from seqxduce.train_figures import Window, reduce_stats
+from seqxduce.trainer import inverse_sqrt_lr, label_smoothed_nll, learning_rate
 
 
 def test_inverse_sqrt_schedule_matches_the_paper_formula():
@@ -58,7 +59,7 @@ def test_model_stats_are_averaged_and_maxed_over_accumulated_batches():
 
 
 def test_the_log_window_averages_model_stats_over_steps_and_keeps_their_maximum():
-    window = _Window()
+    window = Window()
     for mean, top in ((1.0, 3.0), (2.0, 2.0)):
         window.add({"loss": 4.0, "nll": 2.0, "tokens": 2.0, "grad_norm": 1.0, "ponder_mean": mean, "ponder_max": top})
     summary = window.summary(lr=0.1)

@@ -13,8 +13,8 @@ from seqxduce_transformer.transformer import Transformer
 
 from seqxduce.api import DecodeRequest, UserError, VocabInfo
 from seqxduce.hookspecs import hookimpl
-from seqxduce.plugins import Registry, new_manager
 from seqxduce.recipe import build_recipe, make_settings
+from seqxduce.registry import Registry, new_manager
 from seqxduce.search import beam_search, greedy_search
 
 PAD, BOS, EOS = 0, 1, 2

@@ -14,8 +14,8 @@ from seqxduce_transformer.transformer import Transformer
 from seqxduce_transformer.universal import UniversalTransformer
 
 from seqxduce.api import DecodeRequest, VocabInfo
-from seqxduce.plugins import Registry, new_manager
 from seqxduce.recipe import make_settings
+from seqxduce.registry import Registry, new_manager
 from seqxduce.search import beam_search, greedy_search
 
 PAD, BOS, EOS = 0, 1, 2

@@ -36,6 +36,9 @@ class TranslationTask(Task):
         if split == "train":
             rules = CleanRules(drop_empty=True, max_len=self.settings.max_len, max_ratio=self.settings.max_ratio)
         pairs, self.stats[split] = load_parallel(source, target, rules)
+        if split == "train" and not self.stats[split].read:
+            raise UserError(f"{source}: the training file is empty; put the training text there, or point [task] "
+                            "data_dir and train_prefix at it")
         return [Example(source=src, target=tgt) for src, tgt in pairs]
 
     def score(self, hypotheses: list[str], references: list[str], sources: list[str] | None = None) -> Report:

@@ -54,8 +54,14 @@ def new_manager(strict: bool = False, entry_points: bool = True) -> pluggy.Plugi
     return pm
 
 
+class PluginLoadError(Exception):
+    """In strict mode, a plugin failed to import or to register; the message names the plugin."""
+
+
 def load_entry_points(pm: pluggy.PluginManager, strict: bool = False) -> None:
-    """Register every module named in the `seqxduce` entry-point group, warning on ones that fail."""
+    """Register every module named in the `seqxduce` entry-point group. A plugin that fails to import or
+    implements a hook that does not exist (usually a misspelling) is skipped with a warning naming it, so that
+    one broken plugin does not take every command down; in strict mode either is an error."""
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         if pm.has_plugin(ep.name):
             continue
@@ -63,7 +69,8 @@ def load_entry_points(pm: pluggy.PluginManager, strict: bool = False) -> None:
             module = ep.load()
         except Exception as err:  # a broken third-party plugin must not take the CLI down
             if strict:
-                raise
+                raise PluginLoadError(f"plugin {ep.name!r} ({ep.value}) failed to import: "
+                                        f"{type(err).__name__}: {err}") from err
             warnings.warn(
                 f"plugin {ep.name!r} ({ep.value}) failed to import and is skipped: {type(err).__name__}: {err}",
                 PluginLoadWarning,
@@ -72,16 +79,37 @@ def load_entry_points(pm: pluggy.PluginManager, strict: bool = False) -> None:
             continue
         pm.register(module, name=ep.name)
         DISTRIBUTIONS[ep.name] = ep.dist.name if ep.dist is not None else ep.value
+        unknown = unknown_hooks(pm, module)
+        if unknown and not strict:
+            pm.unregister(module)
+            warnings.warn(f"plugin {ep.name!r} ({ep.value}) is skipped: {_unknown_text(unknown[0])}",
+                          PluginLoadWarning, stacklevel=2)
     check_hooks(pm)
 
 
+def _hook_names() -> list[str]:
+    return sorted(name for name in dir(hookspecs) if name.startswith("register_"))
+
+
+def unknown_hooks(pm: pluggy.PluginManager, plugin: object) -> list[str]:
+    """The hooks a registered plugin implements that match no hook spec."""
+    return sorted(caller.name for caller in pm.get_hookcallers(plugin) or [] if not caller.has_spec())
+
+
+def _unknown_text(hook: str) -> str:
+    close = difflib.get_close_matches(hook, _hook_names(), n=1)
+    hint = f"did you mean {close[0]}?" if close else f"the hooks are {', '.join(_hook_names())}"
+    return f"it implements {hook}, which is no seqxduce hook; {hint}"
+
+
 def check_hooks(pm: pluggy.PluginManager) -> None:
-    """pm.check_pending() as a UserError: a hook implementation matching no spec is usually a misspelling."""
+    """A hook implementation matching no spec (usually a misspelling) as a UserError naming the plugin."""
     try:
         pm.check_pending()
     except pluggy.PluginValidationError as err:
-        known = ", ".join(sorted(name for name in dir(hookspecs) if name.startswith("register_")))
-        raise UserError(f"plugin {_plugin_name(pm, err.plugin)!r}: {err}; the hooks are {known}") from None
+        hook = unknown_hooks(pm, err.plugin)
+        what = _unknown_text(hook[0]) if hook else str(err)
+        raise UserError(f"plugin {_plugin_name(pm, err.plugin)!r}: {what}") from None
 
 
 class Registry:
@@ -100,7 +128,8 @@ class Registry:
                     raise
                 except Exception as err:  # one broken plugin must not take the CLI down, as on import
                     if strict:
-                        raise
+                        raise PluginLoadError(f"plugin {plugin!r} failed in register_{kind}s: "
+                                              f"{type(err).__name__}: {err}") from err
                     warnings.warn(f"plugin {plugin!r} failed in register_{kind}s and its {kind}s are skipped: "
                                   f"{type(err).__name__}: {err}", PluginLoadWarning, stacklevel=2)
 

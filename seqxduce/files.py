@@ -1,0 +1,60 @@
+"""Writing files safely: an output path checked before any work, and text written whole or not at all."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+from seqxduce.api import UserError
+
+
+def check_writable(path: Path | str, what: str) -> None:
+    """A UserError naming `what` (e.g. "--output out.txt") unless a file can be written at path: its folder
+    exists and takes new files, and path is not a folder. Checked by writing, not by permission bits, which
+    say nothing for root or for a read-only mount."""
+    path = Path(path)
+    folder = path.parent
+    if path.is_dir():
+        raise UserError(f"{what}: {path} is a folder; name a file")
+    if not folder.exists():
+        raise UserError(f"{what}: the folder {folder} does not exist; create it first")
+    if not folder.is_dir():
+        raise UserError(f"{what}: {folder} is not a folder")
+    check_folder_writable(folder, what)
+    if path.exists():
+        try:
+            with path.open("ab"):
+                pass
+        except OSError as err:
+            raise UserError(f"{what}: {path} cannot be written ({err.strerror or err})") from None
+
+
+def check_folder_writable(folder: Path | str, what: str) -> None:
+    """A UserError naming `what` unless a new file can be created (and removed) in folder."""
+    folder = Path(folder)
+    probe = folder / f".write-check-{secrets.token_hex(4)}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as err:
+        raise UserError(f"{what}: cannot write in {folder} ({err.strerror or err}); make it writable or "
+                        "choose another place") from None
+    os.close(fd)
+    probe.unlink(missing_ok=True)
+
+
+def atomic_write_text(path: Path | str, text: str) -> None:
+    """Write a text file through a temporary file, fsync and a rename, so a crash never leaves half of it; a
+    failed write is a UserError and leaves an earlier file of that name as it was."""
+    path = Path(path)
+    part = path.with_name(f".{path.name}.{secrets.token_hex(4)}.part")
+    try:
+        with part.open("w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(part, path)
+    except OSError as err:
+        part.unlink(missing_ok=True)
+        raise UserError(f"{path}: not written ({err.strerror or err}); any earlier file of that name is "
+                        "unchanged") from None

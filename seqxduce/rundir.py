@@ -1,0 +1,305 @@
+"""The run directory: what a training run writes there, whether a run may start or resume in it, and which
+checkpoint decoding uses.
+
+A run directory holds:
+
+    recipe.toml          the resolved recipe, its relative paths resolved against the run directory
+    tokenizer*           the trained tokenizer (src_tokenizer* and tgt_tokenizer* when not shared)
+    checkpoints/         step_<8 digits>.pt: model, optimizer and data position, the newest kept
+    average.pt           the average of the last checkpoints (train.average_last), if asked for
+    metrics.jsonl        one JSON object per training log line and validation
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from seqxduce import components
+from seqxduce.api import Example, UserError
+from seqxduce.files import atomic_write_text, check_folder_writable
+from seqxduce.recipe import Recipe, load_recipe
+
+RECIPE_FILE = "recipe.toml"
+CHECKPOINT_DIR = "checkpoints"
+AVERAGE_FILE = "average.pt"
+METRICS_FILE = "metrics.jsonl"
+STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
+# the temporary files of saves (checkpoint.atomic_save, files.atomic_write_text, tokenizer staging)
+ORPHAN = re.compile(r"^\.(step_\d+\.pt\.\w+\.tmp|average\.pt\.\w+\.tmp|recipe\.toml(\.\w+)?\.part|tokenizer-work-.*)$")
+
+
+def step_checkpoints(directory: Path) -> list[Path]:
+    """Step checkpoints in a directory, oldest first."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := STEP_FILE.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def step_path(directory: Path, step: int) -> Path:
+    """Where the checkpoint of an optimizer step goes in a directory."""
+    return Path(directory) / f"step_{step:08d}.pt"
+
+
+def prune(directory: Path, keep: int) -> list[Path]:
+    """Remove all but the newest `keep` step checkpoints; returns what was removed."""
+    removed = step_checkpoints(directory)[:-keep] if keep > 0 else []
+    for p in removed:
+        p.unlink(missing_ok=True)
+    return removed
+
+
+def _is_orphan(path: Path) -> bool:
+    return bool(ORPHAN.match(path.name))
+
+
+def _describe(paths: Sequence[Path], base: Path) -> str:
+    """'recipe.toml, checkpoints/step_00000004.pt and 3 more' for a message."""
+    names = [str(p.relative_to(base)) if p.is_relative_to(base) else str(p) for p in paths]
+    shown = ", ".join(names[:4])
+    return shown + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+
+
+def tokenizer_prefixes(shared: bool) -> tuple[str, str]:
+    """The file prefixes of the source and target tokenizers."""
+    return ("tokenizer", "tokenizer") if shared else ("src_tokenizer", "tgt_tokenizer")
+
+
+class RunDir:
+    """One run directory and the files in it."""
+
+    def __init__(self, path: Path | str):
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    @property
+    def recipe_file(self) -> Path:
+        return self.path / RECIPE_FILE
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.path / CHECKPOINT_DIR
+
+    @property
+    def average_file(self) -> Path:
+        return self.path / AVERAGE_FILE
+
+    @property
+    def metrics_file(self) -> Path:
+        return self.path / METRICS_FILE
+
+    # ------------------------------------------------------------ checkpoints
+
+    def step_checkpoints(self) -> list[Path]:
+        """The step checkpoints, oldest first."""
+        return step_checkpoints(self.checkpoint_dir)
+
+    def step_path(self, step: int) -> Path:
+        """Where the checkpoint of an optimizer step goes."""
+        return step_path(self.checkpoint_dir, step)
+
+    def newest_readable(self, mmap: bool = False) -> tuple[Path, dict[str, Any]]:
+        """The newest readable step checkpoint and its state (with mmap, its tensors mapped, not read); a
+        damaged newer one (a save cut off by a full disk, say) is reported and passed over."""
+        from seqxduce import checkpoint
+        from seqxduce.console import console
+
+        found = self.step_checkpoints()
+        if not found:
+            raise UserError(f"{self.path}: no checkpoint in {self.checkpoint_dir}; train first")
+        for path in reversed(found):
+            try:
+                return path, checkpoint.load(path, mmap=mmap)
+            except UserError as err:
+                console.print(f"warning: passing over {err}")
+        raise UserError(f"{self.checkpoint_dir}: none of its {len(found)} checkpoints is readable; "
+                        "train into a new --out")
+
+    def resume_state(self) -> tuple[Path, dict[str, Any]]:
+        """The checkpoint a resume continues from: the newest readable one, which must hold the optimizer state
+        and data position that training writes."""
+        path, state = self.newest_readable()
+        missing = [key for key in ("optimizer", "step", "epoch", "step_in_epoch", "rng") if key not in state]
+        if missing:
+            raise UserError(f"--resume: {path}: holds no {missing[0]} (an averaged checkpoint? `seqxduce average` "
+                            f"writes only weights); move it out of {self.checkpoint_dir} and resume from the step "
+                            "checkpoints training wrote")
+        return path, state
+
+    def decode_checkpoint(self) -> Path:
+        """The checkpoint decoding uses: the average when there is one (and it is current), else the newest
+        readable step checkpoint."""
+        if self.average_file.is_file():
+            self.check_average()
+            return self.average_file
+        return self.newest_readable(mmap=True)[0]
+
+    def check_average(self) -> None:
+        """A UserError unless the average stands for this run as it is now: made from its checkpoints (the same
+        run) and none of them newer than the ones it averages."""
+        from seqxduce import checkpoint
+
+        average = checkpoint.load(self.average_file, mmap=True)
+        if not self.step_checkpoints():
+            return  # the step checkpoints were removed to save space: nothing contradicts the average
+        newest_path, newest = self.newest_readable(mmap=True)
+        steps = average.get("averaged_steps") or [int(average.get("step", 0))]
+        same_run = None in (average.get("run_id"), newest.get("run_id")) or average["run_id"] == newest["run_id"]
+        if not same_run:
+            reason = f"it averages checkpoints of another run than {newest_path.name}"
+        elif int(newest.get("step", 0)) > max(steps):
+            reason = (f"it averages steps {', '.join(map(str, steps))} but the run went on to "
+                      f"{newest_path.name}")
+        else:
+            return
+        raise UserError(f"{self.average_file}: stale, {reason}; finish the run with `seqxduce train --resume`, "
+                        "average again with `seqxduce average`, or decode a checkpoint by its path")
+
+    def write_average(self, last: int) -> Path:
+        """Average the last `last` step checkpoints into the average file (replacing it whole)."""
+        from seqxduce import checkpoint
+
+        paths = self.step_checkpoints()[-last:]
+        checkpoint.atomic_save(checkpoint.average(paths), self.average_file)
+        return self.average_file
+
+    # ------------------------------------------------------------ starting and resuming
+
+    def run_files(self) -> list[Path]:
+        """The files here that a training run wrote: recipe, metrics, average and step checkpoints."""
+        named = [self.recipe_file, self.metrics_file, self.average_file]
+        return [p for p in named if p.exists()] + self.step_checkpoints()
+
+    def check_start(self, resume: bool, overwrite: bool = False) -> None:
+        """Whether a run may start here, checked before any work: a new run needs a directory free of another
+        run's files (unless overwrite); a resumed one a checkpoint to go on from; both a place to write."""
+        if resume and overwrite:
+            raise UserError("train: give --resume (continue the run) or --overwrite (replace it), not both")
+        if self.path.exists() and not self.path.is_dir():
+            raise UserError(f"--out {self.path}: is a file, not a folder; name a folder for the run")
+        if self.checkpoint_dir.exists() and not self.checkpoint_dir.is_dir():
+            raise UserError(f"{self.checkpoint_dir}: is a file, not a folder; move it away")
+        if resume:
+            if not self.step_checkpoints():
+                raise UserError(f"--resume: {self.checkpoint_dir} holds no checkpoint to resume from; "
+                                "train anew with --overwrite")
+            check_folder_writable(self.path, "--resume")
+            check_folder_writable(self.checkpoint_dir, "--resume")
+            return
+        found = self.run_files()
+        if found and not overwrite:
+            raise UserError(f"--out {self.path}: holds another run's files ({_describe(found, self.path)}); "
+                            "continue that run with --resume, replace it with --overwrite, or train into another "
+                            "--out")
+        existing = next(p for p in (self.path, *self.path.absolute().parents) if p.exists())
+        if not existing.is_dir():
+            raise UserError(f"--out {self.path}: {existing} is a file, not a folder")
+        check_folder_writable(existing, f"--out {self.path}")
+
+    def open(self, overwrite: bool = False) -> list[str]:
+        """Make the directory ready for a run (main process only): with overwrite, remove the earlier run's
+        files; always, the temporary files of saves a kill cut off. Returns lines saying what was removed."""
+        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)  # (and the run directory)
+        said = []
+        if overwrite:
+            removed = self.run_files() + self._tokenizer_files()
+            for path in removed:
+                path.unlink()
+            if removed:
+                said.append(f"--overwrite: removed the earlier run's {_describe(removed, self.path)}")
+        orphans = [p for folder in (self.path, self.checkpoint_dir) for p in folder.iterdir() if _is_orphan(p)]
+        for path in orphans:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        if orphans:
+            said.append(f"removed {_describe(orphans, self.path)}, left by a save that was cut off")
+        return said
+
+    def _tokenizer_files(self) -> list[Path]:
+        prefixes = {*tokenizer_prefixes(True), *tokenizer_prefixes(False)}
+        return [p for p in sorted(self.path.iterdir()) if p.is_file() and p.name.startswith(tuple(prefixes))]
+
+    # ------------------------------------------------------------ recipe
+
+    def load_recipe(self, overrides: Sequence[str] = ()) -> Recipe:
+        """The resolved recipe saved here, with command-line overrides applied."""
+        if not self.recipe_file.is_file():
+            raise UserError(f"{self.path}: not a run directory (no {RECIPE_FILE}); give the --out of `seqxduce train`")
+        return load_recipe(self.recipe_file, tuple(overrides))
+
+    def write_recipe(self, recipe: Recipe) -> None:
+        """Save the recipe, its relative paths resolved against this directory (the caller's recipe is kept)."""
+        atomic_write_text(self.recipe_file, recipe.relocated(self.path).to_toml())
+
+    # ------------------------------------------------------------ tokenizers
+
+    def has_tokenizers(self, recipe: Recipe) -> bool:
+        """Whether the recipe's (target) tokenizer files are here."""
+        prefix = tokenizer_prefixes(recipe.tokenizer.core.shared)[1]
+        if not self.path.is_dir():
+            return False
+        return any(p.name.startswith(prefix) and p.is_file() for p in self.path.iterdir())
+
+    def train_tokenizers(self, recipe: Recipe, examples: list[Example]) -> None:
+        """Train the tokenizer(s) on training text and save them here.
+
+        The tokenizer plugin saves into a staging folder whose files are then renamed into the run directory,
+        so an interrupted save never leaves a half-written tokenizer that a later run would load; files of an
+        earlier tokenizer with the same prefix are removed first.
+        """
+        self.path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=".tokenizer-work-", dir=self.path) as work:
+            staging = Path(work) / "saved"
+            staging.mkdir()
+            tokenizers = components.train_tokenizers(recipe, examples, Path(work))
+            src_prefix, tgt_prefix = tokenizer_prefixes(tokenizers.shared)
+            tokenizers.src.save(staging, src_prefix)
+            if not tokenizers.shared:
+                tokenizers.tgt.save(staging, tgt_prefix)
+            for prefix in {src_prefix, tgt_prefix}:
+                for old in self.path.glob(f"{prefix}*"):
+                    old.unlink()
+            for saved in staging.iterdir():
+                os.replace(saved, self.path / saved.name)
+
+    def load_tokenizers(self, recipe: Recipe) -> components.Tokenizers:
+        """The tokenizer(s) saved here."""
+        src_prefix, tgt_prefix = tokenizer_prefixes(recipe.tokenizer.core.shared)
+        src = components.new_tokenizer(recipe)
+        src.load(self.path, src_prefix)
+        if recipe.tokenizer.core.shared:
+            return components.Tokenizers(src, src)
+        tgt = components.new_tokenizer(recipe)
+        tgt.load(self.path, tgt_prefix)
+        return components.Tokenizers(src, tgt)
+
+    def components(self, recipe: Recipe, task=None) -> components.Components:
+        """The recipe's task, the tokenizers saved here and a fresh model for them (training and decoding alike)."""
+        return components.assemble(recipe, self.load_tokenizers(recipe), task)
+
+
+def locate(path: Path | str) -> tuple[RunDir, Path]:
+    """(run directory, checkpoint file) for a run directory or a checkpoint inside one; a run's average is
+    checked to be current however it is named."""
+    path = Path(path)
+    if path.is_dir() and path.suffix == ".pt":
+        raise UserError(f"{path}: not a file; name a checkpoint file or a run directory")
+    if path.is_dir():
+        run = RunDir(path)
+        if not run.recipe_file.is_file():
+            raise UserError(f"{path}: not a run directory (no {RECIPE_FILE}); give the --out of `seqxduce train`")
+        return run, run.decode_checkpoint()
+    if not path.exists():
+        raise UserError(f"{path}: no such run directory or checkpoint")
+    run = RunDir(path.parent.parent if path.parent.name == CHECKPOINT_DIR else path.parent)
+    if path.name == AVERAGE_FILE and path.parent == run.path:
+        run.check_average()
+    return run, path
