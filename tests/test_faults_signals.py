@@ -23,8 +23,9 @@ def test_sigterm_finishes_the_step_saves_it_exits_143_and_resume_continues(tmp_p
     process = start("train", TINY, "--out", out, *LONG, log=tmp_path / "log")
     wait_for(lambda: train_lines(out) >= 1, process)
     process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=300) == 143
+    code = process.wait(timeout=300)
     log = (tmp_path / "log").read_text()
+    assert code == 143, log[-1500:]
     saved = sorted((out / "checkpoints").glob("step_*.pt"))
     assert len(saved) == 1, log
     step = int(saved[0].stem.split("_")[1])
