@@ -14,6 +14,7 @@ from seqxduce.api import (
     StepConstraint,
     Task,
     Tokenizer,
+    TrainingStopped,
     UserError,
     VocabInfo,
     setting,
@@ -25,6 +26,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Decoder", "DecodeRequest", "Example", "Hypothesis", "Model", "ModelOutput", "Report", "StepConstraint",
-    "Task", "Tokenizer", "UserError", "VocabInfo", "setting", "hookimpl",
+    "Task", "Tokenizer", "TrainingStopped", "UserError", "VocabInfo", "setting", "hookimpl",
     "train", "decode", "decode_split", "evaluate", "average", "load_recipe", "prepare",
 ]

@@ -50,7 +50,6 @@ def train(recipe: Recipe | str | Path, out: str | Path | None = None, resume: bo
             raise UserError("train: name the run directory (out) for a recipe given as an object")
         out = Path("runs") / Path(recipe).stem
     out = Path(out)
-    RunDir(out).check_start(resume, overwrite)  # before the recipe's plugins build anything
     if not isinstance(recipe, Recipe):
         resume_saved = resume and RunDir(out).recipe_file.is_file()
         recipe = load_run_recipe(out, overrides) if resume_saved else load_recipe(recipe, overrides)

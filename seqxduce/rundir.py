@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from seqxduce import components
-from seqxduce.api import Example, UserError
+from seqxduce.api import Example, Task, UserError
 from seqxduce.files import atomic_write_text, check_folder_writable
 from seqxduce.recipe import Recipe, load_recipe
 
@@ -30,8 +30,9 @@ CHECKPOINT_DIR = "checkpoints"
 AVERAGE_FILE = "average.pt"
 METRICS_FILE = "metrics.jsonl"
 STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
-# the temporary files of saves (checkpoint.atomic_save, files.atomic_write_text, tokenizer staging)
-ORPHAN = re.compile(r"^\.(step_\d+\.pt\.\w+\.tmp|average\.pt\.\w+\.tmp|recipe\.toml(\.\w+)?\.part|tokenizer-work-.*)$")
+# the temporary files of saves (checkpoint.atomic_save, files.atomic_write_text, tokenizer staging, write checks)
+ORPHAN = re.compile(r"^\.(step_\d+\.pt\.\w+\.tmp|average\.pt\.\w+\.tmp|recipe\.toml(\.\w+)?\.part|tokenizer-work-.*"
+                    r"|write-check-\w+)$")
 
 
 def step_checkpoints(directory: Path) -> list[Path]:
@@ -281,7 +282,7 @@ class RunDir:
         tgt.load(self.path, tgt_prefix)
         return components.Tokenizers(src, tgt)
 
-    def components(self, recipe: Recipe, task=None) -> components.Components:
+    def components(self, recipe: Recipe, task: Task | None = None) -> components.Components:
         """The recipe's task, the tokenizers saved here and a fresh model for them (training and decoding alike)."""
         return components.assemble(recipe, self.load_tokenizers(recipe), task)
 

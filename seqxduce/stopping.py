@@ -4,11 +4,11 @@ systemd) ask the trainer to finish its step and save it; a second signal stops a
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
-
-from seqxduce.console import console
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -46,7 +46,11 @@ def stop_on_signals(request: StopRequest) -> Iterator[StopRequest]:
         if request.requested:
             raise KeyboardInterrupt
         request.signal = signum
-        console.print(f"{signal_name(signum)}: stopping after this step to save it (a second signal stops at once)")
+        # a handler runs between any two bytecodes of the main thread, even inside a lazy import rich makes while
+        # printing: it writes with os.write, which touches no Python-level state
+        message = f"{signal_name(signum)}: stopping after this step to save it (a second signal stops at once)\n"
+        with contextlib.suppress(OSError):
+            os.write(sys.stderr.fileno(), message.encode())
 
     previous = {number: signal.signal(number, handler) for number in SIGNALS}
     try:

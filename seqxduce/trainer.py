@@ -469,7 +469,7 @@ def train(recipe: Recipe, out: Path, resume: bool = False, overwrite: bool = Fal
     overwrite, replacing a run already there)."""
     if resume:  # a run finished by max_steps is known from its newest checkpoint alone: no data to load
         rundir = RunDir(out)
-        rundir.check_start(resume=True)
+        rundir.check_start(resume=True, overwrite=overwrite)
         latest = int(rundir.newest_readable(mmap=True)[1].get("step", 0))
         if latest >= recipe.train.max_steps:
             return finished_already(rundir, recipe.train, latest, int(os.environ.get("RANK", "0")) == 0)

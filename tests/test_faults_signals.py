@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import signal
 
-import pytest
 import torch
 
 from seqxduce import engine
-from seqxduce.api import TrainingStopped
-from seqxduce.recipe import load_recipe
-from seqxduce.trainer import Trainer
 from tests.fault_tools import QUIET, TINY, run, start, train_lines, wait_for
 
 LONG = ("--set", "train.max_steps=100000", "--set", "train.checkpoint_every=100000", "--set", "train.log_every=1",
@@ -23,8 +18,9 @@ def test_sigterm_finishes_the_step_saves_it_exits_143_and_resume_continues(tmp_p
     process = start("train", TINY, "--out", out, *LONG, log=tmp_path / "log")
     wait_for(lambda: train_lines(out) >= 1, process)
     process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=300) == 143
+    code = process.wait(timeout=300)
     log = (tmp_path / "log").read_text()
+    assert code == 143, log[-1500:]
     saved = sorted((out / "checkpoints").glob("step_*.pt"))
     assert len(saved) == 1, log
     step = int(saved[0].stem.split("_")[1])
@@ -35,24 +31,6 @@ def test_sigterm_finishes_the_step_saves_it_exits_143_and_resume_continues(tmp_p
     assert resumed.returncode == 0, resumed.stderr
     assert f"resumed from {saved[0]} at step {step}" in resumed.stderr
     assert f"trained to step {step + 2}" in resumed.stdout
-
-
-def test_a_second_sigterm_stops_at_once_with_143(tmp_path, monkeypatch):
-    trainer = Trainer(load_recipe(TINY, ["train.validate_every=0", "train.checkpoint_every=2"]), tmp_path / "run")
-    real_step = trainer.train_step
-
-    def twice_during_step_four(group):
-        if trainer.state.step == 3:
-            os.kill(os.getpid(), signal.SIGTERM)
-            os.kill(os.getpid(), signal.SIGTERM)
-        return real_step(group)
-
-    monkeypatch.setattr(trainer, "train_step", twice_during_step_four)
-    with pytest.raises(TrainingStopped, match="interrupted during step 4; the last checkpoint is .*step_00000002.pt"
-                       ) as stopped:
-        trainer.run()
-    assert stopped.value.exit_code == 143
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is put back
 
 
 def test_sigkill_at_any_moment_then_resume_finishes_and_clears_the_cut_off_save(tmp_path):

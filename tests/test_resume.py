@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from seqxduce import engine
-from seqxduce.api import UserError
+from seqxduce.api import TrainingStopped, UserError
 from seqxduce.recipe import load_recipe
 from seqxduce.trainer import Trainer
 
@@ -58,20 +58,25 @@ def test_ctrl_c_finishes_the_step_saves_it_and_resume_continues(tmp_path, monkey
     assert resumed.step == 6 and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_a_second_ctrl_c_stops_at_once_and_keeps_the_checkpoints_written(tmp_path, monkeypatch):
+@pytest.mark.parametrize("signum, exit_code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_second_signal_stops_at_once_and_keeps_the_checkpoints_written(tmp_path, monkeypatch, signum, exit_code):
     trainer = Trainer(load_recipe(RECIPE, ["train.validate_every=0", "train.checkpoint_every=2"]), tmp_path / "run")
     real_step = trainer.train_step
 
     def twice_during_step_four(group):
         if trainer.state.step == 3:
-            os.kill(os.getpid(), signal.SIGINT)
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signum)
+            os.kill(os.getpid(), signum)
         return real_step(group)
 
     monkeypatch.setattr(trainer, "train_step", twice_during_step_four)
-    with pytest.raises(UserError, match="interrupted during step 4; the last checkpoint is .*step_00000002.pt"):
+    with pytest.raises(TrainingStopped, match="interrupted during step 4; the last checkpoint is .*step_00000002.pt"
+                       ) as stopped:
         trainer.run()
+    assert stopped.value.exit_code == exit_code
     assert [p.name for p in sorted((tmp_path / "run" / "checkpoints").glob("*.pt"))] == ["step_00000002.pt"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handlers are put back
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
 def test_resume_passes_over_a_damaged_latest_checkpoint(tmp_path):
