@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from seqxduce_parsing import evalb
 from seqxduce_parsing.evalb import ERROR, OK, SKIP, parse_tree, score_line, score_sentence
-
-REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "evalb_reference"
 
 
 def score(gold: str, test: str) -> evalb.SentenceScore:
@@ -20,11 +16,11 @@ def counts(s: evalb.SentenceScore) -> tuple[int, ...]:
     return (s.length, s.status, s.match, s.gold_brackets, s.test_brackets, s.crossing, s.words, s.correct_tags)
 
 
-def test_reproduces_the_original_evalb_output_line_by_line():
-    golds = [parse_tree(line) for line in (REFERENCE / "gold.mrg").read_text().splitlines()]
-    tests = (REFERENCE / "test.mrg").read_text().splitlines()
+def test_reproduces_the_original_evalb_output_line_by_line(evalb_reference):
+    golds = [parse_tree(line) for line in (evalb_reference / "gold.mrg").read_text().splitlines()]
+    tests = (evalb_reference / "test.mrg").read_text().splitlines()
     ours = evalb.format_report([score_line(g, t) for g, t in zip(golds, tests)]).splitlines()
-    expected = (REFERENCE / "evalb_COLLINS.out").read_text().splitlines()
+    expected = (evalb_reference / "evalb_COLLINS.out").read_text().splitlines()
     assert len(ours) == len(expected)
     for number, (line, want) in enumerate(zip(ours, expected), start=1):
         assert line.rstrip() == want.rstrip(), f"line {number}"

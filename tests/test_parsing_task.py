@@ -16,37 +16,35 @@ from seqxduce.api import UserError
 from seqxduce.cli import cli
 from seqxduce.plugins import registry
 from seqxduce.recipe import load_recipe
+from tests.conftest import DEFAULT_SHARED
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-SAMPLE = SHARED / "data" / "ptb_sample"
-REFERENCE = SHARED / "evalb_reference"
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 
 
 @pytest.fixture(scope="module")
-def valid_examples():
-    return PtbTask(PtbSettings()).examples("valid", SAMPLE)
+def valid_examples(ptb_sample):
+    return PtbTask(PtbSettings()).examples("valid", ptb_sample)
 
 
-def test_examples_of_the_sample(valid_examples):
+def test_examples_of_the_sample(valid_examples, evalb_reference):
     assert len(valid_examples) == 273
     first = valid_examples[0]
     assert first.source.split()[:4] == ["Savin", "Corp.", "reported", "a"]
     assert first.target.startswith("(S (NP XX XX )NP (VP XX (NP (NP XX XX XX XX )NP (PP XX ")
     assert first.target.endswith(")VP XX )S")
     # the reference is the gold tree as EVALB takes it: function tags and empty elements kept, one line
-    assert first.reference == (REFERENCE / "gold.mrg").read_text().splitlines()[0]
+    assert first.reference == (evalb_reference / "gold.mrg").read_text().splitlines()[0]
 
 
-def test_keep_pos_tags_puts_the_tags_in_the_target():
+def test_keep_pos_tags_puts_the_tags_in_the_target(ptb_sample):
     task = PtbTask(PtbSettings(keep_pos_tags=True, valid_files="0160"))
-    target = task.examples("valid", SAMPLE)[0].target
+    target = task.examples("valid", ptb_sample)[0].target
     assert target.startswith("(S (NP NNP NNP )NP (VP VBD (NP (NP DT NN JJ NN )NP (PP IN ")
     assert target.endswith(". )S")
 
 
-def test_train_split_size():
-    assert len(PtbTask(PtbSettings()).examples("train", SAMPLE)) == 3396
+def test_train_split_size(ptb_sample):
+    assert len(PtbTask(PtbSettings()).examples("train", ptb_sample)) == 3396
 
 
 def test_gold_sequences_score_100_with_no_repairs(valid_examples):
@@ -61,9 +59,9 @@ def test_gold_sequences_score_100_with_no_repairs(valid_examples):
     assert report.text.startswith("  Sent.                        Matched  Bracket   Cross        Correct Tag\n")
 
 
-def test_collapsed_unary_chains_are_expanded_before_scoring():
+def test_collapsed_unary_chains_are_expanded_before_scoring(ptb_sample):
     task = PtbTask(PtbSettings(collapse_unary=True, valid_files="0160-0163"))
-    examples = task.examples("valid", SAMPLE)
+    examples = task.examples("valid", ptb_sample)
     assert any("+" in tok for ex in examples for tok in ex.target.split())
     hyps = [task.postprocess(ex.target, ex.source) for ex in examples]
     assert task.score(hyps, [ex.ref for ex in examples]).metrics["f1"] == 100.0
@@ -92,9 +90,9 @@ def test_predicted_tags_are_used_and_scored():
     assert report.metrics["gold_tags_reattached"] == 0.0 and PLACEHOLDER_NOTE not in report.text
 
 
-def test_score_files_reproduces_evalb():
-    report = PtbTask().score_files(REFERENCE / "test.mrg", REFERENCE / "gold.mrg")
-    assert report.text == (REFERENCE / "evalb_COLLINS.out").read_text()
+def test_score_files_reproduces_evalb(evalb_reference):
+    report = PtbTask().score_files(evalb_reference / "test.mrg", evalb_reference / "gold.mrg")
+    assert report.text == (evalb_reference / "evalb_COLLINS.out").read_text()
     assert round(report.metrics["f1"], 2) == 96.65 and round(report.metrics["f1_len40"], 2) == 96.51
 
 
@@ -118,12 +116,12 @@ def test_unparseable_and_foreign_outputs_are_evalb_errors():
     assert "1 : Reading sentence" in report.text and "2 : Words unmatch (He|She)" in report.text
 
 
-def test_splits_and_their_ranges():
+def test_splits_and_their_ranges(tmp_path):
     task = PtbTask(PtbSettings())
     with pytest.raises(UserError, match=r"\[task\] test_files is empty"):
-        task.examples("test", SAMPLE)
+        task.examples("test", tmp_path)
     with pytest.raises(UserError, match="splits train, valid, test"):
-        task.examples("dev", SAMPLE)
+        task.examples("dev", tmp_path)
 
 
 def test_the_plugin_registers_its_task_and_decoder_without_importing_torch_or_nltk():
@@ -135,11 +133,11 @@ def test_the_plugin_registers_its_task_and_decoder_without_importing_torch_or_nl
     assert out.strip() == "[]"
 
 
-def test_evaluate_command_prints_the_evalb_report():
-    result = CliRunner().invoke(cli, ["evaluate", str(REFERENCE / "test.mrg"), str(REFERENCE / "gold.mrg"),
+def test_evaluate_command_prints_the_evalb_report(evalb_reference):
+    result = CliRunner().invoke(cli, ["evaluate", str(evalb_reference / "test.mrg"), str(evalb_reference / "gold.mrg"),
                                       "--task", "ptb"])
     assert result.exit_code == 0, result.output
-    assert result.output.startswith((REFERENCE / "evalb_COLLINS.out").read_text())
+    assert result.output.startswith((evalb_reference / "evalb_COLLINS.out").read_text())
 
 
 @pytest.mark.parametrize("name", ["ptb_sample.toml", "wsj_transformer.toml"])
@@ -153,7 +151,7 @@ def test_recipes_validate(name):
 
 def test_the_sample_recipe_points_at_the_shared_sample():
     recipe = load_recipe(RECIPES / "ptb_sample.toml")
-    assert components.data_dir(recipe).resolve() == SAMPLE.resolve()
+    assert components.data_dir(recipe).resolve() == (DEFAULT_SHARED / "data" / "ptb_sample").resolve()
 
 
 def test_the_wsj_recipe_has_the_papers_model():
