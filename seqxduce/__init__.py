@@ -11,6 +11,7 @@ from seqxduce.api import (
     Model,
     ModelOutput,
     Report,
+    Settings,
     StepConstraint,
     Task,
     Tokenizer,
@@ -24,7 +25,7 @@ from seqxduce.hookspecs import hookimpl
 __version__ = "0.1.0"
 
 __all__ = [
-    "Decoder", "DecodeRequest", "Example", "Hypothesis", "Model", "ModelOutput", "Report", "StepConstraint",
+    "Decoder", "DecodeRequest", "Example", "Hypothesis", "Model", "ModelOutput", "Report", "Settings", "StepConstraint",
     "Task", "Tokenizer", "UserError", "VocabInfo", "setting", "hookimpl",
     "train", "decode", "decode_split", "evaluate", "average", "load_recipe", "prepare",
 ]

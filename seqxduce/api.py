@@ -7,33 +7,19 @@ Tensor types are named in strings only.
 from __future__ import annotations
 
 import abc
-import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from seqxduce.errors import UserError
+from seqxduce.settings_check import Settings, check_settings, setting
+
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-
-class UserError(Exception):
-    """An error a user can fix: printed as one line, never as a traceback."""
-
-
-def setting(default: Any = dataclasses.MISSING, help: str = "", choices: Sequence[Any] | None = None,
-            min: float | None = None, max: float | None = None,
-            min_exclusive: bool = False, max_exclusive: bool = False) -> Any:
-    """Declare one recipe setting as a dataclass field with its default, one-line help, allowed values and bounds.
-
-    min/max bound a number (or each number of a list) when the recipe is loaded; *_exclusive makes one strict.
-    """
-    metadata = {"help": help, "choices": tuple(choices) if choices else None,
-                "min": min, "max": max, "min_exclusive": min_exclusive, "max_exclusive": max_exclusive}
-    if isinstance(default, (list, dict)):
-        value = default
-        return field(default_factory=lambda: type(value)(value), metadata=metadata)
-    return field(default=default, metadata=metadata)
+__all__ = ["UserError", "Settings", "setting", "check_settings", "Example", "Hypothesis", "Report", "VocabInfo",
+           "ModelOutput", "Task", "Tokenizer", "Model", "StepConstraint", "DecodeRequest", "Decoder", "read_lines"]
 
 
 # ---------------------------------------------------------------- value types

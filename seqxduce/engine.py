@@ -107,7 +107,7 @@ def evaluate(hypotheses: str | Path, references: str | Path, recipe: str | Path 
              task: str | None = None, overrides: Sequence[str] = ()) -> Report:
     """Score a file of outputs against a file of references with a task's metric."""
     from seqxduce.plugins import registry
-    from seqxduce.recipe import make_settings
+    from seqxduce.settings_check import make_settings
 
     if (recipe is None) == (task is None):
         raise UserError("evaluate: name the task with exactly one of --recipe (file or run directory) and --task")

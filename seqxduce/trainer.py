@@ -183,8 +183,6 @@ class Trainer:
 
     def _optimizer(self) -> torch.optim.Optimizer:
         s = self.settings
-        if len(s.betas) != 2:
-            raise UserError(f"[train] betas must hold two numbers, got {s.betas!r}")
         cls = torch.optim.Adam if s.optimizer == "adam" else torch.optim.AdamW
         lr = learning_rate(s, 1, self.d_model)
         return cls(self.model.parameters(), lr=lr, betas=tuple(s.betas), eps=s.eps, weight_decay=s.weight_decay)

@@ -14,8 +14,9 @@ from seqxduce_transformer.transformer import Transformer
 from seqxduce.api import DecodeRequest, UserError, VocabInfo
 from seqxduce.hookspecs import hookimpl
 from seqxduce.plugins import Registry, new_manager
-from seqxduce.recipe import build_recipe, make_settings
+from seqxduce.recipe import build_recipe
 from seqxduce.search import beam_search, greedy_search
+from seqxduce.settings_check import make_settings
 
 PAD, BOS, EOS = 0, 1, 2
 VOCAB = VocabInfo(src_size=20, tgt_size=20, pad_id=PAD, bos_id=BOS, eos_id=EOS, shared=True)

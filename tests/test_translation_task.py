@@ -11,8 +11,9 @@ from seqxduce_translation.metrics import paper_tokenize, split_compounds
 from seqxduce_translation.settings import TranslationSettings
 
 from seqxduce.api import Example, Task, UserError
-from seqxduce.recipe import make_settings, read_toml
+from seqxduce.recipe import read_toml
 from seqxduce.settings import TaskCore
+from seqxduce.settings_check import make_settings
 from tests.conftest import DEFAULT_SHARED
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"

@@ -15,8 +15,8 @@ from seqxduce_transformer.universal import UniversalTransformer
 
 from seqxduce.api import DecodeRequest, VocabInfo
 from seqxduce.plugins import Registry, new_manager
-from seqxduce.recipe import make_settings
 from seqxduce.search import beam_search, greedy_search
+from seqxduce.settings_check import make_settings
 
 PAD, BOS, EOS = 0, 1, 2
 VOCAB = VocabInfo(src_size=20, tgt_size=20, pad_id=PAD, bos_id=BOS, eos_id=EOS, shared=True)

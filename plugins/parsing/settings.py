@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from seqxduce.api import setting
+from seqxduce.api import Settings, setting
 
 
 @dataclass
-class PtbSettings:
+class PtbSettings(Settings):
     """The Penn Treebank parsing task: which files make each split and how trees become sequences."""
 
     layout: str = setting("auto", help="flat: wsj_NNNN.mrg in data_dir (the NLTK sample); ldc: "
@@ -26,7 +26,7 @@ class PtbSettings:
 
 
 @dataclass
-class TreeBeamSettings:
+class TreeBeamSettings(Settings):
     """Beam search that only produces well-formed linearized trees."""
 
     beam: int = setting(21, help="beam size (paper, parsing: 21)", min=1)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from seqxduce.api import setting
+from seqxduce.api import Settings, setting
 
 
 @dataclass
-class GreedySettings:
+class GreedySettings(Settings):
     max_len_a: float = setting(1.0, help="maximum output length = max_len_a * source length + max_len_b", min=0.0)
     # max_len_b may be negative (a * length - b); the search never allows fewer than one token
     max_len_b: int = setting(50, help="maximum output length offset (paper: input length + 50)")

@@ -25,7 +25,7 @@ from seqxduce.api import Model, ModelOutput, VocabInfo
 from .attention import key_padding_mask
 from .embedding import Embeddings, SinusoidalPositions, init_xavier, training_offsets
 from .layers import DecoderLayer, EncoderLayer, FeedForward
-from .settings import TransformerSettings, check_transformer
+from .settings import TransformerSettings
 from .state import DecoderCache, Memory
 
 
@@ -39,7 +39,6 @@ class Transformer(nn.Module, Model):
 
     def __init__(self, settings: TransformerSettings, vocab: VocabInfo):
         super().__init__()
-        check_transformer(settings)
         s = settings
         self.settings = s
         self.vocab = vocab

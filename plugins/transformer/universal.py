@@ -51,7 +51,7 @@ from .act import Halting
 from .attention import key_padding_mask
 from .embedding import Embeddings, SinusoidalPositions, init_xavier, sinusoid_table, training_offsets
 from .layers import DecoderLayer, EncoderLayer, FeedForward, SepConvTransition, Transition
-from .settings import UniversalSettings, check_universal
+from .settings import UniversalSettings
 from .state import DecoderCache, LayerState, Memory
 from .transformer import final_norm
 
@@ -84,7 +84,6 @@ class UniversalTransformer(nn.Module, Model):
 
     def __init__(self, settings: UniversalSettings, vocab: VocabInfo):
         super().__init__()
-        check_universal(settings)
         s = settings
         self.settings = s
         self.vocab = vocab
