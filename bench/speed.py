@@ -20,6 +20,7 @@ from seqxduce.api import DecodeRequest
 from seqxduce.data import encode_source, pad_sources, token_batches
 from seqxduce.recipe import load_recipe
 from seqxduce.search import beam_search, greedy_search
+from seqxduce.search_settings import BeamSettings, SearchSettings
 from seqxduce.trainer import Trainer, autocast_context
 
 
@@ -75,10 +76,11 @@ def main() -> None:
         sources = [ex.source for ex in trainer.valid_examples[: args.sentences]]
         src = pad_sources([encode_source(tok.src, s) for s in sources], tok.tgt.pad_id).to(device)
         req = DecodeRequest(src, sources, tok.tgt.bos_id, tok.tgt.eos_id, tok.tgt.pad_id)
-        for name, fn in (("greedy", lambda m: greedy_search(m, req, 1.2, 10)),
-                         ("beam4", lambda m: beam_search(m, req, beam=4, alpha=0.6, max_len_a=1.2, max_len_b=10)),
-                         ("beam4 no cache", lambda m: beam_search(NoCache(m), req, beam=4, alpha=0.6, max_len_a=1.2,
-                                                                  max_len_b=10))):
+        greedy = SearchSettings(max_len_a=1.2, max_len_b=10)
+        beam4 = BeamSettings(beam=4, alpha=0.6, max_len_a=1.2, max_len_b=10)
+        for name, fn in (("greedy", lambda m: greedy_search(m, req, greedy)),
+                         ("beam4", lambda m: beam_search(m, req, beam4)),
+                         ("beam4 no cache", lambda m: beam_search(NoCache(m), req, beam4))):
             started = time.perf_counter()
             with torch.no_grad(), autocast_context(device, recipe.train.precision):
                 fn(model)

@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from seqxduce.errors import UserError
-from seqxduce.settings_check import Settings, check_settings, setting
+from seqxduce.settings_check import Settings, check_settings, setting, setting_like
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-__all__ = ["UserError", "Settings", "setting", "check_settings", "Example", "Hypothesis", "Report", "VocabInfo",
-           "ModelOutput", "Task", "Tokenizer", "Model", "StepConstraint", "DecodeRequest", "Decoder", "read_lines"]
+__all__ = ["UserError", "Settings", "setting", "setting_like", "check_settings", "Example", "Hypothesis", "Report",
+           "VocabInfo", "ModelOutput", "Task", "Tokenizer", "Model", "StepConstraint", "DecodeRequest", "Decoder",
+           "read_lines"]
 
 
 # ---------------------------------------------------------------- value types

@@ -1,4 +1,5 @@
-"""Decoding: load a run, batch sources by length, call the decoder plugin, restore input order."""
+"""Decoding, i.e. running a trained model over sources: load a run, batch sources by length, call the decoder
+plugin (which runs a search over the model), restore input order, postprocess with the task."""
 
 from __future__ import annotations
 
@@ -13,8 +14,7 @@ from seqxduce import checkpoint as ckpt
 from seqxduce import components
 from seqxduce.api import Decoder, DecodeRequest, Example, Hypothesis, Model, Report, Task, UserError
 from seqxduce.data import encode_source, pad_sources
-from seqxduce.recipe import Recipe, Section
-from seqxduce.search import greedy_search
+from seqxduce.recipe import Recipe
 
 
 @dataclass
@@ -28,33 +28,14 @@ class Output:
     annotations: dict[str, list] = field(default_factory=dict)  # per-position figures (decode --annotations)
 
 
-class GreedyDecoder(Decoder):
-    """Greedy search with the recipe decoder's length limits; used for validation during training."""
-
-    def __init__(self, max_len_a: float, max_len_b: int):
-        self.max_len_a, self.max_len_b = max_len_a, max_len_b
-
-    def decode(self, model: Model, request: DecodeRequest) -> list[list[Hypothesis]]:
-        return greedy_search(model, request, max_len_a=self.max_len_a, max_len_b=self.max_len_b)
-
-
-def validation_decoder(decode: Section) -> GreedyDecoder:
-    settings = decode.settings
-    return GreedyDecoder(getattr(settings, "max_len_a", 1.5), getattr(settings, "max_len_b", 10))
-
-
-def decode_examples(model: Any, tokenizers: components.Tokenizers, task: Task,
-                    examples: Sequence[Example] | Sequence[str],
-                    decoder: Decoder | None, device: torch.device, precision: str = "fp32",
-                    decode_settings: Section | None = None, batch_size: int = 64) -> list[Output]:
-    """Decode sources (Examples or plain source strings) in input order; decoder None means greedy."""
+def decode_sources(model: Model, tokenizers: components.Tokenizers, task: Task,
+                   examples: Sequence[Example] | Sequence[str], decoder: Decoder, device: torch.device,
+                   precision: str = "fp32", batch_size: int = 64) -> list[Output]:
+    """Run a model over sources (Examples or plain source strings) with a decoder plugin, batched by length, and
+    give the task's outputs in input order."""
     from seqxduce.trainer import autocast_context
 
     sources = [ex.source if isinstance(ex, Example) else ex for ex in examples]
-    if decoder is None:
-        decoder = validation_decoder(decode_settings) if decode_settings else GreedyDecoder(1.5, 10)
-    if decode_settings is not None:
-        batch_size = decode_settings.core.batch_size
     tgt = tokenizers.tgt
     encoded = [encode_source(tokenizers.src, s) for s in sources]
     order = sorted(range(len(sources)), key=lambda i: len(encoded[i]))
@@ -136,8 +117,8 @@ def load_run(path: Path, overrides: Sequence[str] = ()) -> LoadedRun:
 
 def decode_lines(run: LoadedRun, sources: Sequence[str], annotate: bool = False) -> list[Output]:
     """Decode raw source lines with the run's decoder, in input order (with annotate, see annotate_outputs)."""
-    outputs = decode_examples(run.model, run.tokenizers, run.task, list(sources), run.decoder, run.device,
-                              run.recipe.train.precision, run.recipe.decode)
+    outputs = decode_sources(run.model, run.tokenizers, run.task, list(sources), run.decoder, run.device,
+                             run.recipe.train.precision, run.recipe.decode.core.batch_size)
     if annotate:
         annotate_outputs(run, outputs)
     return outputs
@@ -175,8 +156,8 @@ def decode_split(run: LoadedRun, split: str, annotate: bool = False) -> tuple[li
     if split not in run.task.splits:
         raise UserError(f"--split {split!r}: the task has splits {', '.join(run.task.splits)}")
     examples = run.task.examples(split, components.data_dir(run.recipe))
-    outputs = decode_examples(run.model, run.tokenizers, run.task, examples, run.decoder, run.device,
-                              run.recipe.train.precision, run.recipe.decode)
+    outputs = decode_sources(run.model, run.tokenizers, run.task, examples, run.decoder, run.device,
+                             run.recipe.train.precision, run.recipe.decode.core.batch_size)
     for o, ex in zip(outputs, examples):
         o.reference = ex.ref
     if annotate:

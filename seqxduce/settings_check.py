@@ -35,6 +35,15 @@ def setting(default: Any = dataclasses.MISSING, help: str = "", choices: Sequenc
     return field(default=default, metadata=metadata)
 
 
+def setting_like(cls: type, name: str, default: Any, help: str | None = None) -> Any:
+    """Redeclare an inherited setting with another default (and help), keeping its choices and bounds, so that
+    a subclass (e.g. a decoder plugin's beam settings) changes a default without declaring the range again."""
+    inherited = {f.name: f for f in dataclasses.fields(cls)}[name].metadata
+    return setting(default, help=inherited["help"] if help is None else help, choices=inherited["choices"],
+                   min=inherited["min"], max=inherited["max"], min_exclusive=inherited["min_exclusive"],
+                   max_exclusive=inherited["max_exclusive"])
+
+
 class Settings:
     """Base of a component's settings dataclass: its declared choices and bounds, then its validate(), are
     checked whenever an instance is built (a subclass defining __post_init__ calls super().__post_init__())."""

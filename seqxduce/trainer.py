@@ -378,16 +378,19 @@ class Trainer:
         return {"loss": loss_sum / max(tokens, 1), "nll": nll, "ppl": math.exp(min(nll, 100.0))}
 
     def _valid_metric(self) -> dict[str, float | str]:
-        from seqxduce.decoding import decode_examples
+        from seqxduce.decoding import decode_sources
+        from seqxduce.search import GreedyDecoder
+        from seqxduce.search_settings import SearchSettings
 
         sample = self.valid_examples[: self.settings.valid_decode_examples]
         if not sample:
             return {}
         recipe_search = self.settings.valid_search == "recipe"
-        decoder = components.build_decoder(self.recipe, self.tokenizers) if recipe_search else None
-        outputs = decode_examples(self.model, self.tokenizers, self.task, sample, decoder=decoder,
-                                  device=self.device, precision=self.settings.precision,
-                                  decode_settings=self.recipe.decode)
+        decode = self.recipe.decode
+        decoder = (components.build_decoder(self.recipe, self.tokenizers) if recipe_search
+                   else GreedyDecoder(SearchSettings.lengths_of(decode.settings)))
+        outputs = decode_sources(self.model, self.tokenizers, self.task, sample, decoder, self.device,
+                                 self.settings.precision, decode.core.batch_size)
         report = self.task.score([o.text for o in outputs], [ex.ref for ex in sample], [ex.source for ex in sample])
         metrics: dict[str, float | str] = {"search": self.recipe.decode.core.name if recipe_search else "greedy"}
         metrics.update({f"valid_{k}": v for k, v in report.metrics.items()})

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 
 import pytest
 from seqxduce_algorithmic.settings import AlgorithmicSettings
-from seqxduce_search.settings import BeamSettings
 from seqxduce_transformer.settings import TransformerSettings, UniversalSettings
 
 from seqxduce.api import UserError, check_settings, setting
 from seqxduce.plugins import registry
 from seqxduce.recipe import build_recipe
+from seqxduce.search_settings import BeamSettings
 from seqxduce.settings import DecodeCore, ModelCore, TaskCore, TokenizerCore, TrainSettings
 from seqxduce.settings_check import make_settings
 

@@ -16,6 +16,7 @@ from seqxduce_transformer.universal import UniversalTransformer
 from seqxduce.api import DecodeRequest, VocabInfo
 from seqxduce.plugins import Registry, new_manager
 from seqxduce.search import beam_search, greedy_search
+from seqxduce.search_settings import BeamSettings, SearchSettings
 from seqxduce.settings_check import make_settings
 
 PAD, BOS, EOS = 0, 1, 2
@@ -235,10 +236,10 @@ def _request(src: torch.Tensor) -> DecodeRequest:
 def test_beam_of_one_finds_the_greedy_tokens(variant):
     model = tiny(seed=5, **variant)
     src, _ = batch(seed=7)
-    greedy = greedy_search(model, _request(src), max_len_b=6)
-    beam = beam_search(model, _request(src), beam=1, max_len_b=6)
+    greedy = greedy_search(model, _request(src), SearchSettings(max_len_b=6))
+    beam = beam_search(model, _request(src), BeamSettings(beam=1, max_len_b=6))
     assert [h[0].tokens for h in beam] == [h[0].tokens for h in greedy]
-    wide = beam_search(model, _request(src), beam=3, max_len_b=6)
+    wide = beam_search(model, _request(src), BeamSettings(beam=3, max_len_b=6))
     assert len(wide) == 3 and all(len(h) == 1 for h in wide)
 
 
