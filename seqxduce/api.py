@@ -1,7 +1,9 @@
 """The contracts that plugins implement, and the small value types that flow between them.
 
-This module must stay importable without torch: `seqxduce --help` and `seqxduce plugins` read it.
-Tensor types are named in strings only.
+Everything the core asks of a plugin is here: the Task, Tokenizer, Model and Decoder classes (their abstract
+methods must be written, the others may be overridden), the factories a `register(...)` callback takes, the
+Settings base class of a component's settings, and StepConstraint for decoders. This module must stay importable
+without torch: `seqxduce --help` and `seqxduce plugins` read it. Tensor types are named in strings only.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import abc
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from seqxduce.errors import UserError
 from seqxduce.settings_check import Settings, check_settings, setting, setting_like
@@ -20,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["UserError", "Settings", "setting", "setting_like", "check_settings", "Example", "Hypothesis", "Report",
            "VocabInfo", "ModelOutput", "Task", "Tokenizer", "Model", "StepConstraint", "DecodeRequest", "Decoder",
-           "read_lines"]
+           "TaskFactory", "TokenizerFactory", "ModelFactory", "DecoderFactory", "read_lines"]
 
 
 # ---------------------------------------------------------------- value types
@@ -160,8 +162,16 @@ class Tokenizer(abc.ABC):
 class Model(abc.ABC):
     """An encoder-decoder: full forward for training, encode + step with an explicit cache for decoding.
 
-    Implementations are torch.nn.Modules. Shapes: src (B, S), tgt_in (B, T), with pad ids in the padding.
+    Implementations also derive from torch.nn.Module: the core moves them (`.to`), switches modes (`.train`,
+    `.eval`, `.training`), optimizes `.parameters()` and saves and loads `state_dict()`. Shapes: src (B, S),
+    tgt_in (B, T), with pad ids in the padding.
     """
+
+    @property
+    def schedule_width(self) -> int | None:
+        """The width d_model in the paper's learning-rate schedule (`[train] schedule = "inverse_sqrt"`, eq. 3);
+        None for a model without one, whose recipes then use `schedule = "constant"`."""
+        return None
 
     @abc.abstractmethod
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> ModelOutput:
@@ -230,6 +240,33 @@ class Decoder(abc.ABC):
     @abc.abstractmethod
     def decode(self, model: Model, request: DecodeRequest) -> list[list[Hypothesis]]:
         """Return, for each source, its hypotheses best first."""
+
+
+# ---------------------------------------------------------------- factories: what a register(...) callback takes
+
+
+class TaskFactory(Protocol):
+    """Builds a task from its settings (an instance of the settings class registered with it, or None)."""
+
+    def __call__(self, settings: Any) -> Task: ...
+
+
+class TokenizerFactory(Protocol):
+    """Builds an untrained tokenizer from its settings; the core then trains or loads it."""
+
+    def __call__(self, settings: Any) -> Tokenizer: ...
+
+
+class ModelFactory(Protocol):
+    """Builds a model (a torch.nn.Module implementing Model) for the vocabularies; import torch inside it."""
+
+    def __call__(self, settings: Any, vocab: VocabInfo) -> Model: ...
+
+
+class DecoderFactory(Protocol):
+    """Builds a decoder; it sees the target tokenizer for constraints over the vocabulary."""
+
+    def __call__(self, settings: Any, tokenizer: Tokenizer) -> Decoder: ...
 
 
 def read_lines(path: Path) -> list[str]:

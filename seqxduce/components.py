@@ -6,9 +6,8 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from seqxduce.api import Decoder, Example, Task, Tokenizer, UserError, VocabInfo
+from seqxduce.api import Decoder, Example, Model, Task, Tokenizer, UserError, VocabInfo
 from seqxduce.recipe import Recipe, load_recipe
 
 RECIPE_FILE = "recipe.toml"
@@ -19,7 +18,7 @@ METRICS_FILE = "metrics.jsonl"
 
 def build_task(recipe: Recipe) -> Task:
     """The recipe's task plugin, built from its settings."""
-    return recipe.task.component.factory(recipe.task.settings)
+    return recipe.task.component.build(recipe.task.settings)
 
 
 def data_dir(recipe: Recipe) -> Path:
@@ -49,7 +48,7 @@ class Tokenizers:
 
 
 def _new_tokenizer(recipe: Recipe) -> Tokenizer:
-    return recipe.tokenizer.component.factory(recipe.tokenizer.settings)
+    return recipe.tokenizer.component.build(recipe.tokenizer.settings)
 
 
 def _prefixes(shared: bool) -> tuple[str, str]:
@@ -126,14 +125,14 @@ def tokenizers_saved(recipe: Recipe, run_dir: Path) -> bool:
     return any(p.name.startswith(prefix) and p.is_file() for p in run_dir.iterdir()) if run_dir.is_dir() else False
 
 
-def build_model(recipe: Recipe, vocab: VocabInfo) -> Any:
+def build_model(recipe: Recipe, vocab: VocabInfo) -> Model:
     """The recipe's model plugin (a torch.nn.Module implementing seqxduce.api.Model)."""
-    return recipe.model.component.factory(recipe.model.settings, vocab)
+    return recipe.model.component.build(recipe.model.settings, vocab)
 
 
 def build_decoder(recipe: Recipe, tokenizers: Tokenizers) -> Decoder:
     """The recipe's decoder plugin; it sees the target tokenizer for vocabulary-aware constraints."""
-    return recipe.decode.component.factory(recipe.decode.settings, tokenizers.tgt)
+    return recipe.decode.component.build(recipe.decode.settings, tokenizers.tgt)
 
 
 def load_run_recipe(run_dir: Path, overrides: list[str] | tuple[str, ...] = ()) -> Recipe:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -69,7 +68,7 @@ class LoadedRun:
     checkpoint: Path
     task: Task
     tokenizers: components.Tokenizers
-    model: Any
+    model: Model
     decoder: Decoder
     device: torch.device
 
@@ -137,9 +136,8 @@ def annotate_outputs(run: LoadedRun, outputs: Sequence[Output]) -> None:
         targets = [o.nbest[0][1].tokens + [tgt_tok.eos_id] for o in chunk]  # what each target position chose
         src = pad_sources(sources, src_tok.pad_id).to(run.device)  # (B, S)
         tgt_in = pad_sources([[tgt_tok.bos_id] + t[:-1] for t in targets], tgt_tok.pad_id).to(run.device)  # (B, T)
-        annotate = getattr(run.model, "annotate", None)  # optional in the Model contract
         with torch.no_grad():
-            figures = annotate(src, tgt_in) if annotate is not None else {}
+            figures = run.model.annotate(src, tgt_in)
         if not figures:
             raise UserError(f"{run.run_dir}: model [model] name = {run.recipe.model.core.name!r} has no "
                             "per-position figures to annotate; decode without --annotations")

@@ -114,11 +114,11 @@ def evaluate(hypotheses: str | Path, references: str | Path, recipe: str | Path 
     if recipe is not None:
         path = Path(recipe)
         loaded = load_run_recipe(path, overrides) if path.is_dir() else load_recipe(path, overrides)
-        task_obj = loaded.task.component.factory(loaded.task.settings)
+        task_obj = loaded.task.component.build(loaded.task.settings)
     else:
         component = registry().get("task", task)
         settings = make_settings(component.settings, {}, "task", f"--task {task}") if component.settings else None
-        task_obj = component.factory(settings)
+        task_obj = component.build(settings)
     return task_obj.score_files(Path(hypotheses), Path(references))
 
 

@@ -117,7 +117,7 @@ class Trainer:
         self.valid_pairs = self._encode(self.valid_examples, "valid") if self.valid_examples else []
         torch.manual_seed(self.settings.seed)
         self.model = components.build_model(recipe, vocab).to(self.device)
-        self.d_model = getattr(self.model, "d_model", None) or getattr(recipe.model.settings, "d_model", None)
+        self.d_model = self.model.schedule_width
         self.wrapped = self.dist.wrap(self.model)
         self.optimizer = self._optimizer()
         # sum-over-tokens losses are large: start at 2^7 as fairseq does, not 2^16, to avoid skipped first steps

@@ -260,3 +260,17 @@ def test_every_hook_reaches_the_registry_or_the_cli_and_is_documented():
             assert result.exit_code == 0 and result.output == "ran\n", result.output
         finally:
             cli.commands.pop("every-command", None)
+
+
+class WrongFactory:
+    @hookimpl
+    def register_models(self, register):
+        register("not_a_model", lambda settings, vocab: object(), settings=NoSettings)
+
+
+def test_a_factory_that_returns_no_model_is_one_user_error_naming_the_plugin():
+    with plugins_registered(WrongFactory()) as reg:
+        component = reg.get("model", "not_a_model")
+        with pytest.raises(UserError, match=r"^model 'not_a_model' \(plugin 'test-plugin-0'\): its factory returned "
+                                            r"object, not a seqxduce\.api\.Model; fix or uninstall the plugin$"):
+            component.build(NoSettings(), None)

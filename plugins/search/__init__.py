@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from seqxduce import hookimpl
+from seqxduce.api import Decoder, Tokenizer
 from seqxduce.search_settings import BeamSettings, SearchSettings
-
-if TYPE_CHECKING:  # pragma: no cover
-    from seqxduce.api import Decoder, Tokenizer
 
 
 def build_greedy(settings: SearchSettings, tokenizer: Tokenizer) -> Decoder:

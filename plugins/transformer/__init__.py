@@ -19,17 +19,17 @@ from .settings import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from seqxduce.api import VocabInfo
+    from seqxduce.api import Model, VocabInfo
 
 
-def build_transformer(settings: TransformerSettings, vocab: VocabInfo):
+def build_transformer(settings: TransformerSettings, vocab: VocabInfo) -> Model:
     """Model factory: a Transformer for the given vocabularies."""
     from .transformer import Transformer
 
     return Transformer(settings, vocab)
 
 
-def build_universal_transformer(settings: UniversalSettings, vocab: VocabInfo):
+def build_universal_transformer(settings: UniversalSettings, vocab: VocabInfo) -> Model:
     """Model factory: a Universal Transformer for the given vocabularies."""
     from .universal import UniversalTransformer
 

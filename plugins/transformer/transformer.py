@@ -61,6 +61,11 @@ class Transformer(nn.Module, Model):
         if s.init == "xavier":
             init_xavier(self, s.d_model)
 
+    @property
+    def schedule_width(self) -> int:
+        """d_model, for the learning-rate schedule."""
+        return self.settings.d_model
+
     def _embed(self, x: torch.Tensor, offset: int = 0, offsets: torch.Tensor | None = None) -> torch.Tensor:
         """Scaled embeddings (B, L, C) plus positions offset.. (or offsets[b].. per row), with dropout."""
         if offsets is not None:

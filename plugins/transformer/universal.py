@@ -143,6 +143,11 @@ class UniversalTransformer(nn.Module, Model):
         ponder = None if halting is None else halting.updates
         return Memory(self.encoder_norm(x), pad, mask, ponder), halting
 
+    @property
+    def schedule_width(self) -> int:
+        """d_model, for the learning-rate schedule."""
+        return self.settings.d_model
+
     def encode(self, src: torch.Tensor) -> Memory:
         """src (B, S) -> Memory (states (B, S, C)); with ACT, Memory.ponder and last_ponder hold N (B, S)."""
         memory, _ = self._encode(src)
