@@ -90,7 +90,7 @@ def test_act_with_very_high_halting_bias_halts_every_position_after_one_step():
     model = tiny(act=True, act_halting_bias_init=30.0)
     src, tgt = batch()
     output = model(src, tgt)
-    assert model.ponder_counts(src).tolist() == (src != PAD).float().tolist()
+    assert model.annotate(src, tgt)["source_ponder"].tolist() == (src != PAD).float().tolist()
     assert output.stats == all_ponder_stats(1.0)
     # halting at step 1 with remainder 1 gives weight 1 to the first state: a one-step UT
     one_step = tiny(steps=1)
@@ -105,7 +105,7 @@ def test_act_with_very_low_halting_bias_runs_every_position_to_the_maximum():
     model = tiny(act=True, act_max_steps=4, act_halting_bias_init=-30.0)
     src, tgt = batch()
     output = model(src, tgt)
-    assert model.ponder_counts(src).tolist() == (4.0 * (src != PAD).float()).tolist()
+    assert model.annotate(src, tgt)["source_ponder"].tolist() == (4.0 * (src != PAD).float()).tolist()
     assert output.stats == all_ponder_stats(4.0)
 
 
@@ -219,12 +219,12 @@ def test_appending_source_padding_keeps_outputs(variant):
 
 def test_encode_records_ponder_counts():
     model = tiny(act=True, act_halting_bias_init=-0.5)
-    src, _ = batch()
+    src, tgt = batch()
     memory = model.encode(src)
-    assert model.last_ponder is memory.ponder
     assert memory.ponder.shape == src.shape
     assert (memory.ponder[src == PAD] == 0).all() and (memory.ponder[src != PAD] >= 1).all()
-    assert tiny().ponder_counts(src).tolist() == (3.0 * (src != PAD).float()).tolist()
+    assert model.annotate(src, tgt)["source_ponder"].tolist() == memory.ponder.tolist()
+    assert tiny().annotate(src, tgt)["source_ponder"].tolist() == (3.0 * (src != PAD).float()).tolist()
 
 
 def _request(src: torch.Tensor) -> DecodeRequest:

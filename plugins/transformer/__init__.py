@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 from seqxduce import hookimpl
 
-from .commands import ponder_command
 from .settings import (
     TRANSFORMER_PRESETS,
     UNIVERSAL_PRESETS,
@@ -45,8 +44,3 @@ def register_models(register):
              presets=UNIVERSAL_PRESETS,
              help="Universal Transformer (Dehghani et al. 2019), optional ACT; presets base, big")
 
-
-@hookimpl
-def register_commands(cli):
-    """Add `seqxduce ponder` (per-position ACT ponder counts of a trained run)."""
-    cli.add_command(ponder_command)

@@ -19,9 +19,8 @@ positions that go on), and the stack's output is the ACT-weighted state. The loo
 position has halted. forward() returns the ponder cost act_loss_weight * (mean over real source positions
 of N + R + mean over real target positions of N + R) as ModelOutput.aux_loss, and stats ponder_mean /
 ponder_max (steps N over real source and target positions). encode() records each source position's N in
-Memory.ponder and in the attribute `last_ponder` (B, S) (0 at padding), so a decoder can write them;
-ponder_counts(src) encodes and returns them (without ACT every real position takes `steps` steps), and
-annotate(src, tgt_in) gives source and output positions' counts for `seqxduce decode --annotations`.
+Memory.ponder (B, S) (0 at padding), and annotate(src, tgt_in) gives source and output positions' counts for
+`seqxduce decode --annotations` (without ACT every real position takes `steps` steps).
 
 Incremental decoding: the cache holds one LayerState per depth step (that step's self-attention keys and
 values of all positions decoded so far, and for sepconv the last kernel-1 transition inputs), plus the
@@ -106,7 +105,6 @@ class UniversalTransformer(nn.Module, Model):
         for unit in (self.encoder_halting, self.decoder_halting):
             if unit is not None:
                 nn.init.constant_(unit.bias, s.act_halting_bias_init)
-        self.last_ponder: torch.Tensor | None = None
 
     def coordinates(self, length: int, step: int, offset: int = 0,
                     offsets: torch.Tensor | None = None) -> torch.Tensor:
@@ -149,18 +147,9 @@ class UniversalTransformer(nn.Module, Model):
         return self.settings.d_model
 
     def encode(self, src: torch.Tensor) -> Memory:
-        """src (B, S) -> Memory (states (B, S, C)); with ACT, Memory.ponder and last_ponder hold N (B, S)."""
+        """src (B, S) -> Memory (states (B, S, C)); with ACT, Memory.ponder holds N (B, S)."""
         memory, _ = self._encode(src)
-        self.last_ponder = memory.ponder
         return memory
-
-    @torch.no_grad()
-    def ponder_counts(self, src: torch.Tensor) -> torch.Tensor:
-        """Depth steps (B, S) each source position takes (0 at padding)."""
-        memory = self.encode(src)
-        if memory.ponder is not None:
-            return memory.ponder
-        return (~memory.pad).float() * self.depth
 
     def _decode(self, tgt_in: torch.Tensor, memory: Memory,
                 offsets: torch.Tensor | None = None) -> tuple[torch.Tensor, Halting | None]:
