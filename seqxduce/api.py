@@ -20,9 +20,10 @@ from seqxduce.settings_check import Settings, check_settings, setting, setting_l
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-__all__ = ["UserError", "Settings", "setting", "setting_like", "check_settings", "Example", "Hypothesis", "Report",
-           "VocabInfo", "ModelOutput", "Task", "Tokenizer", "Model", "StepConstraint", "DecodeRequest", "Decoder",
-           "TaskFactory", "TokenizerFactory", "ModelFactory", "DecoderFactory", "read_lines"]
+__all__ = ["UserError", "Settings", "setting", "setting_like", "check_settings", "Example", "Hypothesis",
+           "Postprocessed", "Report", "VocabInfo", "ModelOutput", "Task", "Tokenizer", "Model", "StepConstraint",
+           "DecodeRequest", "Decoder", "TaskFactory", "TokenizerFactory", "ModelFactory", "DecoderFactory",
+           "read_lines"]
 
 
 # ---------------------------------------------------------------- value types
@@ -49,6 +50,14 @@ class Hypothesis:
     score: float
     logprob: float
     positional_logprobs: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Postprocessed:
+    """A task's output for one decoded hypothesis, with figures on how it was made (e.g. repairs) for its score."""
+
+    text: str
+    figures: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -101,13 +110,18 @@ class Task(abc.ABC):
     def examples(self, split: str, data_dir: Path) -> list[Example]:
         """Return the examples of one split."""
 
-    def postprocess(self, hypothesis: str, source: str) -> str:
+    def postprocess(self, hypothesis: str, source: str) -> Postprocessed:
         """Turn decoded target text into the task's output format (e.g. a linearized tree into a tree)."""
-        return hypothesis
+        return Postprocessed(hypothesis)
 
     @abc.abstractmethod
     def score(self, hypotheses: list[str], references: list[str], sources: list[str] | None = None) -> Report:
-        """Score postprocessed hypotheses against references."""
+        """Score outputs (postprocessed, or read from a file) against references."""
+
+    def score_outputs(self, outputs: Sequence[Postprocessed], references: list[str],
+                      sources: list[str] | None = None) -> Report:
+        """Score what postprocess() gave, its figures included; the default scores the texts alone."""
+        return self.score([o.text for o in outputs], references, sources)
 
     def score_files(self, hypothesis_file: Path, reference_file: Path) -> Report:
         """Score two files of one output per line (`seqxduce evaluate`)."""

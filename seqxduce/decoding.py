@@ -11,7 +11,7 @@ import torch
 
 from seqxduce import checkpoint as ckpt
 from seqxduce import components
-from seqxduce.api import Decoder, DecodeRequest, Example, Hypothesis, Model, Report, Task, UserError
+from seqxduce.api import Decoder, DecodeRequest, Example, Hypothesis, Model, Postprocessed, Report, Task, UserError
 from seqxduce.data import encode_source, pad_sources
 from seqxduce.recipe import Recipe
 
@@ -25,6 +25,7 @@ class Output:
     nbest: list[tuple[str, Hypothesis]] = field(default_factory=list)
     reference: str | None = None
     annotations: dict[str, list] = field(default_factory=dict)  # per-position figures (decode --annotations)
+    figures: dict[str, float] = field(default_factory=dict)  # what the task's postprocess said of its output
 
 
 def decode_sources(model: Model, tokenizers: components.Tokenizers, task: Task,
@@ -52,8 +53,8 @@ def decode_sources(model: Model, tokenizers: components.Tokenizers, task: Task,
                 nbests = decoder.decode(model, request)
             for i, hyps in zip(chunk, nbests):
                 texts = [(tgt.decode(h.tokens), h) for h in hyps]
-                best = task.postprocess(texts[0][0], sources[i]) if texts else task.postprocess("", sources[i])
-                results[i] = Output(sources[i], best, texts)
+                best = task.postprocess(texts[0][0] if texts else "", sources[i])
+                results[i] = Output(sources[i], best.text, texts, figures=best.figures)
     finally:
         model.train(was_training)
     return [r for r in results if r is not None]
@@ -160,5 +161,10 @@ def decode_split(run: LoadedRun, split: str, annotate: bool = False) -> tuple[li
         o.reference = ex.ref
     if annotate:
         annotate_outputs(run, outputs)
-    report = run.task.score([o.text for o in outputs], [ex.ref for ex in examples], [ex.source for ex in examples])
-    return outputs, report
+    return outputs, score_outputs(run.task, outputs, examples)
+
+
+def score_outputs(task: Task, outputs: Sequence[Output], examples: Sequence[Example]) -> Report:
+    """The task's metric of decoded outputs (with the figures its postprocess gave) against the examples."""
+    done = [Postprocessed(o.text, o.figures) for o in outputs]
+    return task.score_outputs(done, [ex.ref for ex in examples], [ex.source for ex in examples])

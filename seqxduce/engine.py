@@ -91,8 +91,8 @@ def format_outputs(outputs: Sequence[Output]) -> list[str]:
     """One line per output; with n-best, one line per hypothesis: index, score, text (tab-separated).
 
     The one-best line is the task's postprocessed output (e.g. a parse tree); n-best lines give each
-    hypothesis's decoded target text before postprocessing (e.g. the linearized tree), because a task's
-    postprocess may count what it repairs and scoring concerns only the one-best."""
+    hypothesis's decoded target text before postprocessing (e.g. the linearized tree): the task's output format
+    and its score concern the one-best only."""
     lines: list[str] = []
     for i, o in enumerate(outputs):
         if len(o.nbest) <= 1:

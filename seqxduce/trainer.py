@@ -378,7 +378,7 @@ class Trainer:
         return {"loss": loss_sum / max(tokens, 1), "nll": nll, "ppl": math.exp(min(nll, 100.0))}
 
     def _valid_metric(self) -> dict[str, float | str]:
-        from seqxduce.decoding import decode_sources
+        from seqxduce.decoding import decode_sources, score_outputs
         from seqxduce.search import GreedyDecoder
         from seqxduce.search_settings import SearchSettings
 
@@ -391,7 +391,7 @@ class Trainer:
                    else GreedyDecoder(SearchSettings.lengths_of(decode.settings)))
         outputs = decode_sources(self.model, self.tokenizers, self.task, sample, decoder, self.device,
                                  self.settings.precision, decode.core.batch_size)
-        report = self.task.score([o.text for o in outputs], [ex.ref for ex in sample], [ex.source for ex in sample])
+        report = score_outputs(self.task, outputs, sample)
         metrics: dict[str, float | str] = {"search": self.recipe.decode.core.name if recipe_search else "greedy"}
         metrics.update({f"valid_{k}": v for k, v in report.metrics.items()})
         return metrics

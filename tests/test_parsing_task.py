@@ -12,7 +12,7 @@ from seqxduce_parsing.settings import PtbSettings
 from seqxduce_parsing.task import PLACEHOLDER_NOTE, PtbTask
 
 from seqxduce import components
-from seqxduce.api import UserError
+from seqxduce.api import Postprocessed, UserError
 from seqxduce.cli import cli
 from seqxduce.plugins import registry
 from seqxduce.recipe import load_recipe
@@ -49,8 +49,8 @@ def test_train_split_size(ptb_sample):
 
 def test_gold_sequences_score_100_with_no_repairs(valid_examples):
     task = PtbTask(PtbSettings())
-    hyps = [task.postprocess(ex.target, ex.source) for ex in valid_examples]
-    report = task.score(hyps, [ex.ref for ex in valid_examples], [ex.source for ex in valid_examples])
+    outputs = [task.postprocess(ex.target, ex.source) for ex in valid_examples]
+    report = task.score_outputs(outputs, [ex.ref for ex in valid_examples], [ex.source for ex in valid_examples])
     assert report.primary == "f1"
     assert report.metrics["f1"] == report.metrics["f1_len40"] == 100.0
     assert (report.metrics["repaired"], report.metrics["repairs"]) == (0, 0)
@@ -63,29 +63,32 @@ def test_collapsed_unary_chains_are_expanded_before_scoring(ptb_sample):
     task = PtbTask(PtbSettings(collapse_unary=True, valid_files="0160-0163"))
     examples = task.examples("valid", ptb_sample)
     assert any("+" in tok for ex in examples for tok in ex.target.split())
-    hyps = [task.postprocess(ex.target, ex.source) for ex in examples]
-    assert task.score(hyps, [ex.ref for ex in examples]).metrics["f1"] == 100.0
+    outputs = [task.postprocess(ex.target, ex.source) for ex in examples]
+    assert task.score_outputs(outputs, [ex.ref for ex in examples]).metrics["f1"] == 100.0
 
 
-def test_repairs_are_counted_per_output_and_reset_after_scoring():
+def test_repairs_are_counted_per_output_and_travel_with_it_to_the_score():
     task = PtbTask(PtbSettings())
     ref = "(S (NP-SBJ (PRP He)) (VP (VBD left)) (. .))"
     good = task.postprocess("(S (NP XX )NP (VP XX )VP XX )S", "He left .")
     broken = task.postprocess("(S (NP XX )NP (VP XX XX", "He left .")  # VP and S left open
-    assert good == "(S (NP (XX He)) (VP (XX left)) (XX .))"
-    assert broken == "(S (NP (XX He)) (VP (XX left) (XX .)))"
-    report = task.score([good, broken], [ref, ref])
+    assert good == Postprocessed("(S (NP (XX He)) (VP (XX left)) (XX .))", {"repairs": 0})
+    assert broken == Postprocessed("(S (NP (XX He)) (VP (XX left) (XX .)))", {"repairs": 2})
+    report = task.score_outputs([good, broken], [ref, ref])
     assert (report.metrics["repaired"], report.metrics["repairs"]) == (1, 2)
     assert "Repaired outputs: 1 of 2 decoded sequences" in report.text
     assert report.metrics["recall"] == pytest.approx(100.0)  # the period is deleted, so VP still matches
-    assert "repaired" not in task.score([good], [ref]).metrics
+    # nothing is kept between calls: scoring the same outputs again, or others, reports only what it is given
+    assert task.score_outputs([good, broken], [ref, ref]).metrics["repairs"] == 2
+    assert task.score_outputs([good], [ref]).metrics["repaired"] == 0
+    assert "repaired" not in task.score([broken.text], [ref]).metrics
 
 
 def test_predicted_tags_are_used_and_scored():
     task = PtbTask(PtbSettings(keep_pos_tags=True))
     ref = "(S (NP-SBJ (PRP He)) (VP (VBD left)) (. .))"
     hyp = task.postprocess("(S (NP NN )NP (VP VBD )VP . )S", "He left .")
-    report = task.score([hyp], [ref])
+    report = task.score_outputs([hyp], [ref])
     assert report.metrics["tagging_accuracy"] == 50.0
     assert report.metrics["gold_tags_reattached"] == 0.0 and PLACEHOLDER_NOTE not in report.text
 
@@ -171,8 +174,9 @@ def test_an_unknown_word_leaf_does_not_switch_off_gold_tag_reattachment():
     task = PtbTask(PtbSettings())
     # the word tokenizer decodes an unknown id as <unk>, which delinearize takes as a leaf's tag
     hyp = task.postprocess("(S (NP <unk> )NP (VP XX )VP XX )S", "He left .")
-    assert hyp == "(S (NP (<unk> He)) (VP (XX left)) (XX .))"
-    report = task.score([hyp, task.postprocess("(S (NP XX )NP (VP XX )VP XX )S", "He left .")], [HE_LEFT] * 2)
+    assert hyp.text == "(S (NP (<unk> He)) (VP (XX left)) (XX .))"
+    report = task.score_outputs([hyp, task.postprocess("(S (NP XX )NP (VP XX )VP XX )S", "He left .")],
+                                [HE_LEFT] * 2)
     assert report.metrics["gold_tags_reattached"] == 1.0
     assert report.metrics["tagging_accuracy"] == 100.0
     assert "Note: 2 of 2 test trees were written with the placeholder XX" in report.text
