@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -12,39 +10,15 @@ from typing import Any
 import torch
 
 from seqxduce.api import UserError
+from seqxduce.atomic import atomic_write
 
 STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
 
 
 def atomic_save(obj: Any, path: Path) -> None:
-    """torch.save to a temporary file beside path, fsync, then rename: a crash never leaves half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            torch.save(obj, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_directory(path.parent)
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Make a rename in directory durable: without this a power cut can lose the new name (POSIX only)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # e.g. Windows, where directories cannot be opened
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    """torch.save through seqxduce.atomic: a crash never leaves half a checkpoint."""
+    with atomic_write(path) as handle:
+        torch.save(obj, handle)
 
 
 def load(path: Path) -> dict[str, Any]:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from seqxduce.api import Decoder, Example, Model, Task, Tokenizer, UserError, VocabInfo
+from seqxduce.atomic import replace_durably
 from seqxduce.recipe import Recipe, load_recipe
 
 RECIPE_FILE = "recipe.toml"
@@ -55,14 +55,6 @@ def _prefixes(shared: bool) -> tuple[str, str]:
     return ("tokenizer", "tokenizer") if shared else ("src_tokenizer", "tgt_tokenizer")
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write a text file through a temporary file and a rename, so a crash never leaves half of it."""
-    path = Path(path)
-    part = path.with_name(f".{path.name}.part")
-    part.write_text(text, encoding="utf-8")
-    os.replace(part, path)
-
-
 def train_tokenizers(recipe: Recipe, examples: list[Example], run_dir: Path) -> Tokenizers:
     """Train the tokenizer(s) on training text and save them in the run directory.
 
@@ -79,7 +71,7 @@ def train_tokenizers(recipe: Recipe, examples: list[Example], run_dir: Path) -> 
             for old in run_dir.glob(f"{prefix}*"):
                 old.unlink()
         for saved in staging.iterdir():
-            os.replace(saved, run_dir / saved.name)
+            replace_durably(saved, run_dir / saved.name)
         return tokenizers
 
 

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from seqxduce import checkpoint as ckpt
 from seqxduce import components, distributed
 from seqxduce.api import UserError
+from seqxduce.atomic import atomic_write_text
 from seqxduce.console import MetricsLog, TrainProgress, console, format_figures
 from seqxduce.data import Pair, batches_for_step, collate, encode_pairs, steps_in_epoch, token_batches
 from seqxduce.recipe import Recipe
@@ -153,7 +154,7 @@ class Trainer:
         """Save the resolved recipe, only once the model is built (and any checkpoint loaded) with it, so that
         a run directory never holds a recipe its checkpoints do not fit."""
         if self.is_main:
-            components.atomic_write_text(self.run_dir / components.RECIPE_FILE, self.recipe.to_toml())
+            atomic_write_text(self.run_dir / components.RECIPE_FILE, self.recipe.to_toml())
         self.dist.barrier()
 
     def _prepare_data(self) -> None:
