@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from seqxduce_algorithmic.generate import Generator, generate_split
-from seqxduce_algorithmic.metrics import count_accuracy
-from seqxduce_algorithmic.settings import AlgorithmicSettings
-
 from seqxduce.api import Example, Report, Task, UserError
+
+from .generate import Generator, generate_split
+from .metrics import count_accuracy
+from .settings import AlgorithmicSettings
 
 
 class AlgorithmicTask(Task):
