@@ -19,11 +19,11 @@ from dataclasses import dataclass
 
 from nltk.tree import Tree
 
-from .preprocess import is_preterminal
+from .preprocess import EMPTY_ELEMENT, is_preterminal, strip_label
 
-EMPTY_TAG = "-NONE-"  # DELETE_LABEL_FOR_LENGTH
 PUNCTUATION_TAGS = frozenset({",", ":", "``", "''", "."})
-DELETE_LABELS = frozenset({"TOP", EMPTY_TAG}) | PUNCTUATION_TAGS
+# EMPTY_ELEMENT (-NONE-) is also COLLINS.prm's DELETE_LABEL_FOR_LENGTH
+DELETE_LABELS = frozenset({"TOP", EMPTY_ELEMENT}) | PUNCTUATION_TAGS
 EQUIVALENT_LABELS = {"PRT": "ADVP"}  # EQ_LABEL ADVP PRT
 CUTOFF_LEN = 40
 OK, ERROR, SKIP = 0, 1, 2  # EVALB's sentence status
@@ -163,12 +163,9 @@ def terminals(tree: Tree) -> list[tuple[str, str]]:
 
 
 def scoring_label(label: str) -> str:
-    """A bracket label as EVALB compares it: cut at the first '-' or '=', ADVP and PRT merged."""
-    if not label.startswith("-"):
-        for i, char in enumerate(label):
-            if char in "-=":
-                label = label[:i]
-                break
+    """A bracket label as EVALB compares it: cut at the first '-' or '=' (as preprocessing strips function tags),
+    ADVP and PRT merged."""
+    label = strip_label(label)
     return EQUIVALENT_LABELS.get(label, label)
 
 
@@ -210,7 +207,7 @@ def keep_flags(tree: Tree, scored: list[bool]) -> list[bool]:
     flags = []
     index = 0
     for _, tag in terminals(tree):
-        if tag == EMPTY_TAG:
+        if tag == EMPTY_ELEMENT:
             flags.append(False)
         else:
             flags.append(scored[index])
@@ -225,11 +222,11 @@ def crosses(a: tuple[int, int, str], b: tuple[int, int, str]) -> bool:
 
 def score_sentence(gold: Tree, test: Tree | None) -> SentenceScore:
     """Score one test tree against its gold tree; None (an empty output line) is skipped, as EVALB does."""
-    gold_words = [(w, t) for w, t in terminals(gold) if t != EMPTY_TAG]
+    gold_words = [(w, t) for w, t in terminals(gold) if t != EMPTY_ELEMENT]
     length = len(gold_words)
     if test is None or all(t in DELETE_LABELS for _, t in terminals(test)):
         return SentenceScore(length, status=SKIP)
-    test_words = [(w, t) for w, t in terminals(test) if t != EMPTY_TAG]
+    test_words = [(w, t) for w, t in terminals(test) if t != EMPTY_ELEMENT]
     if len(test_words) != len(gold_words):
         return SentenceScore(length, status=ERROR, error=f"Length unmatch ({len(gold_words)}|{len(test_words)})")
     scored = [t not in PUNCTUATION_TAGS for _, t in gold_words]
@@ -258,7 +255,7 @@ def score_line(gold: Tree, test_line: str) -> SentenceScore:
     try:
         test = parse_tree(test_line)
     except ValueError as err:
-        length = sum(t != EMPTY_TAG for _, t in terminals(gold))
+        length = sum(t != EMPTY_ELEMENT for _, t in terminals(gold))
         return SentenceScore(length, status=ERROR, error=f"Reading sentence ({err})")
     return score_sentence(gold, test)
 
@@ -266,12 +263,12 @@ def score_line(gold: Tree, test_line: str) -> SentenceScore:
 def reattach_gold_tags(test: Tree, gold: Tree) -> Tree:
     """The test tree with the gold POS tags on its leaves, in order (for outputs with placeholder tags);
     unchanged when the word counts differ (EVALB then reports a length mismatch)."""
-    gold_tags = [t for _, t in terminals(gold) if t != EMPTY_TAG]
-    leaves = [node for node in test.subtrees(is_preterminal) if node.label() != EMPTY_TAG]
+    gold_tags = [t for _, t in terminals(gold) if t != EMPTY_ELEMENT]
+    leaves = [node for node in test.subtrees(is_preterminal) if node.label() != EMPTY_ELEMENT]
     if len(leaves) != len(gold_tags):
         return test
     out = test.copy(deep=True)
-    for node, tag in zip([n for n in out.subtrees(is_preterminal) if n.label() != EMPTY_TAG], gold_tags):
+    for node, tag in zip([n for n in out.subtrees(is_preterminal) if n.label() != EMPTY_ELEMENT], gold_tags):
         node.set_label(tag)
     return out
 

@@ -11,7 +11,7 @@ from seqxduce.api import Example, Postprocessed, Report, Task, UserError, read_l
 
 from . import evalb
 from .linearize import PLACEHOLDER, delinearize, linearize
-from .preprocess import drop_empty_root, expand_unary_chains, flat, is_preterminal, preprocess
+from .preprocess import EMPTY_ELEMENT, drop_empty_root, expand_unary_chains, flat, is_preterminal, preprocess
 from .settings import PtbSettings
 from .treebank import download_sample, has_treebank, read_split
 
@@ -63,7 +63,7 @@ class PtbTask(Task):
         out = []
         for tree in read_split(Path(data_dir), ranges, self.settings.layout, key):
             gold = drop_empty_root(tree)
-            if all(t == evalb.EMPTY_TAG for _, t in evalb.terminals(gold)):
+            if all(t == EMPTY_ELEMENT for _, t in evalb.terminals(gold)):
                 continue  # nothing to parse
             processed = preprocess(gold, collapse_unary=self.settings.collapse_unary)
             out.append(Example(source=" ".join(processed.leaves()),
@@ -144,7 +144,7 @@ def score_trees(golds: list[Tree], test_lines: list[str], reattach: bool | None 
     reattached = 0
     for gold, test in zip(golds, tests, strict=True):
         if isinstance(test, str):
-            length = sum(t != evalb.EMPTY_TAG for _, t in evalb.terminals(gold))
+            length = sum(t != EMPTY_ELEMENT for _, t in evalb.terminals(gold))
             scores.append(evalb.SentenceScore(length, status=evalb.ERROR, error=f"Reading sentence ({test})"))
             continue
         if test is not None and (has_placeholder_tags(test) if reattach is None else reattach):
