@@ -353,7 +353,7 @@ class Trainer:
 
     @torch.no_grad()
     def validate(self, progress: TrainProgress | None = None) -> dict[str, float | str]:
-        """Loss and perplexity on the valid split, and the task's metric on a greedy decode of a sample."""
+        """Loss and perplexity on the valid split, and the task's metric on a sample decoded as valid_search says."""
         metrics: dict[str, float] = {}
         if self.is_main and self.valid_pairs:
             metrics = self._valid_loss()
