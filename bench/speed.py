@@ -22,6 +22,7 @@ from seqxduce.data import encode_source, pad_sources, token_batches
 from seqxduce.device import autocast_context
 from seqxduce.recipe import load_recipe
 from seqxduce.search import beam_search, greedy_search
+from seqxduce.search_settings import BeamSettings, SearchSettings
 from seqxduce.trainer import Trainer
 
 
@@ -82,13 +83,14 @@ def main() -> None:
         req = DecodeRequest(src, sources, tok.tgt.bos_id, tok.tgt.eos_id, tok.tgt.pad_id)
         if args.run:
             model.load_state_dict(torch.load(args.run, map_location=device, weights_only=True)["model"])
-        searches = [("greedy", lambda m: greedy_search(m, req, 1.2, 10)),
-                    ("beam4", lambda m: beam_search(m, req, beam=4, alpha=0.6, max_len_a=1.2, max_len_b=10)),
-                    ("beam4 early stop", lambda m: beam_search(m, req, beam=4, alpha=0.6, max_len_a=1.2, max_len_b=10,
-                                                               early_stop=True))]
+        greedy = SearchSettings(max_len_a=1.2, max_len_b=10)
+        beam4 = BeamSettings(beam=4, alpha=0.6, max_len_a=1.2, max_len_b=10)
+        early = BeamSettings(beam=4, alpha=0.6, max_len_a=1.2, max_len_b=10, early_stop=True)
+        searches = [("greedy", lambda m: greedy_search(m, req, greedy)),
+                    ("beam4", lambda m: beam_search(m, req, beam4)),
+                    ("beam4 early stop", lambda m: beam_search(m, req, early))]
         if not args.skip_no_cache:
-            searches.append(("beam4 no cache", lambda m: beam_search(NoCache(m), req, beam=4, alpha=0.6,
-                                                                     max_len_a=1.2, max_len_b=10)))
+            searches.append(("beam4 no cache", lambda m: beam_search(NoCache(m), req, beam4)))
         for name, fn in searches:
             times, out_tokens = [], 0
             for _ in range(args.repeats):

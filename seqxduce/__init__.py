@@ -10,7 +10,9 @@ from seqxduce.api import (
     Hypothesis,
     Model,
     ModelOutput,
+    Postprocessed,
     Report,
+    Settings,
     StepConstraint,
     Task,
     Tokenizer,
@@ -25,7 +27,7 @@ from seqxduce.hookspecs import hookimpl
 __version__ = "0.1.0"
 
 __all__ = [
-    "Decoder", "DecodeRequest", "Example", "Hypothesis", "Model", "ModelOutput", "Report", "StepConstraint",
-    "Task", "Tokenizer", "TrainingStopped", "UserError", "VocabInfo", "setting", "hookimpl",
+    "Decoder", "DecodeRequest", "Example", "Hypothesis", "Model", "ModelOutput", "Postprocessed", "Report", "Settings",
+    "StepConstraint", "Task", "Tokenizer", "TrainingStopped", "UserError", "VocabInfo", "setting", "hookimpl",
     "train", "decode", "decode_split", "evaluate", "average", "load_recipe", "prepare",
 ]

@@ -1,48 +1,29 @@
 """The contracts that plugins implement, and the small value types that flow between them.
 
-This module must stay importable without torch: `seqxduce --help` and `seqxduce plugins` read it.
-Tensor types are named in strings only.
+Everything the core asks of a plugin is here: the Task, Tokenizer, Model and Decoder classes (their abstract
+methods must be written, the others may be overridden), the factories a `register(...)` callback takes, the
+Settings base class of a component's settings, and StepConstraint for decoders. This module must stay importable
+without torch: `seqxduce --help` and `seqxduce plugins` read it. Tensor types are named in strings only.
 """
 
 from __future__ import annotations
 
 import abc
-import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+from seqxduce.errors import TrainingStopped, UserError
+from seqxduce.settings_check import Settings, check_settings, setting, setting_like
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-
-class UserError(Exception):
-    """An error a user can fix: printed as one line, never as a traceback."""
-
-
-class TrainingStopped(UserError):
-    """Training stopped because it was asked to (Ctrl-C, SIGTERM): not a failure. The message says what was
-    saved and how to go on; a command exits with exit_code (128 + the signal's number, as a shell reports it)."""
-
-    def __init__(self, message: str, exit_code: int = 130):
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-def setting(default: Any = dataclasses.MISSING, help: str = "", choices: Sequence[Any] | None = None,
-            min: float | None = None, max: float | None = None,
-            min_exclusive: bool = False, max_exclusive: bool = False) -> Any:
-    """Declare one recipe setting as a dataclass field with its default, one-line help, allowed values and bounds.
-
-    min/max bound a number (or each number of a list) when the recipe is loaded; *_exclusive makes one strict.
-    """
-    metadata = {"help": help, "choices": tuple(choices) if choices else None,
-                "min": min, "max": max, "min_exclusive": min_exclusive, "max_exclusive": max_exclusive}
-    if isinstance(default, (list, dict)):
-        value = default
-        return field(default_factory=lambda: type(value)(value), metadata=metadata)
-    return field(default=default, metadata=metadata)
+__all__ = ["UserError", "TrainingStopped", "Settings", "setting", "setting_like", "check_settings", "Example",
+           "Hypothesis", "Postprocessed", "Report", "VocabInfo", "ModelOutput", "Task", "Tokenizer", "Model",
+           "StepConstraint", "DecodeRequest", "Decoder", "TaskFactory", "TokenizerFactory", "ModelFactory",
+           "DecoderFactory", "read_lines"]
 
 
 # ---------------------------------------------------------------- value types
@@ -69,6 +50,14 @@ class Hypothesis:
     score: float
     logprob: float
     positional_logprobs: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Postprocessed:
+    """A task's output for one decoded hypothesis, with figures on how it was made (e.g. repairs) for its score."""
+
+    text: str
+    figures: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -128,13 +117,18 @@ class Task(abc.ABC):
     def examples(self, split: str, data_dir: Path) -> list[Example]:
         """Return the examples of one split."""
 
-    def postprocess(self, hypothesis: str, source: str) -> str:
+    def postprocess(self, hypothesis: str, source: str) -> Postprocessed:
         """Turn decoded target text into the task's output format (e.g. a linearized tree into a tree)."""
-        return hypothesis
+        return Postprocessed(hypothesis)
 
     @abc.abstractmethod
     def score(self, hypotheses: list[str], references: list[str], sources: list[str] | None = None) -> Report:
-        """Score postprocessed hypotheses against references."""
+        """Score outputs (postprocessed, or read from a file) against references."""
+
+    def score_outputs(self, outputs: Sequence[Postprocessed], references: list[str],
+                      sources: list[str] | None = None) -> Report:
+        """Score what postprocess() gave, its figures included; the default scores the texts alone."""
+        return self.score([o.text for o in outputs], references, sources)
 
     def score_files(self, hypothesis_file: Path, reference_file: Path) -> Report:
         """Score two files of one output per line (`seqxduce evaluate`)."""
@@ -189,8 +183,16 @@ class Tokenizer(abc.ABC):
 class Model(abc.ABC):
     """An encoder-decoder: full forward for training, encode + step with an explicit cache for decoding.
 
-    Implementations are torch.nn.Modules. Shapes: src (B, S), tgt_in (B, T), with pad ids in the padding.
+    Implementations also derive from torch.nn.Module: the core moves them (`.to`), switches modes (`.train`,
+    `.eval`, `.training`), optimizes `.parameters()` and saves and loads `state_dict()`. Shapes: src (B, S),
+    tgt_in (B, T), with pad ids in the padding.
     """
+
+    @property
+    def schedule_width(self) -> int | None:
+        """The width d_model in the paper's learning-rate schedule (`[train] schedule = "inverse_sqrt"`, eq. 3);
+        None for a model without one, whose recipes then use `schedule = "constant"`."""
+        return None
 
     @abc.abstractmethod
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> ModelOutput:
@@ -259,6 +261,33 @@ class Decoder(abc.ABC):
     @abc.abstractmethod
     def decode(self, model: Model, request: DecodeRequest) -> list[list[Hypothesis]]:
         """Return, for each source, its hypotheses best first."""
+
+
+# ---------------------------------------------------------------- factories: what a register(...) callback takes
+
+
+class TaskFactory(Protocol):
+    """Builds a task from its settings (an instance of the settings class registered with it, or None)."""
+
+    def __call__(self, settings: Any) -> Task: ...
+
+
+class TokenizerFactory(Protocol):
+    """Builds an untrained tokenizer from its settings; the core then trains or loads it."""
+
+    def __call__(self, settings: Any) -> Tokenizer: ...
+
+
+class ModelFactory(Protocol):
+    """Builds a model (a torch.nn.Module implementing Model) for the vocabularies; import torch inside it."""
+
+    def __call__(self, settings: Any, vocab: VocabInfo) -> Model: ...
+
+
+class DecoderFactory(Protocol):
+    """Builds a decoder; it sees the target tokenizer for constraints over the vocabulary."""
+
+    def __call__(self, settings: Any, tokenizer: Tokenizer) -> Decoder: ...
 
 
 def read_lines(path: Path) -> list[str]:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import pickle
-import secrets
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -12,66 +10,13 @@ from typing import Any
 import torch
 
 from seqxduce.api import UserError
-
-
-class _Recorder:
-    """The file object torch.save writes to, keeping the OSError of a failed write: torch reports it as a
-    RuntimeError that does not say the disk was full."""
-
-    def __init__(self, handle: Any):
-        self.handle, self.error = handle, None
-
-    def write(self, data: bytes) -> int:
-        try:
-            return self.handle.write(data)
-        except OSError as err:
-            self.error = err
-            raise
-
-    def flush(self) -> None:
-        self.handle.flush()
+from seqxduce.atomic import atomic_write
 
 
 def atomic_save(obj: Any, path: Path) -> None:
-    """torch.save to a temporary file beside path, fsync, then rename: a crash never leaves half a file.
-
-    The file gets the mode of any new file (0666 less the umask). A failed write (a full disk, a file size
-    limit) is a UserError naming the cause; the temporary file is removed and an earlier file at path is kept.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    recorder = None
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with os.fdopen(fd, "wb") as handle:
-            recorder = _Recorder(handle)
-            torch.save(obj, recorder)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException as err:
-        tmp.unlink(missing_ok=True)
-        cause = recorder.error if recorder is not None and recorder.error is not None else err
-        if isinstance(cause, OSError):
-            raise UserError(f"{path}: not written ({cause.strerror or cause}); "
-                            "any earlier file of that name is unchanged") from None
-        raise
-    _fsync_directory(path.parent)
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Make a rename in directory durable: without this a power cut can lose the new name (POSIX only)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # e.g. Windows, where directories cannot be opened
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    """torch.save through seqxduce.atomic: a crash never leaves half a checkpoint."""
+    with atomic_write(path) as handle:
+        torch.save(obj, handle)
 
 
 ZIP_MAGIC = b"PK\x03\x04"  # torch.save writes a zip archive

@@ -10,7 +10,7 @@ import click
 
 from seqxduce import engine
 from seqxduce.api import Report, TrainingStopped, UserError
-from seqxduce.files import atomic_write_text
+from seqxduce.atomic import atomic_write_text
 from seqxduce.registry import KINDS, PluginLoadError, Registry, registry
 
 SET_HELP = "override a recipe value: section.key=value (repeatable), e.g. --set train.max_steps=100"

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from seqxduce.api import Decoder, Example, Task, Tokenizer, UserError, VocabInfo
+from seqxduce.api import Decoder, Example, Model, Task, Tokenizer, UserError, VocabInfo
 from seqxduce.recipe import Recipe
 
 
 def build_task(recipe: Recipe) -> Task:
     """The recipe's task plugin, built from its settings."""
-    return recipe.task.component.factory(recipe.task.settings)
+    return recipe.task.component.build(recipe.task.settings)
 
 
 def data_dir(recipe: Recipe) -> Path:
@@ -44,7 +43,7 @@ class Tokenizers:
 
 def new_tokenizer(recipe: Recipe) -> Tokenizer:
     """An untrained tokenizer of the recipe's tokenizer plugin."""
-    return recipe.tokenizer.component.factory(recipe.tokenizer.settings)
+    return recipe.tokenizer.component.build(recipe.tokenizer.settings)
 
 
 def train_tokenizers(recipe: Recipe, examples: list[Example], work: Path) -> Tokenizers:
@@ -64,14 +63,14 @@ def train_tokenizers(recipe: Recipe, examples: list[Example], work: Path) -> Tok
     return tokenizers
 
 
-def build_model(recipe: Recipe, vocab: VocabInfo) -> Any:
+def build_model(recipe: Recipe, vocab: VocabInfo) -> Model:
     """The recipe's model plugin (a torch.nn.Module implementing seqxduce.api.Model)."""
-    return recipe.model.component.factory(recipe.model.settings, vocab)
+    return recipe.model.component.build(recipe.model.settings, vocab)
 
 
 def build_decoder(recipe: Recipe, tokenizers: Tokenizers) -> Decoder:
     """The recipe's decoder plugin; it sees the target tokenizer for vocabulary-aware constraints."""
-    return recipe.decode.component.factory(recipe.decode.settings, tokenizers.tgt)
+    return recipe.decode.component.build(recipe.decode.settings, tokenizers.tgt)
 
 
 @dataclass
@@ -80,7 +79,7 @@ class Components:
 
     task: Task
     tokenizers: Tokenizers
-    model: Any
+    model: Model
 
 
 def assemble(recipe: Recipe, tokenizers: Tokenizers, task: Task | None = None) -> Components:

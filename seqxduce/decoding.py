@@ -1,21 +1,20 @@
-"""Decoding: load a run, batch sources by length, call the decoder plugin, restore input order."""
+"""Decoding, i.e. running a trained model over sources: load a run, batch sources by length, call the decoder
+plugin (which runs a search over the model), restore input order, postprocess with the task."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from seqxduce import checkpoint as ckpt
 from seqxduce import components, rundir
-from seqxduce.api import Decoder, DecodeRequest, Example, Hypothesis, Model, Report, Task, UserError
+from seqxduce.api import Decoder, DecodeRequest, Example, Hypothesis, Model, Postprocessed, Report, Task, UserError
 from seqxduce.data import encode_source, pad_sources
 from seqxduce.device import autocast_context, resolve_device
-from seqxduce.recipe import Recipe, Section
-from seqxduce.search import greedy_search
+from seqxduce.recipe import Recipe
 
 
 @dataclass
@@ -27,33 +26,15 @@ class Output:
     nbest: list[tuple[str, Hypothesis]] = field(default_factory=list)
     reference: str | None = None
     annotations: dict[str, list] = field(default_factory=dict)  # per-position figures (decode --annotations)
+    figures: dict[str, float] = field(default_factory=dict)  # what the task's postprocess said of its output
 
 
-class GreedyDecoder(Decoder):
-    """Greedy search with the recipe decoder's length limits; used for validation during training."""
-
-    def __init__(self, max_len_a: float, max_len_b: int):
-        self.max_len_a, self.max_len_b = max_len_a, max_len_b
-
-    def decode(self, model: Model, request: DecodeRequest) -> list[list[Hypothesis]]:
-        return greedy_search(model, request, max_len_a=self.max_len_a, max_len_b=self.max_len_b)
-
-
-def validation_decoder(decode: Section) -> GreedyDecoder:
-    settings = decode.settings
-    return GreedyDecoder(getattr(settings, "max_len_a", 1.5), getattr(settings, "max_len_b", 10))
-
-
-def decode_examples(model: Any, tokenizers: components.Tokenizers, task: Task,
-                    examples: Sequence[Example] | Sequence[str],
-                    decoder: Decoder | None, device: torch.device, precision: str = "fp32",
-                    decode_settings: Section | None = None, batch_size: int = 64) -> list[Output]:
-    """Decode sources (Examples or plain source strings) in input order; decoder None means greedy."""
+def decode_sources(model: Model, tokenizers: components.Tokenizers, task: Task,
+                   examples: Sequence[Example] | Sequence[str], decoder: Decoder, device: torch.device,
+                   precision: str = "fp32", batch_size: int = 64) -> list[Output]:
+    """Run a model over sources (Examples or plain source strings) with a decoder plugin, batched by length, and
+    give the task's outputs in input order."""
     sources = [ex.source if isinstance(ex, Example) else ex for ex in examples]
-    if decoder is None:
-        decoder = validation_decoder(decode_settings) if decode_settings else GreedyDecoder(1.5, 10)
-    if decode_settings is not None:
-        batch_size = decode_settings.core.batch_size
     tgt = tokenizers.tgt
     encoded = [encode_source(tokenizers.src, s) for s in sources]
     order = sorted(range(len(sources)), key=lambda i: len(encoded[i]))
@@ -71,8 +52,8 @@ def decode_examples(model: Any, tokenizers: components.Tokenizers, task: Task,
                 nbests = decoder.decode(model, request)
             for i, hyps in zip(chunk, nbests):
                 texts = [(tgt.decode(h.tokens), h) for h in hyps]
-                best = task.postprocess(texts[0][0], sources[i]) if texts else task.postprocess("", sources[i])
-                results[i] = Output(sources[i], best, texts)
+                best = task.postprocess(texts[0][0] if texts else "", sources[i])
+                results[i] = Output(sources[i], best.text, texts, figures=best.figures)
     finally:
         model.train(was_training)
     return [r for r in results if r is not None]
@@ -87,7 +68,7 @@ class LoadedRun:
     checkpoint: Path
     task: Task
     tokenizers: components.Tokenizers
-    model: Any
+    model: Model
     decoder: Decoder
     device: torch.device
 
@@ -107,8 +88,8 @@ def load_run(path: Path, overrides: Sequence[str] = ()) -> LoadedRun:
 
 def decode_lines(run: LoadedRun, sources: Sequence[str], annotate: bool = False) -> list[Output]:
     """Decode raw source lines with the run's decoder, in input order (with annotate, see annotate_outputs)."""
-    outputs = decode_examples(run.model, run.tokenizers, run.task, list(sources), run.decoder, run.device,
-                              run.recipe.train.precision, run.recipe.decode)
+    outputs = decode_sources(run.model, run.tokenizers, run.task, list(sources), run.decoder, run.device,
+                             run.recipe.train.precision, run.recipe.decode.core.batch_size)
     if annotate:
         annotate_outputs(run, outputs)
     return outputs
@@ -127,9 +108,8 @@ def annotate_outputs(run: LoadedRun, outputs: Sequence[Output]) -> None:
         targets = [o.nbest[0][1].tokens + [tgt_tok.eos_id] for o in chunk]  # what each target position chose
         src = pad_sources(sources, src_tok.pad_id).to(run.device)  # (B, S)
         tgt_in = pad_sources([[tgt_tok.bos_id] + t[:-1] for t in targets], tgt_tok.pad_id).to(run.device)  # (B, T)
-        annotate = getattr(run.model, "annotate", None)  # optional in the Model contract
         with torch.no_grad():
-            figures = annotate(src, tgt_in) if annotate is not None else {}
+            figures = run.model.annotate(src, tgt_in)
         if not figures:
             raise UserError(f"{run.run_dir}: model [model] name = {run.recipe.model.core.name!r} has no "
                             "per-position figures to annotate; decode without --annotations")
@@ -146,11 +126,16 @@ def decode_split(run: LoadedRun, split: str, annotate: bool = False) -> tuple[li
     if split not in run.task.splits:
         raise UserError(f"--split {split!r}: the task has splits {', '.join(run.task.splits)}")
     examples = run.task.examples(split, components.data_dir(run.recipe))
-    outputs = decode_examples(run.model, run.tokenizers, run.task, examples, run.decoder, run.device,
-                              run.recipe.train.precision, run.recipe.decode)
+    outputs = decode_sources(run.model, run.tokenizers, run.task, examples, run.decoder, run.device,
+                             run.recipe.train.precision, run.recipe.decode.core.batch_size)
     for o, ex in zip(outputs, examples):
         o.reference = ex.ref
     if annotate:
         annotate_outputs(run, outputs)
-    report = run.task.score([o.text for o in outputs], [ex.ref for ex in examples], [ex.source for ex in examples])
-    return outputs, report
+    return outputs, score_outputs(run.task, outputs, examples)
+
+
+def score_outputs(task: Task, outputs: Sequence[Output], examples: Sequence[Example]) -> Report:
+    """The task's metric of decoded outputs (with the figures its postprocess gave) against the examples."""
+    done = [Postprocessed(o.text, o.figures) for o in outputs]
+    return task.score_outputs(done, [ex.ref for ex in examples], [ex.source for ex in examples])

@@ -94,8 +94,8 @@ def format_outputs(outputs: Sequence[Output]) -> list[str]:
     """One line per output; with n-best, one line per hypothesis: index, score, text (tab-separated).
 
     The one-best line is the task's postprocessed output (e.g. a parse tree); n-best lines give each
-    hypothesis's decoded target text before postprocessing (e.g. the linearized tree), because a task's
-    postprocess may count what it repairs and scoring concerns only the one-best."""
+    hypothesis's decoded target text before postprocessing (e.g. the linearized tree): the task's output format
+    and its score concern the one-best only."""
     lines: list[str] = []
     for i, o in enumerate(outputs):
         if len(o.nbest) <= 1:
@@ -109,19 +109,19 @@ def format_outputs(outputs: Sequence[Output]) -> list[str]:
 def evaluate(hypotheses: str | Path, references: str | Path, recipe: str | Path | None = None,
              task: str | None = None, overrides: Sequence[str] = ()) -> Report:
     """Score a file of outputs against a file of references with a task's metric."""
-    from seqxduce.recipe import make_settings
     from seqxduce.registry import registry
+    from seqxduce.settings_check import make_settings
 
     if (recipe is None) == (task is None):
         raise UserError("evaluate: name the task with exactly one of --recipe (file or run directory) and --task")
     if recipe is not None:
         path = Path(recipe)
         loaded = load_run_recipe(path, overrides) if path.is_dir() else load_recipe(path, overrides)
-        task_obj = loaded.task.component.factory(loaded.task.settings)
+        task_obj = loaded.task.component.build(loaded.task.settings)
     else:
         component = registry().get("task", task)
         settings = make_settings(component.settings, {}, "task", f"--task {task}") if component.settings else None
-        task_obj = component.factory(settings)
+        task_obj = component.build(settings)
     return task_obj.score_files(Path(hypotheses), Path(references))
 
 

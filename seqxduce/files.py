@@ -1,4 +1,4 @@
-"""Writing files safely: an output path checked before any work, and text written whole or not at all."""
+"""Output paths checked before any work (the writes themselves go through seqxduce.atomic)."""
 
 from __future__ import annotations
 
@@ -41,20 +41,3 @@ def check_folder_writable(folder: Path | str, what: str) -> None:
                         "choose another place") from None
     os.close(fd)
     probe.unlink(missing_ok=True)
-
-
-def atomic_write_text(path: Path | str, text: str) -> None:
-    """Write a text file through a temporary file, fsync and a rename, so a crash never leaves half of it; a
-    failed write is a UserError and leaves an earlier file of that name as it was."""
-    path = Path(path)
-    part = path.with_name(f".{path.name}.{secrets.token_hex(4)}.part")
-    try:
-        with part.open("w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(part, path)
-    except OSError as err:
-        part.unlink(missing_ok=True)
-        raise UserError(f"{path}: not written ({err.strerror or err}); any earlier file of that name is "
-                        "unchanged") from None

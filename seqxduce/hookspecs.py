@@ -1,4 +1,9 @@
-"""The hooks a seqxduce plugin can implement. Each receives a `register` callback."""
+"""The hooks a seqxduce plugin can implement. Each receives a `register` callback (or the click group).
+
+register(name, factory, settings=SettingsClass, presets={...}, help="...") records one component; the factory's
+contract is seqxduce.api.TaskFactory, TokenizerFactory, ModelFactory or DecoderFactory, and what it returns must
+be an instance of seqxduce.api.Task, Tokenizer, Model or Decoder.
+"""
 
 from pluggy import HookimplMarker, HookspecMarker
 
@@ -8,22 +13,22 @@ hookimpl = HookimplMarker("seqxduce")
 
 @hookspec
 def register_tasks(register):
-    """Register tasks: register(name, factory, settings=SettingsClass, help="...")."""
+    """Register tasks: register(name, factory(settings) -> Task, settings=SettingsClass, help="...")."""
 
 
 @hookspec
 def register_tokenizers(register):
-    """Register tokenizers: register(name, factory, settings=SettingsClass, help="...")."""
+    """Register tokenizers: register(name, factory(settings) -> Tokenizer, settings=SettingsClass, help="...")."""
 
 
 @hookspec
 def register_models(register):
-    """Register models: register(name, factory, settings=SettingsClass, presets={...}, help="...")."""
+    """Register models: register(name, factory(settings, vocab) -> Model, settings=..., presets={...}, help=...)."""
 
 
 @hookspec
 def register_decoders(register):
-    """Register decoders: register(name, factory, settings=SettingsClass, help="...")."""
+    """Register decoders: register(name, factory(settings, tokenizer) -> Decoder, settings=..., help="...")."""
 
 
 @hookspec

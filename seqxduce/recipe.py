@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
 import sys
-import types
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +13,7 @@ from typing import Any
 from seqxduce.api import UserError
 from seqxduce.registry import Component, Registry, registry
 from seqxduce.settings import DecodeCore, ModelCore, TaskCore, TokenizerCore, TrainSettings
+from seqxduce.settings_check import make_settings, where
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -223,11 +221,6 @@ def _check_sections(data: dict[str, Any], source: str) -> None:
             raise UserError(f"{source}: {name} must be a table ([{name}])")
 
 
-def _where(source: str, section: str, key: str, overridden: Mapping[str, str]) -> str:
-    """Where a value came from, for messages: its --set, or its key in the recipe file."""
-    return f"--set {section}.{key}" if key in overridden else f"{source}: [{section}] {key}"
-
-
 def _drop_plugin_keys(data: dict[str, Any], section: str) -> None:
     """--set section.name=other switches plugins: the old plugin's keys from the file no longer apply."""
     if section in data:
@@ -253,13 +246,13 @@ def _resolve_section(name: str, values: dict[str, Any], source: str, reg: Regist
     try:
         component = reg.get(kind, str(core_values["name"]))
     except UserError as err:
-        raise UserError(f"{_where(source, name, 'name', overridden)}: {err}") from None
+        raise UserError(f"{where(source, name, 'name', overridden)}: {err}") from None
     plugin_values = {k: v for k, v in values.items() if k not in core_keys}
     preset = core_values.get("preset", "")
     if preset:
         if preset not in component.presets:
             known = ", ".join(sorted(component.presets)) or "(none)"
-            raise UserError(f"{_where(source, name, 'preset', overridden)} {preset!r} is not a preset of "
+            raise UserError(f"{where(source, name, 'preset', overridden)} {preset!r} is not a preset of "
                             f"{component.name}; known: {known}")
         plugin_values = {**component.presets[preset], **plugin_values}
     settings_cls = component.settings
@@ -293,125 +286,3 @@ def _reject_unknown(name: str, values: dict[str, Any], known: set[str], source: 
         owner = f" for {component.kind} {component.name!r}" if component else ""
         origin = f"--set {name}.{key}" if key in (overridden or {}) else source
         raise UserError(f"{origin}: unknown key [{name}] {key}{owner}.{hint} Known keys: {', '.join(allowed)}")
-
-
-def make_settings(cls: type, values: dict[str, Any], section: str, source: str,
-                  overridden: Mapping[str, str] | None = None) -> Any:
-    """Instantiate a settings dataclass, checking types, choices, bounds, required keys and its validate().
-
-    overridden maps the keys given by --set to their raw text: their errors name the --set, and a str
-    setting takes that text as written (--set task.test_files=2300 is the text "2300", not a number).
-    """
-    overridden = overridden or {}
-    hints = typing.get_type_hints(cls)
-    kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        where = _where(source, section, f.name, overridden)
-        if f.name not in values:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise UserError(f"{where} is required ({f.metadata.get('help', '')})")
-            continue
-        value = values[f.name]
-        if f.name in overridden and not isinstance(value, str) and _takes_text(hints[f.name]):
-            value = overridden[f.name]
-        kwargs[f.name] = _check_value(_coerce(value, hints[f.name], where), f, where)
-    return _validated(cls, kwargs, section, source, overridden)
-
-
-def _takes_text(hint: Any) -> bool:
-    """Whether a setting of this type accepts a string (str, or a union with str such as str | None)."""
-    union = typing.get_origin(hint) in (typing.Union, getattr(types, "UnionType", None))
-    return hint is str or (union and str in typing.get_args(hint))
-
-
-def _check_value(value: Any, f: dataclasses.Field, where: str) -> Any:
-    """The value, if it is one of the field's choices and within its bounds."""
-    choices = f.metadata.get("choices")
-    if choices and value not in choices:
-        raise UserError(f"{where} = {value!r} is not one of {', '.join(map(str, choices))}")
-    numbers = value if isinstance(value, list) else [value]
-    if any(not _within(v, f.metadata) for v in numbers):
-        noun = "numbers" if isinstance(value, list) else "a number"
-        raise UserError(f"{where} = {value!r} is out of range; use {noun} {_bounds_text(f.metadata)}")
-    return value
-
-
-def _within(value: Any, meta: Mapping[str, Any]) -> bool:
-    """Whether a number lies within a setting's min/max (anything that is not a number is not bounded)."""
-    low, high = meta.get("min"), meta.get("max")
-    if (low is None and high is None) or isinstance(value, bool) or not isinstance(value, (int, float)):
-        return True
-    if math.isnan(value):
-        return False
-    if low is not None and (value < low or (value == low and meta.get("min_exclusive"))):
-        return False
-    return high is None or not (value > high or (value == high and meta.get("max_exclusive")))
-
-
-def _bounds_text(meta: Mapping[str, Any]) -> str:
-    """A setting's bounds for messages: ">= 1", "> 0", "<= 1" or "in [0, 1)"."""
-    low, high = meta.get("min"), meta.get("max")
-    if low is not None and high is not None:
-        left, right = "(" if meta.get("min_exclusive") else "[", ")" if meta.get("max_exclusive") else "]"
-        return f"in {left}{low:g}, {high:g}{right}"
-    if low is not None:
-        return f"{'>' if meta.get('min_exclusive') else '>='} {low:g}"
-    return f"{'<' if meta.get('max_exclusive') else '<='} {high:g}"
-
-
-def _validated(cls: type, kwargs: dict[str, Any], section: str, source: str, overridden: Mapping[str, str]) -> Any:
-    """Build the settings and run their own checks (__post_init__, validate()), naming where values came from."""
-    try:
-        settings = cls(**kwargs)
-        validate = getattr(settings, "validate", None)
-        if callable(validate):
-            validate()
-    except UserError as err:
-        sets = "".join(f" --set {section}.{key}" for key in overridden if key in kwargs)
-        origin = f"{source} with{sets}" if sets else source
-        raise UserError(f"{origin}: {err}") from None
-    return settings
-
-
-def _coerce(value: Any, hint: Any, where: str) -> Any:
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
-    if origin in (typing.Union, getattr(types, "UnionType", None)):
-        if value is None or (isinstance(value, str) and value.lower() == "none" and type(None) in args):
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(value, arg, where)
-            except UserError as err:
-                errors.append(str(err))
-        raise UserError(errors[0] if errors else f"{where}: bad value {value!r}")
-    if origin in (list, tuple):
-        if not isinstance(value, (list, tuple)):
-            raise UserError(f"{where} must be a list, got {value!r}")
-        inner = args[0] if args else Any
-        return [_coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(value)]
-    if hint is Any:
-        return value
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-    elif hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-    elif hint is str:
-        if isinstance(value, str):
-            return value
-    elif isinstance(hint, type) and isinstance(value, hint):
-        return value
-    name = getattr(hint, "__name__", str(hint))
-    raise UserError(f"{where} must be {_article(name)} {name}, got {value!r} ({type(value).__name__})")
-
-
-def _article(name: str) -> str:
-    return "an" if name[:1] in "aeiou" else "a"

@@ -13,10 +13,14 @@ from typing import Any
 import pluggy
 
 from seqxduce import hookspecs
-from seqxduce.api import UserError
+from seqxduce.api import Decoder, Model, Task, Tokenizer, UserError
 
 KINDS = ("task", "tokenizer", "model", "decoder")
 ENTRY_POINT_GROUP = "seqxduce"
+
+
+# what a factory of each kind must return
+CONTRACTS: dict[str, type] = {"task": Task, "tokenizer": Tokenizer, "model": Model, "decoder": Decoder}
 
 
 @dataclass
@@ -31,6 +35,16 @@ class Component:
     help: str = ""
     plugin: str = ""
     distribution: str = ""
+
+    def build(self, *args: Any) -> Any:
+        """Call the factory (see seqxduce.api.TaskFactory and friends) and check it kept the contract of its kind."""
+        built = self.factory(*args)
+        contract = CONTRACTS[self.kind]
+        if not isinstance(built, contract):
+            raise UserError(f"{self.kind} {self.name!r} (plugin {self.plugin!r}): its factory returned "
+                            f"{type(built).__name__}, not a seqxduce.api.{contract.__name__}; "
+                            "fix or uninstall the plugin")
+        return built
 
 
 # plugin name -> the installed distribution that declared its entry point (for `seqxduce plugins`)

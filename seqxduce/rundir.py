@@ -12,7 +12,6 @@ A run directory holds:
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import tempfile
@@ -22,7 +21,8 @@ from typing import Any
 
 from seqxduce import components
 from seqxduce.api import Example, Task, UserError
-from seqxduce.files import atomic_write_text, check_folder_writable
+from seqxduce.atomic import atomic_write_text, replace_durably
+from seqxduce.files import check_folder_writable
 from seqxduce.recipe import Recipe, load_recipe
 
 RECIPE_FILE = "recipe.toml"
@@ -30,8 +30,8 @@ CHECKPOINT_DIR = "checkpoints"
 AVERAGE_FILE = "average.pt"
 METRICS_FILE = "metrics.jsonl"
 STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
-# the temporary files of saves (checkpoint.atomic_save, files.atomic_write_text, tokenizer staging, write checks)
-ORPHAN = re.compile(r"^\.(step_\d+\.pt\.\w+\.tmp|average\.pt\.\w+\.tmp|recipe\.toml(\.\w+)?\.part|tokenizer-work-.*"
+# the temporary files of saves (seqxduce.atomic, tokenizer staging, write checks)
+ORPHAN = re.compile(r"^\.((step_\d+\.pt|average\.pt|recipe\.toml|metrics\.jsonl)\.\w+\.tmp|tokenizer-work-.*"
                     r"|write-check-\w+)$")
 
 
@@ -269,7 +269,7 @@ class RunDir:
                 for old in self.path.glob(f"{prefix}*"):
                     old.unlink()
             for saved in staging.iterdir():
-                os.replace(saved, self.path / saved.name)
+                replace_durably(saved, self.path / saved.name)
 
     def load_tokenizers(self, recipe: Recipe) -> components.Tokenizers:
         """The tokenizer(s) saved here."""

@@ -1,4 +1,5 @@
-"""The generic search engine decoder plugins build on: greedy and beam search over Model.encode/step.
+"""The searches decoder plugins build on: greedy and beam search over Model.encode/step, and the two decoders
+that run them with their settings as they are (the `greedy` and `beam` decoder plugins register these).
 
 Beam search keeps `beam` live hypotheses per source in one (B*beam)-row batch, moves hypotheses that
 end in eos to an n-best finished list scored with the GNMT length penalty, drops a source from the batch once
@@ -10,7 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from seqxduce.api import DecodeRequest, Hypothesis, Model, StepConstraint
+from seqxduce.api import Decoder, DecodeRequest, Hypothesis, Model, StepConstraint
+from seqxduce.search_settings import BeamSettings, SearchSettings
 
 
 def length_penalty(length: int, alpha: float) -> float:
@@ -58,18 +60,14 @@ def _next_logprobs(model: Model, last: torch.Tensor, memory, cache, request: Dec
 
 
 @torch.no_grad()
-def greedy_search(
-    model: Model,
-    request: DecodeRequest,
-    max_len_a: float = 1.0,
-    max_len_b: int = 10,
-    min_len: int = 0,
-    constraint: StepConstraint | None = None,
-) -> list[list[Hypothesis]]:
+def greedy_search(model: Model, request: DecodeRequest, settings: SearchSettings | None = None,
+                  constraint: StepConstraint | None = None) -> list[list[Hypothesis]]:
     """Pick the most probable token at each step until eos or the length limit."""
+    settings = settings or SearchSettings()
+    min_len = settings.min_len
     batch = request.src.size(0)
     device = request.src.device
-    limits = max_lengths(request, max_len_a, max_len_b)
+    limits = max_lengths(request, settings.max_len_a, settings.max_len_b)
     memory = model.encode(request.src)
     cache = model.init_cache(memory)
     rows = torch.arange(batch, device=device)
@@ -101,28 +99,20 @@ def greedy_search(
 
 
 @torch.no_grad()
-def beam_search(
-    model: Model,
-    request: DecodeRequest,
-    beam: int = 4,
-    alpha: float = 0.6,
-    max_len_a: float = 1.0,
-    max_len_b: int = 10,
-    min_len: int = 0,
-    nbest: int = 1,
-    constraint: StepConstraint | None = None,
-    early_stop: bool = False,
-) -> list[list[Hypothesis]]:
+def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | None = None,
+                constraint: StepConstraint | None = None) -> list[list[Hypothesis]]:
     """Batched beam search with GNMT length penalty; returns the nbest finished hypotheses per source, best first.
 
     A source leaves the search once no live hypothesis can still finish with a higher normalized score than
     the worst of its `nbest` best finished ones (see `_live_bound`). `early_stop` is fairseq's heuristic
     instead: a source leaves as soon as it has `beam` finished hypotheses, which can miss better, longer ones.
     """
-    nbest = min(nbest, beam)
+    settings = settings or BeamSettings()
+    beam, alpha, min_len, early_stop = settings.beam, settings.alpha, settings.min_len, settings.early_stop
+    nbest = min(settings.nbest, beam)
     batch = request.src.size(0)
     device = request.src.device
-    limits_all = max_lengths(request, max_len_a, max_len_b)
+    limits_all = max_lengths(request, settings.max_len_a, settings.max_len_b)
     memory = model.encode(request.src)
     # row r of the search batch belongs to source alive[r // beam]
     alive = torch.arange(batch, device=device)
@@ -187,6 +177,26 @@ def beam_search(
         step += 1
 
     return [f.best(nbest) for f in finished]
+
+
+class GreedyDecoder(Decoder):
+    """The `greedy` decoder plugin, and validation's fast search: greedy search with its settings."""
+
+    def __init__(self, settings: SearchSettings | None = None):
+        self.settings = settings or SearchSettings()
+
+    def decode(self, model: Model, request: DecodeRequest) -> list[list[Hypothesis]]:
+        return greedy_search(model, request, self.settings)
+
+
+class BeamDecoder(Decoder):
+    """The `beam` decoder plugin: beam search with its settings."""
+
+    def __init__(self, settings: BeamSettings | None = None):
+        self.settings = settings or BeamSettings()
+
+    def decode(self, model: Model, request: DecodeRequest) -> list[list[Hypothesis]]:
+        return beam_search(model, request, self.settings)
 
 
 class _NBest:

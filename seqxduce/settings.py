@@ -4,36 +4,36 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from seqxduce.api import UserError, setting
+from seqxduce.api import Settings, UserError, setting
 
 
 @dataclass
-class TaskCore:
+class TaskCore(Settings):
     name: str = setting(help="task plugin name (see `seqxduce plugins`)")
     data_dir: str = setting("data", help="where the task's data lives or is downloaded to (relative to the recipe)")
 
 
 @dataclass
-class TokenizerCore:
+class TokenizerCore(Settings):
     name: str = setting(help="tokenizer plugin name")
     shared: bool = setting(True, help="one vocabulary for source and target (enables shared embeddings)")
 
 
 @dataclass
-class ModelCore:
+class ModelCore(Settings):
     name: str = setting(help="model plugin name")
     preset: str = setting("", help="a named set of defaults the model plugin offers (e.g. base, big)")
 
 
 @dataclass
-class DecodeCore:
+class DecodeCore(Settings):
     name: str = setting("beam", help="decoder plugin name")
     batch_size: int = setting(64, help="sentences decoded together (sorted by length to waste little padding)",
                               min=1)
 
 
 @dataclass
-class TrainSettings:
+class TrainSettings(Settings):
     seed: int = setting(1, help="seed for parameters, dropout and batch order")
     device: str = setting("auto", help="cpu, cuda, cuda:N, or auto (cuda when available)")
     precision: str = setting("fp32", help="fp32, bf16 (autocast) or fp16 (autocast + loss scaling)",
@@ -84,6 +84,6 @@ class TrainSettings:
                                 min=0)
 
     def validate(self) -> None:
-        """Checks across values that bounds cannot express; the recipe loader calls this."""
+        """Rules that bounds cannot express."""
         if len(self.betas) != 2:
             raise UserError(f"[train] betas = {self.betas!r}: give two numbers, beta1 and beta2, e.g. [0.9, 0.98]")

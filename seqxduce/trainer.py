@@ -111,7 +111,7 @@ class Trainer:
         self.train_pairs = self._encode(self.train_examples, "train")
         self.valid_pairs = self._encode(self.valid_examples, "valid") if self.valid_examples else []
         self.model = built.model.to(self.device)
-        self.d_model = getattr(self.model, "d_model", None) or getattr(recipe.model.settings, "d_model", None)
+        self.d_model = self.model.schedule_width
         self.wrapped = self.dist.wrap(self.model)
         self.optimizer = self._optimizer()
         # sum-over-tokens losses are large: start at 2^7 as fairseq does, not 2^16, to avoid skipped first steps
@@ -168,8 +168,6 @@ class Trainer:
 
     def _optimizer(self) -> torch.optim.Optimizer:
         s = self.settings
-        if len(s.betas) != 2:
-            raise UserError(f"[train] betas must hold two numbers, got {s.betas!r}")
         cls = torch.optim.Adam if s.optimizer == "adam" else torch.optim.AdamW
         lr = learning_rate(s, 1, self.d_model)
         return cls(self.model.parameters(), lr=lr, betas=tuple(s.betas), eps=s.eps, weight_decay=s.weight_decay)
@@ -386,7 +384,7 @@ class Trainer:
 
     @torch.no_grad()
     def validate(self, progress: TrainProgress | None = None) -> dict[str, float | str]:
-        """Loss and perplexity on the valid split, and the task's metric on a greedy decode of a sample."""
+        """Loss and perplexity on the valid split, and the task's metric on a sample decoded as valid_search says."""
         metrics: dict[str, float] = {}
         if self.is_main and self.valid_pairs:
             metrics = self._valid_loss()
@@ -412,17 +410,20 @@ class Trainer:
         return {"loss": loss_sum / max(tokens, 1), "nll": nll, "ppl": math.exp(min(nll, 100.0))}
 
     def _valid_metric(self) -> dict[str, float | str]:
-        from seqxduce.decoding import decode_examples
+        from seqxduce.decoding import decode_sources, score_outputs
+        from seqxduce.search import GreedyDecoder
+        from seqxduce.search_settings import SearchSettings
 
         sample = self.valid_examples[: self.settings.valid_decode_examples]
         if not sample:
             return {}
         recipe_search = self.settings.valid_search == "recipe"
-        decoder = components.build_decoder(self.recipe, self.tokenizers) if recipe_search else None
-        outputs = decode_examples(self.model, self.tokenizers, self.task, sample, decoder=decoder,
-                                  device=self.device, precision=self.settings.precision,
-                                  decode_settings=self.recipe.decode)
-        report = self.task.score([o.text for o in outputs], [ex.ref for ex in sample], [ex.source for ex in sample])
+        decode = self.recipe.decode
+        decoder = (components.build_decoder(self.recipe, self.tokenizers) if recipe_search
+                   else GreedyDecoder(SearchSettings.lengths_of(decode.settings)))
+        outputs = decode_sources(self.model, self.tokenizers, self.task, sample, decoder, self.device,
+                                 self.settings.precision, decode.core.batch_size)
+        report = score_outputs(self.task, outputs, sample)
         metrics: dict[str, float | str] = {"search": self.recipe.decode.core.name if recipe_search else "greedy"}
         metrics.update({f"valid_{k}": v for k, v in report.metrics.items()})
         return metrics

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from pathlib import Path
 
 import pytest
 
 from seqxduce.registry import Registry, new_manager, registry, reset_registry
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+REPOSITORY = Path(__file__).resolve().parents[1]
+# where the recipes expect the shared data: ../shared beside the repository
+DEFAULT_SHARED = REPOSITORY.parent / "shared"
+# SEQXDUCE_SHARED points the tests at another copy (a worktree, a CI cache) or at a missing folder to check that
+# every test needing it skips
+SHARED = Path(os.environ.get("SEQXDUCE_SHARED") or DEFAULT_SHARED)
 
 
 @contextlib.contextmanager
@@ -27,7 +33,34 @@ def plugins_registered(*plugins: object, entry_points: bool = True):
         reset_registry(None)
 
 
-@pytest.fixture
+def _shared(relative: str) -> Path:
+    """A folder of the shared data, or a skip naming what is missing and how to point the tests at it."""
+    path = SHARED / relative
+    if not path.is_dir():
+        pytest.skip(f"{path} is missing: the test needs the shared data beside the repository "
+                    "(or SEQXDUCE_SHARED=/path/to/shared)")
+    return path
+
+
+@pytest.fixture(scope="session")
 def shared_dir() -> Path:
-    assert SHARED.is_dir(), f"{SHARED} is missing: the tests need ../shared beside the repository"
-    return SHARED
+    """The shared folder beside the repository (data, reference outputs); the test skips without it."""
+    return _shared(".")
+
+
+@pytest.fixture(scope="session")
+def ptb_sample(shared_dir: Path) -> Path:
+    """The NLTK Penn Treebank sample (wsj_0001.mrg ... wsj_0199.mrg)."""
+    return _shared("data/ptb_sample")
+
+
+@pytest.fixture(scope="session")
+def evalb_reference(shared_dir: Path) -> Path:
+    """gold.mrg, test.mrg and the original EVALB's output on them (evalb_COLLINS.out)."""
+    return _shared("evalb_reference")
+
+
+@pytest.fixture(scope="session")
+def multi30k(shared_dir: Path) -> Path:
+    """The Multi30k plain-text files."""
+    return _shared("data/multi30k")

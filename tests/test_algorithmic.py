@@ -13,8 +13,8 @@ from seqxduce_algorithmic.settings import AlgorithmicSettings
 from seqxduce_algorithmic.task import AlgorithmicTask
 
 from seqxduce.api import UserError
-from seqxduce.recipe import make_settings
 from seqxduce.registry import Registry, new_manager
+from seqxduce.settings_check import make_settings
 
 SMALL = dict(train_size=300, valid_size=50, test_size=50, train_max_len=12, valid_max_len=12,
              test_min_len=20, test_max_len=30)
@@ -168,12 +168,12 @@ def test_score_files(tmp_path):
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (dict(symbols=63), r"\[task\] symbols = 63"),
-        (dict(symbols=1), r"\[task\] symbols = 1"),
+        (dict(symbols=63), r"^AlgorithmicSettings\.symbols = 63 is out of range"),
+        (dict(symbols=1), r"^AlgorithmicSettings\.symbols = 1 is out of range"),
         (dict(valid_min_len=20, valid_max_len=10), r"\[task\] valid_max_len = 10 is below valid_min_len"),
         (dict(kind="addition", train_max_len=2), r"\[task\] train_max_len = 2 .* shortest addition source"),
-        (dict(test_min_len=0), r"\[task\] test_min_len = 0"),
-        (dict(train_size=-1), r"\[task\] train_size = -1"),
+        (dict(test_min_len=0), r"^AlgorithmicSettings\.test_min_len = 0 is out of range"),
+        (dict(train_size=-1), r"^AlgorithmicSettings\.train_size = -1 is out of range"),
     ],
 )
 def test_bad_settings_are_user_errors_naming_the_key(overrides, message):

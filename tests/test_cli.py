@@ -7,8 +7,10 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from seqxduce import engine
+from seqxduce import Example, Report, Task, engine, hookimpl
+from seqxduce.api import read_lines
 from seqxduce.cli import add_plugin_commands
+from tests.conftest import plugins_registered
 
 HERE = Path(__file__).resolve().parent
 RECIPE = HERE / "fixtures" / "tiny.toml"
@@ -133,7 +135,42 @@ def test_user_errors_are_one_line_without_traceback(cli, tmp_path):
     assert missing.exit_code != 0 and "no such recipe file" in missing.output
 
 
-def test_prepare_command(cli):
-    result = invoke(cli, "prepare", RECIPE)
-    assert result.exit_code == 0, result.output
-    assert "data ready" in result.output
+class PreparedTask(Task):
+    """A task whose prepare() builds a data file once, as a download would."""
+
+    def prepare(self, data_dir: Path) -> None:
+        data = data_dir / "pairs.txt"
+        if data.is_file():
+            return
+        data_dir.mkdir(parents=True, exist_ok=True)
+        data.write_text("1 2\t2 1\n", encoding="utf-8")
+
+    def examples(self, split: str, data_dir: Path) -> list[Example]:
+        return [Example(*line.split("\t")) for line in read_lines(data_dir / "pairs.txt")]
+
+    def score(self, hypotheses, references, sources=None) -> Report:
+        return Report({}, primary="")
+
+
+class PreparedTaskPlugin:
+    @hookimpl
+    def register_tasks(self, register):
+        register("prepared", lambda settings: PreparedTask())
+
+
+def test_prepare_command_builds_the_data_relative_to_the_recipe_once(cli, tmp_path):
+    recipe = tmp_path / "recipes" / "prepared.toml"
+    recipe.parent.mkdir()
+    recipe.write_text('[task]\nname = "prepared"\ndata_dir = "../data"\n[tokenizer]\nname = "word"\n'
+                      '[model]\nname = "transformer"\n', encoding="utf-8")
+    with plugins_registered(PreparedTaskPlugin()):
+        result = invoke(cli, "prepare", recipe)
+        assert result.exit_code == 0, result.output
+        data = tmp_path / "data" / "pairs.txt"
+        where = result.output.removeprefix("data ready in ").rstrip("\n")
+        assert Path(where).resolve() == data.parent.resolve(), result.output
+        assert data.read_text(encoding="utf-8") == "1 2\t2 1\n"
+        data.write_text("3\t3\n", encoding="utf-8")  # a second prepare must keep what is there
+        again = invoke(cli, "prepare", recipe)
+        assert again.exit_code == 0, again.output
+        assert data.read_text(encoding="utf-8") == "3\t3\n"

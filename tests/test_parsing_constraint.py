@@ -14,6 +14,7 @@ from seqxduce_parsing.settings import TreeBeamSettings
 
 from seqxduce.api import DecodeRequest, Model, ModelOutput, Tokenizer, UserError
 from seqxduce.search import beam_search, greedy_search
+from seqxduce.search_settings import BeamSettings, SearchSettings
 
 VOCAB = ["<pad>", "<s>", "</s>", "<unk>", "XX", "(S", ")S", "(NP", ")NP", "(VP", ")VP", "(PP"]
 
@@ -156,8 +157,8 @@ def test_beam_search_under_the_constraint_only_writes_well_formed_trees(seed):
     sources = ["a", "a b", "a b c", "a b c d e f", "a b c d", "a b c d e f g h i"]
     request = request_for(sources)
     constraint = TreeConstraint(tokenizer, max_len_a=1.0, max_len_b=12)
-    hyps = beam_search(RandomModel(len(VOCAB), seed), request, beam=4, alpha=0.3, max_len_a=1.0, max_len_b=12,
-                       nbest=4, constraint=constraint)
+    hyps = beam_search(RandomModel(len(VOCAB), seed), request,
+                       BeamSettings(beam=4, alpha=0.3, max_len_a=1.0, max_len_b=12, nbest=4), constraint=constraint)
     for source, nbest in zip(sources, hyps):
         assert len(nbest) == 4
         for hyp in nbest:
@@ -171,7 +172,7 @@ def test_the_length_limit_leaves_room_to_finish_the_tree():
     tokenizer = ListTokenizer(VOCAB)
     # 3 leaves + one bracket pair is all the limit (0 * length + 5) allows: only the flat tree fits
     constraint = TreeConstraint(tokenizer, max_len_a=0.0, max_len_b=5)
-    hyps = greedy_search(RandomModel(len(VOCAB), 3), request_for(["a b c"]), max_len_a=0.0, max_len_b=5,
+    hyps = greedy_search(RandomModel(len(VOCAB), 3), request_for(["a b c"]), SearchSettings(max_len_a=0.0, max_len_b=5),
                          constraint=constraint)
     assert tokenizer.decode(hyps[0][0].tokens) in {"(S XX XX XX )S", "(NP XX XX XX )NP", "(VP XX XX XX )VP"}
 
@@ -179,7 +180,7 @@ def test_the_length_limit_leaves_room_to_finish_the_tree():
 def test_without_the_constraint_the_same_model_writes_broken_trees():
     tokenizer = ListTokenizer(VOCAB)
     sources = ["a", "a b", "a b c", "a b c d e f"]
-    hyps = beam_search(RandomModel(len(VOCAB), 0), request_for(sources), beam=4, alpha=0.3, max_len_b=40)
+    hyps = beam_search(RandomModel(len(VOCAB), 0), request_for(sources), BeamSettings(beam=4, alpha=0.3, max_len_b=40))
     repairs = [delinearize(tokenizer.decode(h[0].tokens), s.split()).repairs for s, h in zip(sources, hyps)]
     assert sum(repairs) > 0
 
@@ -188,14 +189,15 @@ def test_greedy_search_follows_a_deep_script_exactly():
     tokenizer = ListTokenizer(VOCAB)
     script = "(S " + "(NP " * 20 + "XX " + ")NP " * 20 + ")S"
     c = TreeConstraint(tokenizer)
-    hyps = greedy_search(ScriptedModel(tokenizer, script), request_for(["word"]), max_len_b=60, constraint=c)
+    hyps = greedy_search(ScriptedModel(tokenizer, script), request_for(["word"]), SearchSettings(max_len_b=60),
+                         constraint=c)
     assert tokenizer.decode(hyps[0][0].tokens) == script  # 21 open brackets: the stack grew past 16
     assert c.stack.size(1) >= 21
 
 
 def test_greedy_search_is_kept_from_a_scripted_mistake():
     tokenizer = ListTokenizer(VOCAB)
-    hyps = greedy_search(ScriptedModel(tokenizer, "(S XX )NP )S"), request_for(["word"]), max_len_b=20,
+    hyps = greedy_search(ScriptedModel(tokenizer, "(S XX )NP )S"), request_for(["word"]), SearchSettings(max_len_b=20),
                          constraint=TreeConstraint(tokenizer))
     text = tokenizer.decode(hyps[0][0].tokens)
     assert text.startswith("(S XX") and ")NP" not in text.split()

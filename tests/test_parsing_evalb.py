@@ -4,14 +4,10 @@ tests/test_parsing_evalb_adversarial.py compares it with the original on pairs m
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from seqxduce_parsing import evalb
 from seqxduce_parsing.evalb import ERROR, OK, SKIP
 from seqxduce_parsing.evalb_read import Reader, file_lines
-
-REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "evalb_reference"
 
 
 def evaluate(gold: str, test: str) -> evalb.Evaluation:
@@ -28,11 +24,11 @@ def counts(s: evalb.SentenceScore) -> tuple[int, ...]:
     return (s.length, s.status, s.match, s.gold_brackets, s.test_brackets, s.crossing, s.words, s.correct_tags)
 
 
-def test_reproduces_the_original_evalb_output_byte_for_byte():
-    ev = evalb.score_lines(file_lines((REFERENCE / "gold.mrg").read_bytes()),
-                           file_lines((REFERENCE / "test.mrg").read_bytes()))
+def test_reproduces_the_original_evalb_output_byte_for_byte(evalb_reference):
+    ev = evalb.score_lines(file_lines((evalb_reference / "gold.mrg").read_bytes()),
+                           file_lines((evalb_reference / "test.mrg").read_bytes()))
     ours = evalb.format_report(ev.scores)
-    expected = (REFERENCE / "evalb_COLLINS.out").read_text()
+    expected = (evalb_reference / "evalb_COLLINS.out").read_text()
     for number, (line, want) in enumerate(zip(ours.splitlines(), expected.splitlines()), start=1):
         assert line == want, f"line {number}"
     assert ours == expected

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from nltk.tree import Tree
 from seqxduce_parsing.linearize import delinearize, linearize
 from seqxduce_parsing.preprocess import expand_unary_chains, flat, is_preterminal, preprocess
 from seqxduce_parsing.treebank import read_split
 
-SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "ptb_sample"
 TREE = Tree.fromstring("(S (NP (NNP John)) (VP (VBZ has) (NP (DT a) (NN dog))) (. .))")
 WORDS = ["John", "has", "a", "dog", "."]
 SEQUENCE = "(S (NP XX )NP (VP XX (NP XX XX )NP )VP XX )S"
@@ -70,8 +67,8 @@ def test_malformed_output_is_repaired_deterministically(sequence, expected, repa
 
 
 @pytest.fixture(scope="module")
-def sample_trees() -> list[Tree]:
-    return read_split(SAMPLE, "0001-0179", "flat", "train_files")
+def sample_trees(ptb_sample) -> list[Tree]:
+    return read_split(ptb_sample, "0001-0179", "flat", "train_files")
 
 
 def test_round_trip_over_every_tree_of_the_sample(sample_trees):

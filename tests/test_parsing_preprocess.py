@@ -10,19 +10,17 @@ from nltk.tree import Tree
 from seqxduce_parsing import preprocess as pp
 from seqxduce_parsing.treebank import read_split
 
-SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "ptb_sample"
-
 
 @pytest.fixture(scope="module")
-def field_tree() -> Tree:
+def field_tree(ptb_sample) -> Tree:
     """wsj_0013, sentence 15: a topicalized S with a trace, quotes and function tags."""
-    return read_split(SAMPLE, "0013", "flat", "train_files")[14]
+    return read_split(ptb_sample, "0013", "flat", "train_files")[14]
 
 
 @pytest.fixture(scope="module")
-def magazine_tree() -> Tree:
+def magazine_tree(ptb_sample) -> Tree:
     """wsj_0012, sentence 9: gapping indices (NP=2, PP-TMP=3) and *U* empty units."""
-    return read_split(SAMPLE, "0012", "flat", "train_files")[8]
+    return read_split(ptb_sample, "0012", "flat", "train_files")[8]
 
 
 def test_the_sample_trees_are_what_the_tests_expect(field_tree):
@@ -40,15 +38,15 @@ def test_drop_empty_root():
     assert pp.drop_empty_root(labelled) == labelled
 
 
-def raw_trees(name: str) -> list[str]:
+def raw_trees(sample: Path, name: str) -> list[str]:
     """The bracketed trees of a sample file as written there: each starts with '(' in the first column."""
-    return re.split(r"\n(?=\()", (SAMPLE / name).read_text().strip())
+    return re.split(r"\n(?=\()", (sample / name).read_text().strip())
 
 
-def test_drop_empty_root_on_raw_sample_text():
-    raw = raw_trees("wsj_0001.mrg")[0]
+def test_drop_empty_root_on_raw_sample_text(ptb_sample):
+    raw = raw_trees(ptb_sample, "wsj_0001.mrg")[0]
     assert raw.startswith("( (S ") and raw.endswith("(. .) ))")
-    read = read_split(SAMPLE, "0001", "flat", "train_files")[0]  # nltk's reader drops the root itself
+    read = read_split(ptb_sample, "0001", "flat", "train_files")[0]  # nltk's reader drops the root itself
     one_child = Tree.fromstring(raw)
     assert one_child.label() == "" and len(one_child) == 1
     assert pp.drop_empty_root(one_child) == read

@@ -13,47 +13,45 @@ from seqxduce_parsing.settings import PtbSettings
 from seqxduce_parsing.task import PtbTask
 
 from seqxduce import components
-from seqxduce.api import UserError
+from seqxduce.api import Postprocessed, UserError
 from seqxduce.cli import cli
 from seqxduce.recipe import load_recipe
 from seqxduce.registry import registry
+from tests.conftest import DEFAULT_SHARED
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-SAMPLE = SHARED / "data" / "ptb_sample"
-REFERENCE = SHARED / "evalb_reference"
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 
 
 @pytest.fixture(scope="module")
-def valid_examples():
-    return PtbTask(PtbSettings()).examples("valid", SAMPLE)
+def valid_examples(ptb_sample):
+    return PtbTask(PtbSettings()).examples("valid", ptb_sample)
 
 
-def test_examples_of_the_sample(valid_examples):
+def test_examples_of_the_sample(valid_examples, evalb_reference):
     assert len(valid_examples) == 273
     first = valid_examples[0]
     assert first.source.split()[:4] == ["Savin", "Corp.", "reported", "a"]
     assert first.target.startswith("(S (NP XX XX )NP (VP XX (NP (NP XX XX XX XX )NP (PP XX ")
     assert first.target.endswith(")VP XX )S")
     # the reference is the gold tree as EVALB takes it: function tags and empty elements kept, one line
-    assert first.reference == (REFERENCE / "gold.mrg").read_text().splitlines()[0]
+    assert first.reference == (evalb_reference / "gold.mrg").read_text().splitlines()[0]
 
 
-def test_keep_pos_tags_puts_the_tags_in_the_target():
+def test_keep_pos_tags_puts_the_tags_in_the_target(ptb_sample):
     task = PtbTask(PtbSettings(keep_pos_tags=True, valid_files="0160"))
-    target = task.examples("valid", SAMPLE)[0].target
+    target = task.examples("valid", ptb_sample)[0].target
     assert target.startswith("(S (NP NNP NNP )NP (VP VBD (NP (NP DT NN JJ NN )NP (PP IN ")
     assert target.endswith(". )S")
 
 
-def test_train_split_size():
-    assert len(PtbTask(PtbSettings()).examples("train", SAMPLE)) == 3396
+def test_train_split_size(ptb_sample):
+    assert len(PtbTask(PtbSettings()).examples("train", ptb_sample)) == 3396
 
 
 def test_gold_sequences_score_100_with_no_repairs(valid_examples):
     task = PtbTask(PtbSettings())
-    hyps = [task.postprocess(ex.target, ex.source) for ex in valid_examples]
-    report = task.score(hyps, [ex.ref for ex in valid_examples], [ex.source for ex in valid_examples])
+    outputs = [task.postprocess(ex.target, ex.source) for ex in valid_examples]
+    report = task.score_outputs(outputs, [ex.ref for ex in valid_examples], [ex.source for ex in valid_examples])
     assert report.primary == "f1"
     assert report.metrics["f1"] == report.metrics["f1_len40"] == 100.0
     assert (report.metrics["repaired"], report.metrics["repairs"]) == (0, 0)
@@ -62,40 +60,43 @@ def test_gold_sequences_score_100_with_no_repairs(valid_examples):
     assert report.text.startswith("  Sent.                        Matched  Bracket   Cross        Correct Tag\n")
 
 
-def test_collapsed_unary_chains_are_expanded_before_scoring():
+def test_collapsed_unary_chains_are_expanded_before_scoring(ptb_sample):
     task = PtbTask(PtbSettings(collapse_unary=True, valid_files="0160-0163"))
-    examples = task.examples("valid", SAMPLE)
+    examples = task.examples("valid", ptb_sample)
     assert any("+" in tok for ex in examples for tok in ex.target.split())
-    hyps = [task.postprocess(ex.target, ex.source) for ex in examples]
-    assert task.score(hyps, [ex.ref for ex in examples]).metrics["f1"] == 100.0
+    outputs = [task.postprocess(ex.target, ex.source) for ex in examples]
+    assert task.score_outputs(outputs, [ex.ref for ex in examples]).metrics["f1"] == 100.0
 
 
-def test_repairs_are_counted_per_output_and_reset_after_scoring():
+def test_repairs_are_counted_per_output_and_travel_with_it_to_the_score():
     task = PtbTask(PtbSettings())
     ref = "(S (NP-SBJ (PRP He)) (VP (VBD left)) (. .))"
     good = task.postprocess("(S (NP XX )NP (VP XX )VP XX )S", "He left .")
     broken = task.postprocess("(S (NP XX )NP (VP XX XX", "He left .")  # VP and S left open
-    assert good == "(S (NP (XX He)) (VP (XX left)) (XX .))"
-    assert broken == "(S (NP (XX He)) (VP (XX left) (XX .)))"
-    report = task.score([good, broken], [ref, ref])
+    assert good == Postprocessed("(S (NP (XX He)) (VP (XX left)) (XX .))", {"repairs": 0})
+    assert broken == Postprocessed("(S (NP (XX He)) (VP (XX left) (XX .)))", {"repairs": 2})
+    report = task.score_outputs([good, broken], [ref, ref])
     assert (report.metrics["repaired"], report.metrics["repairs"]) == (1, 2)
     assert "Repaired outputs: 1 of 2 decoded sequences" in report.text
     assert report.metrics["recall"] == pytest.approx(100.0)  # the period is deleted, so VP still matches
-    assert "repaired" not in task.score([good], [ref]).metrics
+    # nothing is kept between calls: scoring the same outputs again, or others, reports only what it is given
+    assert task.score_outputs([good, broken], [ref, ref]).metrics["repairs"] == 2
+    assert task.score_outputs([good], [ref]).metrics["repaired"] == 0
+    assert "repaired" not in task.score([broken.text], [ref]).metrics
 
 
 def test_predicted_tags_are_used_and_scored():
     task = PtbTask(PtbSettings(keep_pos_tags=True))
     ref = "(S (NP-SBJ (PRP He)) (VP (VBD left)) (. .))"
     hyp = task.postprocess("(S (NP NN )NP (VP VBD )VP . )S", "He left .")
-    report = task.score([hyp], [ref])
+    report = task.score_outputs([hyp], [ref])
     assert report.metrics["tagging_accuracy"] == 50.0
     assert report.metrics["gold_tags_reattached"] == 0.0 and PLACEHOLDER_NOTE not in report.text
 
 
-def test_score_files_reproduces_evalb():
-    report = PtbTask().score_files(REFERENCE / "test.mrg", REFERENCE / "gold.mrg")
-    assert report.text == (REFERENCE / "evalb_COLLINS.out").read_text()
+def test_score_files_reproduces_evalb(evalb_reference):
+    report = PtbTask().score_files(evalb_reference / "test.mrg", evalb_reference / "gold.mrg")
+    assert report.text == (evalb_reference / "evalb_COLLINS.out").read_text()
     assert round(report.metrics["f1"], 2) == 96.65 and round(report.metrics["f1_len40"], 2) == 96.51
 
 
@@ -134,12 +135,12 @@ def test_an_empty_output_for_a_gold_tree_with_words_is_named():
     assert report.invalid == 1 and report.warning.startswith("1 output with no words, skipped (line 1)")
 
 
-def test_splits_and_their_ranges():
+def test_splits_and_their_ranges(tmp_path):
     task = PtbTask(PtbSettings())
     with pytest.raises(UserError, match=r"\[task\] test_files is empty"):
-        task.examples("test", SAMPLE)
+        task.examples("test", tmp_path)
     with pytest.raises(UserError, match="splits train, valid, test"):
-        task.examples("dev", SAMPLE)
+        task.examples("dev", tmp_path)
 
 
 def test_the_plugin_registers_its_task_and_decoder_without_importing_torch_or_nltk():
@@ -151,11 +152,11 @@ def test_the_plugin_registers_its_task_and_decoder_without_importing_torch_or_nl
     assert out.strip() == "[]"
 
 
-def test_evaluate_command_prints_the_evalb_report():
-    result = CliRunner().invoke(cli, ["evaluate", str(REFERENCE / "test.mrg"), str(REFERENCE / "gold.mrg"),
+def test_evaluate_command_prints_the_evalb_report(evalb_reference):
+    result = CliRunner().invoke(cli, ["evaluate", str(evalb_reference / "test.mrg"), str(evalb_reference / "gold.mrg"),
                                       "--task", "ptb"])
     assert result.exit_code == 0, result.output
-    assert result.output.startswith((REFERENCE / "evalb_COLLINS.out").read_text())
+    assert result.output.startswith((evalb_reference / "evalb_COLLINS.out").read_text())
 
 
 @pytest.mark.parametrize("name", ["ptb_sample.toml", "wsj_transformer.toml"])
@@ -169,7 +170,7 @@ def test_recipes_validate(name):
 
 def test_the_sample_recipe_points_at_the_shared_sample():
     recipe = load_recipe(RECIPES / "ptb_sample.toml")
-    assert components.data_dir(recipe).resolve() == SAMPLE.resolve()
+    assert components.data_dir(recipe).resolve() == (DEFAULT_SHARED / "data" / "ptb_sample").resolve()
 
 
 def test_the_wsj_recipe_has_the_papers_model():
@@ -189,8 +190,9 @@ def test_an_unknown_word_leaf_does_not_switch_off_gold_tag_reattachment():
     task = PtbTask(PtbSettings())
     # the word tokenizer decodes an unknown id as <unk>, which delinearize takes as a leaf's tag
     hyp = task.postprocess("(S (NP <unk> )NP (VP XX )VP XX )S", "He left .")
-    assert hyp == "(S (NP (<unk> He)) (VP (XX left)) (XX .))"
-    report = task.score([hyp, task.postprocess("(S (NP XX )NP (VP XX )VP XX )S", "He left .")], [HE_LEFT] * 2)
+    assert hyp.text == "(S (NP (<unk> He)) (VP (XX left)) (XX .))"
+    report = task.score_outputs([hyp, task.postprocess("(S (NP XX )NP (VP XX )VP XX )S", "He left .")],
+                                [HE_LEFT] * 2)
     assert report.metrics["gold_tags_reattached"] == 1.0
     assert report.metrics["tagging_accuracy"] == 100.0
     assert "Note: 2 of 2 test trees were written with the placeholder XX" in report.text

@@ -3,14 +3,11 @@ unless --allow-errors: a broken parser never scores a silent 100."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from click.testing import CliRunner
 
 from seqxduce.cli import EXIT_UNSCORED, cli
 
-SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "ptb_sample"
 GOLD = "(S (NP-SBJ (PRP He)) (VP (VBD left)) (. .))"
 # keep_pos_tags with outputs cut after one token: the repaired trees tag every word XX, the period too, so EVALB
 # finds one word more than in the gold tree (whose period it deletes) in every sentence: an error sentence
@@ -55,11 +52,9 @@ def invoke(*args):
 
 
 @pytest.fixture(scope="module")
-def ptb_run(tmp_path_factory):
-    if not SAMPLE.is_dir():
-        pytest.skip(f"{SAMPLE} is missing: the PTB sample is needed to train a parser")
+def ptb_run(tmp_path_factory, ptb_sample):
     where = tmp_path_factory.mktemp("ptb")
-    (where / "tiny_ptb.toml").write_text(RECIPE.format(data=SAMPLE))
+    (where / "tiny_ptb.toml").write_text(RECIPE.format(data=ptb_sample))
     result = invoke("train", where / "tiny_ptb.toml", "--out", where / "run")
     assert result.exit_code == 0, result.output
     return where / "run"

@@ -1,13 +1,16 @@
-"""The search engine on a fake model whose next-token distribution is a fixed table."""
+"""The searches and their settings, on a fake model whose next-token distribution is a fixed table."""
 
 import itertools
 import math
 
 import pytest
 import torch
+from seqxduce_parsing.settings import TreeBeamSettings
 
-from seqxduce.api import DecodeRequest, Model
-from seqxduce.search import beam_search, greedy_search, length_penalty
+from seqxduce.api import DecodeRequest, Model, UserError
+from seqxduce.registry import registry
+from seqxduce.search import BeamDecoder, GreedyDecoder, beam_search, greedy_search, length_penalty
+from seqxduce.search_settings import BeamSettings, SearchSettings
 
 PAD, BOS, EOS, A, B = 0, 1, 2, 3, 4
 
@@ -55,8 +58,8 @@ def trap_model():
 
 def test_beam_finds_what_greedy_misses():
     model = trap_model()
-    greedy = greedy_search(model, request([3]), max_len_a=0, max_len_b=6)[0][0]
-    beam = beam_search(model, request([3]), beam=2, alpha=0.0, max_len_a=0, max_len_b=6)[0][0]
+    greedy = greedy_search(model, request([3]), SearchSettings(max_len_a=0, max_len_b=6))[0][0]
+    beam = beam_search(model, request([3]), BeamSettings(beam=2, alpha=0.0, max_len_a=0, max_len_b=6))[0][0]
     assert greedy.tokens == [A] * 6  # stopped only by the length limit
     assert beam.tokens == [B]
     assert beam.logprob == pytest.approx(math.log(0.4) + math.log(0.95), abs=1e-5)
@@ -68,8 +71,8 @@ def test_beam_size_one_equals_greedy_on_random_tables():
     for _ in range(5):
         model = TableModel(torch.randn(12, 9, 9) * 3)
         req = request([3, 5, 1, 7])
-        greedy = greedy_search(model, req, max_len_a=1.0, max_len_b=3)
-        beam = beam_search(model, req, beam=1, alpha=0.0, max_len_a=1.0, max_len_b=3)
+        greedy = greedy_search(model, req, SearchSettings(max_len_a=1.0, max_len_b=3))
+        beam = beam_search(model, req, BeamSettings(beam=1, alpha=0.0, max_len_a=1.0, max_len_b=3))
         assert [g[0].tokens for g in greedy] == [b[0].tokens for b in beam]
         for g, b in zip(greedy, beam):
             assert g[0].logprob == pytest.approx(b[0].logprob, abs=1e-4)
@@ -79,18 +82,18 @@ def test_length_limit_and_forced_eos():
     probs = torch.full((1, 5, 5), 1e-9)
     probs[0, :, A] = 1.0  # eos is never wanted
     model = TableModel(probs.log())
-    out = beam_search(model, request([2, 4]), beam=3, alpha=0.6, max_len_a=2.0, max_len_b=1)
+    out = beam_search(model, request([2, 4]), BeamSettings(beam=3, alpha=0.6, max_len_a=2.0, max_len_b=1))
     assert [len(o[0].tokens) for o in out] == [5, 9]
     # the eos that encoding appends to a source does not count as input length
     with_eos = request([3, 5])
     with_eos.src[0, 2] = with_eos.src[1, 4] = EOS
-    out = beam_search(model, with_eos, beam=3, alpha=0.6, max_len_a=2.0, max_len_b=1)
+    out = beam_search(model, with_eos, BeamSettings(beam=3, alpha=0.6, max_len_a=2.0, max_len_b=1))
     assert [len(o[0].tokens) for o in out] == [5, 9]
 
 
 def test_length_penalty_and_nbest_order():
     model = trap_model()
-    hyps = beam_search(model, request([3]), beam=3, alpha=0.6, max_len_a=0, max_len_b=6, nbest=3)[0]
+    hyps = beam_search(model, request([3]), BeamSettings(beam=3, alpha=0.6, max_len_a=0, max_len_b=6, nbest=3))[0]
     assert len(hyps) == 3
     assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
     for h in hyps:
@@ -104,9 +107,10 @@ def test_batching_does_not_change_results():
     torch.manual_seed(1)
     model = TableModel(torch.randn(15, 9, 9) * 2)
     lengths = [4, 1, 6, 3]
-    together = beam_search(model, request(lengths), beam=4, alpha=0.6, max_len_a=1.5, max_len_b=2, nbest=2)
+    settings = BeamSettings(beam=4, alpha=0.6, max_len_a=1.5, max_len_b=2, nbest=2)
+    together = beam_search(model, request(lengths), settings)
     for i, n in enumerate(lengths):
-        alone = beam_search(model, request([n]), beam=4, alpha=0.6, max_len_a=1.5, max_len_b=2, nbest=2)[0]
+        alone = beam_search(model, request([n]), settings)[0]
         assert [h.tokens for h in alone] == [h.tokens for h in together[i]]
 
 
@@ -131,7 +135,8 @@ def test_beam_as_wide_as_the_search_space_is_exhaustive(alpha):
     torch.manual_seed(3)
     for _ in range(20):
         model = TableModel(torch.randn(limit + 1, 5, 5) * 2)
-        got = beam_search(model, request([1]), beam=3 * 2 ** limit, alpha=alpha, max_len_a=0, max_len_b=limit)[0][0]
+        wide = BeamSettings(beam=3 * 2 ** limit, alpha=alpha, max_len_a=0, max_len_b=limit)
+        got = beam_search(model, request([1]), wide)[0][0]
         tokens, score = exhaustive_best(model, limit, alpha)
         assert got.tokens == tokens
         assert got.score == pytest.approx(score, abs=1e-5)
@@ -149,11 +154,12 @@ def late_winner_model():
 def test_source_stays_in_the_search_while_a_live_hypothesis_can_win():
     """Regression: a source used to leave the search as soon as it had `beam` finished hypotheses."""
     model = late_winner_model()
-    best = beam_search(model, request([1]), beam=2, alpha=1.0, max_len_a=0, max_len_b=6)[0][0]
+    best = beam_search(model, request([1]), BeamSettings(beam=2, alpha=1.0, max_len_a=0, max_len_b=6))[0][0]
     assert best.tokens == [B, B, B]
     assert best.score == pytest.approx(math.log(0.3) / length_penalty(4, 1.0), abs=1e-5)
     # fairseq's early stop, kept as an explicit setting, returns the short output
-    early = beam_search(model, request([1]), beam=2, alpha=1.0, max_len_a=0, max_len_b=6, early_stop=True)[0][0]
+    fairseq = BeamSettings(beam=2, alpha=1.0, max_len_a=0, max_len_b=6, early_stop=True)
+    early = beam_search(model, request([1]), fairseq)[0][0]
     assert early.tokens == [A]
     assert early.score < best.score
 
@@ -162,7 +168,8 @@ def test_nbest_is_sorted_and_distinct_on_random_tables():
     torch.manual_seed(4)
     for _ in range(10):
         model = TableModel(torch.randn(8, 7, 7) * 2)
-        for hyps in beam_search(model, request([3, 1, 5]), beam=5, alpha=0.6, max_len_a=1.0, max_len_b=3, nbest=5):
+        settings = BeamSettings(beam=5, alpha=0.6, max_len_a=1.0, max_len_b=3, nbest=5)
+        for hyps in beam_search(model, request([3, 1, 5]), settings):
             assert len(hyps) == 5
             assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
             assert len({tuple(h.tokens) for h in hyps}) == len(hyps)
@@ -176,7 +183,43 @@ def test_wider_beams_never_score_lower_on_random_tables(alpha):
     for _ in range(10):
         model = TableModel(torch.randn(10, 7, 7) * 2)
         req = request([2, 4, 6])
-        narrow = beam_search(model, req, beam=1, alpha=alpha, max_len_a=1.0, max_len_b=2)
-        wide = beam_search(model, req, beam=4 ** 3, alpha=alpha, max_len_a=1.0, max_len_b=2)
+        narrow = beam_search(model, req, BeamSettings(beam=1, alpha=alpha, max_len_a=1.0, max_len_b=2))
+        wide = beam_search(model, req, BeamSettings(beam=4 ** 3, alpha=alpha, max_len_a=1.0, max_len_b=2))
         for n, w in zip(narrow, wide):
             assert w[0].score >= n[0].score - 1e-6
+
+
+# ---------------------------------------------------------------- the search settings decoder plugins share
+
+
+def eos_first_model():
+    """eos is the most probable token at every step, A the next."""
+    probs = torch.full((1, 5, 5), 0.05)
+    probs[0, :, EOS], probs[0, :, A] = 0.6, 0.3
+    return TableModel(probs.log())
+
+
+def test_the_greedy_decoder_keeps_min_len_and_the_length_limit():
+    model = eos_first_model()
+    assert GreedyDecoder(SearchSettings(max_len_a=0, max_len_b=6)).decode(model, request([3]))[0][0].tokens == []
+    kept = GreedyDecoder(SearchSettings(max_len_a=0, max_len_b=6, min_len=3)).decode(model, request([3]))[0][0]
+    assert kept.tokens == [A, A, A]
+    beam = BeamDecoder(BeamSettings(beam=2, max_len_a=0, max_len_b=6, min_len=2)).decode(model, request([3]))[0][0]
+    assert beam.tokens == [A, A]
+
+
+def test_validation_greedy_takes_the_recipe_decoders_length_limits():
+    tree = TreeBeamSettings(max_len_a=2.0, min_len=1)
+    assert SearchSettings.lengths_of(tree) == SearchSettings(max_len_a=2.0, max_len_b=300, min_len=1)
+    assert SearchSettings.lengths_of(object()) == SearchSettings()
+
+
+def test_one_default_length_limit_and_the_parsers_own_defaults_keep_the_declared_bounds():
+    registered = {name: registry().get("decoder", name).settings for name in ("greedy", "beam", "tree_beam")}
+    assert all(issubclass(cls, SearchSettings) for cls in registered.values())
+    assert (SearchSettings().max_len_a, SearchSettings().max_len_b) == (1.0, 50)
+    assert (BeamSettings().max_len_a, BeamSettings().max_len_b) == (1.0, 50)
+    tree = TreeBeamSettings()
+    assert (tree.beam, tree.alpha, tree.max_len_a, tree.max_len_b) == (21, 0.3, 1.0, 300)
+    with pytest.raises(UserError, match=r"^TreeBeamSettings\.beam = 0 is out of range; use a number >= 1$"):
+        TreeBeamSettings(beam=0)

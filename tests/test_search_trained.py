@@ -10,6 +10,7 @@ from seqxduce.api import DecodeRequest
 from seqxduce.data import encode_source, pad_sources
 from seqxduce.decoding import load_run
 from seqxduce.search import beam_search, greedy_search, length_penalty
+from seqxduce.search_settings import BeamSettings, SearchSettings
 
 RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
 SETTINGS = ["task.kind=copy", "task.train_size=2000", "task.train_max_len=12", "task.valid_max_len=12",
@@ -36,9 +37,10 @@ def test_beam_scores_at_least_greedy_on_a_trained_model(trained, alpha):
     examples = trained.task.examples("test", seqxduce.components.data_dir(trained.recipe))
     req = request_for(trained, [ex.source for ex in examples])
     torch.manual_seed(0)
-    greedy = greedy_search(trained.model, req, max_len_a=1.0, max_len_b=2)
-    beam = beam_search(trained.model, req, beam=4, alpha=alpha, max_len_a=1.0, max_len_b=2)
-    early = beam_search(trained.model, req, beam=4, alpha=alpha, max_len_a=1.0, max_len_b=2, early_stop=True)
+    greedy = greedy_search(trained.model, req, SearchSettings(max_len_a=1.0, max_len_b=2))
+    beam = beam_search(trained.model, req, BeamSettings(beam=4, alpha=alpha, max_len_a=1.0, max_len_b=2))
+    fairseq = BeamSettings(beam=4, alpha=alpha, max_len_a=1.0, max_len_b=2, early_stop=True)
+    early = beam_search(trained.model, req, fairseq)
     # beam search is not exhaustive, so a rare source may still lose to greedy
     worse = losses(greedy, beam, alpha)
     assert worse <= len(examples) // 20, f"beam scored below greedy on {worse} of {len(examples)} sources"

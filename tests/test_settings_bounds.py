@@ -1,4 +1,5 @@
-"""Declared bounds of settings and settings classes' own validate(), checked when a recipe is loaded."""
+"""Declared bounds of settings and settings classes' own validate(), checked when a recipe is loaded and when
+a settings object is built in Python."""
 
 from __future__ import annotations
 
@@ -6,11 +7,15 @@ import dataclasses
 from dataclasses import dataclass
 
 import pytest
+from seqxduce_algorithmic.settings import AlgorithmicSettings
+from seqxduce_transformer.settings import TransformerSettings, UniversalSettings
 
-from seqxduce.api import UserError, setting
-from seqxduce.recipe import build_recipe, make_settings
+from seqxduce.api import UserError, check_settings, setting
+from seqxduce.recipe import build_recipe
 from seqxduce.registry import registry
+from seqxduce.search_settings import BeamSettings
 from seqxduce.settings import DecodeCore, ModelCore, TaskCore, TokenizerCore, TrainSettings
+from seqxduce.settings_check import make_settings
 
 BASE = {
     "task": {"name": "algorithmic", "kind": "reverse"},
@@ -145,7 +150,8 @@ def test_core_cross_check_betas_needs_two_numbers():
 
 @pytest.mark.parametrize("section, values, message", [
     ("model", {"heads": 3}, r"r\.toml: \[model\] heads = 3 does not divide d_model = 32"),
-    ("model", {"dropout": 1.5}, r"r\.toml: \[model\] dropout = 1\.5: use a probability in \[0, 1\)"),
+    ("model", {"dropout": 1.5}, r"r\.toml: \[model\] dropout = 1\.5 is out of range; use a number in \[0, 1\)"),
+    ("model", {"d_model": 33, "heads": 3}, r"r\.toml: \[model\] d_model = 33: use an even width"),
     ("model", {"name": "universal_transformer", "steps": 0}, r"r\.toml: \[model\] steps = 0"),
     ("task", {"valid_min_len": 9, "valid_max_len": 3}, r"r\.toml: \[task\] valid_max_len = 3 is below"),
     ("task", {"symbols": 63}, r"r\.toml: \[task\] symbols = 63 is out of range; use a number in \[2, 62\]"),
@@ -193,3 +199,32 @@ def test_every_default_and_preset_is_within_its_own_bounds():
             make_settings(component.settings, defaults, kind, f"defaults of {kind} {component.name}")
             for preset, values in component.presets.items():
                 make_settings(component.settings, {**defaults, **values}, kind, f"{component.name} preset {preset}")
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: TransformerSettings(heads=0), r"^TransformerSettings\.heads = 0 is out of range; use a number >= 1$"),
+    (lambda: UniversalSettings(act_epsilon=1.0),
+     r"^UniversalSettings\.act_epsilon = 1\.0 is out of range; use a number in \(0, 1\)$"),
+    (lambda: TransformerSettings(d_model=64, heads=3), r"^\[model\] heads = 3 does not divide d_model = 64"),
+    (lambda: AlgorithmicSettings(symbols=1), r"^AlgorithmicSettings\.symbols = 1 is out of range"),
+    (lambda: AlgorithmicSettings(test_min_len=5, test_max_len=4), r"^\[task\] test_max_len = 4 is below"),
+    (lambda: BeamSettings(beam=0), r"^BeamSettings\.beam = 0 is out of range; use a number >= 1$"),
+    (lambda: TrainSettings(precision="fp8"), r"^TrainSettings\.precision = 'fp8' is not one of fp32, bf16, fp16$"),
+    (lambda: TrainSettings(betas=[0.9]), r"^\[train\] betas = \[0\.9\]: give two numbers"),
+])
+def test_settings_built_in_python_are_checked_as_a_recipe_is(build, message):
+    with pytest.raises(UserError, match=message):
+        build()
+
+
+def test_check_settings_catches_a_value_changed_after_construction():
+    settings = TransformerSettings()
+    settings.dropout = 1.0
+    with pytest.raises(UserError, match=r"^TransformerSettings\.dropout = 1\.0 is out of range"):
+        check_settings(settings)
+
+
+def test_a_plain_dataclass_is_checked_by_make_settings_alone():
+    assert Bounded(count=0).count == 0  # not a Settings: nothing checks it on construction
+    with pytest.raises(UserError, match=r"^f\.toml: \[s\] count = 0 is out of range"):
+        make_settings(Bounded, {"count": 0}, "s", "f.toml")

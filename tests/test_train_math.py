@@ -65,3 +65,22 @@ def test_the_log_window_averages_model_stats_over_steps_and_keeps_their_maximum(
     summary = window.summary(lr=0.1)
     assert summary["ponder_mean"] == 1.5 and summary["ponder_max"] == 3.0
     assert summary["loss"] == 2.0 and summary["grad_norm"] == 1.0
+
+
+def test_the_schedule_reads_the_models_declared_width():
+    from seqxduce_transformer import build_transformer, build_universal_transformer
+    from seqxduce_transformer.settings import TransformerSettings, UniversalSettings
+
+    from seqxduce.api import Model, UserError, VocabInfo
+
+    vocab = VocabInfo(src_size=12, tgt_size=12, pad_id=0, bos_id=1, eos_id=2, shared=True)
+    small = dict(d_model=24, d_ff=32, heads=2)
+    assert build_transformer(TransformerSettings(layers=1, **small), vocab).schedule_width == 24
+    assert build_universal_transformer(UniversalSettings(steps=1, **small), vocab).schedule_width == 24
+
+    class Widthless(Model):
+        forward = encode = init_cache = step = reorder = None
+
+    assert Widthless().schedule_width is None
+    with pytest.raises(UserError, match=r'needs the model\'s d_model; set schedule = "constant"'):
+        learning_rate(TrainSettings(), 1, Widthless().schedule_width)

@@ -13,9 +13,11 @@ from seqxduce_transformer.transformer import Transformer
 
 from seqxduce.api import DecodeRequest, UserError, VocabInfo
 from seqxduce.hookspecs import hookimpl
-from seqxduce.recipe import build_recipe, make_settings
+from seqxduce.recipe import build_recipe
 from seqxduce.registry import Registry, new_manager
 from seqxduce.search import beam_search, greedy_search
+from seqxduce.search_settings import BeamSettings, SearchSettings
+from seqxduce.settings_check import make_settings
 
 PAD, BOS, EOS = 0, 1, 2
 VOCAB = VocabInfo(src_size=20, tgt_size=20, pad_id=PAD, bos_id=BOS, eos_id=EOS, shared=True)
@@ -256,8 +258,8 @@ def _request(src: torch.Tensor) -> DecodeRequest:
 def test_beam_of_one_finds_the_greedy_tokens():
     model = tiny(seed=5)
     src, _ = batch(seed=7)
-    greedy = greedy_search(model, _request(src), max_len_b=6)
-    beam = beam_search(model, _request(src), beam=1, max_len_b=6)
+    greedy = greedy_search(model, _request(src), SearchSettings(max_len_b=6))
+    beam = beam_search(model, _request(src), BeamSettings(beam=1, max_len_b=6))
     assert [h[0].tokens for h in beam] == [h[0].tokens for h in greedy]
     assert any(len(h[0].tokens) > 0 for h in greedy)
 
@@ -265,7 +267,7 @@ def test_beam_of_one_finds_the_greedy_tokens():
 def test_beam_search_scores_are_the_models_logprobs():
     model = tiny(seed=5)
     src, _ = batch(seed=7)
-    best = beam_search(model, _request(src), beam=3, max_len_b=5)
+    best = beam_search(model, _request(src), BeamSettings(beam=3, max_len_b=5))
     for row, hyps in enumerate(best):
         tokens = hyps[0].tokens
         tgt = torch.tensor([[BOS] + tokens])

@@ -11,10 +11,11 @@ from seqxduce_translation.metrics import paper_tokenize, split_compounds
 from seqxduce_translation.settings import TranslationSettings
 
 from seqxduce.api import Example, Task, UserError
-from seqxduce.recipe import make_settings, read_toml
+from seqxduce.recipe import read_toml
 from seqxduce.settings import TaskCore
+from seqxduce.settings_check import make_settings
+from tests.conftest import DEFAULT_SHARED
 
-SHARED_MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 
 HYPS = ["the cat sat on the mat .", "a quick brown fox jumps", "hello world"]
@@ -94,14 +95,14 @@ def test_files_dataset_cleans_train_only(tmp_path):
         t.examples("dev", tmp_path)
 
 
-def test_multi30k_from_the_shared_plain_files():
+def test_multi30k_from_the_shared_plain_files(multi30k):
     t = task(dataset="multi30k", src_lang="en", tgt_lang="de", download=False)
-    valid = t.examples("valid", SHARED_MULTI30K)
-    test = t.examples("test", SHARED_MULTI30K)
+    valid = t.examples("valid", multi30k)
+    test = t.examples("test", multi30k)
     assert (len(valid), len(test)) == (1014, 1000)
-    first = (SHARED_MULTI30K / "test_2016_flickr.de").read_text(encoding="utf-8").split("\n", 1)[0]
+    first = (multi30k / "test_2016_flickr.de").read_text(encoding="utf-8").split("\n", 1)[0]
     assert test[0].ref == first
-    train = t.examples("train", SHARED_MULTI30K)
+    train = t.examples("train", multi30k)
     assert t.stats["train"].read == 29000 and len(train) == t.stats["train"].kept
     assert train[0] == Example("Two young, White males are outside near many bushes.",
                                "Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.")
@@ -130,7 +131,7 @@ def test_recipe_task_and_tokenizer_sections_validate(name):
 
 def test_multi30k_recipe_points_at_the_shared_data():
     data_dir = RECIPES / read_recipe("multi30k_en_de.toml")["task"]["data_dir"]
-    assert data_dir.resolve() == SHARED_MULTI30K.resolve()
+    assert data_dir.resolve() == (DEFAULT_SHARED / "data" / "multi30k").resolve()
 
 
 def test_paper_recipes_hold_table_3():

@@ -14,9 +14,10 @@ from seqxduce_transformer.transformer import Transformer
 from seqxduce_transformer.universal import UniversalTransformer
 
 from seqxduce.api import DecodeRequest, VocabInfo
-from seqxduce.recipe import make_settings
 from seqxduce.registry import Registry, new_manager
 from seqxduce.search import beam_search, greedy_search
+from seqxduce.search_settings import BeamSettings, SearchSettings
+from seqxduce.settings_check import make_settings
 
 PAD, BOS, EOS = 0, 1, 2
 VOCAB = VocabInfo(src_size=20, tgt_size=20, pad_id=PAD, bos_id=BOS, eos_id=EOS, shared=True)
@@ -89,7 +90,7 @@ def test_act_with_very_high_halting_bias_halts_every_position_after_one_step():
     model = tiny(act=True, act_halting_bias_init=30.0)
     src, tgt = batch()
     output = model(src, tgt)
-    assert model.ponder_counts(src).tolist() == (src != PAD).float().tolist()
+    assert model.annotate(src, tgt)["source_ponder"].tolist() == (src != PAD).float().tolist()
     assert output.stats == all_ponder_stats(1.0)
     # halting at step 1 with remainder 1 gives weight 1 to the first state: a one-step UT
     one_step = tiny(steps=1)
@@ -104,7 +105,7 @@ def test_act_with_very_low_halting_bias_runs_every_position_to_the_maximum():
     model = tiny(act=True, act_max_steps=4, act_halting_bias_init=-30.0)
     src, tgt = batch()
     output = model(src, tgt)
-    assert model.ponder_counts(src).tolist() == (4.0 * (src != PAD).float()).tolist()
+    assert model.annotate(src, tgt)["source_ponder"].tolist() == (4.0 * (src != PAD).float()).tolist()
     assert output.stats == all_ponder_stats(4.0)
 
 
@@ -218,12 +219,12 @@ def test_appending_source_padding_keeps_outputs(variant):
 
 def test_encode_records_ponder_counts():
     model = tiny(act=True, act_halting_bias_init=-0.5)
-    src, _ = batch()
+    src, tgt = batch()
     memory = model.encode(src)
-    assert model.last_ponder is memory.ponder
     assert memory.ponder.shape == src.shape
     assert (memory.ponder[src == PAD] == 0).all() and (memory.ponder[src != PAD] >= 1).all()
-    assert tiny().ponder_counts(src).tolist() == (3.0 * (src != PAD).float()).tolist()
+    assert model.annotate(src, tgt)["source_ponder"].tolist() == memory.ponder.tolist()
+    assert tiny().annotate(src, tgt)["source_ponder"].tolist() == (3.0 * (src != PAD).float()).tolist()
 
 
 def _request(src: torch.Tensor) -> DecodeRequest:
@@ -235,10 +236,10 @@ def _request(src: torch.Tensor) -> DecodeRequest:
 def test_beam_of_one_finds_the_greedy_tokens(variant):
     model = tiny(seed=5, **variant)
     src, _ = batch(seed=7)
-    greedy = greedy_search(model, _request(src), max_len_b=6)
-    beam = beam_search(model, _request(src), beam=1, max_len_b=6)
+    greedy = greedy_search(model, _request(src), SearchSettings(max_len_b=6))
+    beam = beam_search(model, _request(src), BeamSettings(beam=1, max_len_b=6))
     assert [h[0].tokens for h in beam] == [h[0].tokens for h in greedy]
-    wide = beam_search(model, _request(src), beam=3, max_len_b=6)
+    wide = beam_search(model, _request(src), BeamSettings(beam=3, max_len_b=6))
     assert len(wide) == 3 and all(len(h) == 1 for h in wide)
 
 

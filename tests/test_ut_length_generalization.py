@@ -1,6 +1,5 @@
-"""Length generalization support: random training position offsets, `seqxduce ponder` (per-position ACT
-steps of a trained run, a command the transformer plugin adds through register_commands) and
-`seqxduce decode --annotations` (source and output positions' steps)."""
+"""Length generalization support: random training position offsets and `seqxduce decode --annotations` (the
+ACT steps of a trained run's source and output positions)."""
 
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ import pytest
 import torch
 from click.testing import CliRunner
 from seqxduce_transformer.embedding import SinusoidalPositions, sinusoid_table, training_offsets
-from seqxduce_transformer.ponder import ponder_counts
 from seqxduce_transformer.settings import TransformerSettings, UniversalSettings
 from seqxduce_transformer.transformer import Transformer
 from seqxduce_transformer.universal import UniversalTransformer
@@ -21,7 +19,7 @@ from seqxduce_transformer.universal import UniversalTransformer
 from seqxduce.api import UserError, VocabInfo
 from seqxduce.cli import add_plugin_commands
 from seqxduce.data import encode_source
-from seqxduce.decoding import load_run
+from seqxduce.decoding import decode_lines, load_run
 from seqxduce.recipe import load_recipe
 
 PAD, BOS, EOS = 0, 1, 2
@@ -188,50 +186,20 @@ def act_run(cli, tmp_path_factory):
 SOURCES = ["1 2 3", "4 5 6 7 8 9 0", "5"]
 
 
-def test_ponder_writes_one_count_per_source_position(cli, act_run, tmp_path):
-    sources = tmp_path / "src.txt"
-    sources.write_text("".join(s + "\n" for s in SOURCES))
-    result = CliRunner().invoke(cli, ["ponder", str(act_run), "--input", str(sources)])
-    assert result.exit_code == 0, result.output
-    lines = result.output.splitlines()
-    assert len(lines) == len(SOURCES)
-    for line, source in zip(lines, SOURCES):
-        counts = [int(n) for n in line.split()]
-        assert len(counts) == len(source.split()) + 1  # its symbols, then eos
-        assert all(1 <= n <= 4 for n in counts)
-    # the counts are the model's own, whatever the batch padding (row-by-row gives the same)
-    run = load_run(act_run)
-    for line, source in zip(lines, SOURCES):
-        assert [int(n) for n in line.split()] == ponder_counts(run, [source])[0]
+def source_ponder(run, sources: list[str]) -> list[list[int]]:
+    """The encoder's depth steps per source position (its symbols, then eos) that decode --annotations gives."""
+    return [[int(n) for n in o.annotations["source_ponder"]] for o in decode_lines(run, sources, annotate=True)]
 
 
-def test_ponder_reads_stdin_and_writes_output_file(cli, act_run, tmp_path):
-    out = tmp_path / "ponder.txt"
-    result = CliRunner().invoke(cli, ["ponder", str(act_run), "--input", "-", "--output", str(out)],
-                                input="1 2\n3\n")
-    assert result.exit_code == 0, result.output
-    assert [len(line.split()) for line in out.read_text().splitlines()] == [3, 2]
-
-
-def test_ponder_counts_follow_the_halting_unit(act_run):
+def test_source_ponder_counts_follow_the_halting_unit(act_run):
     run = load_run(act_run)
     with torch.no_grad():
         run.model.encoder_halting.weight.zero_()
         run.model.encoder_halting.bias.fill_(30.0)  # p ~ 1: every position halts at its first step
-    assert ponder_counts(run, SOURCES) == [[1] * 4, [1] * 8, [1] * 2]
+    assert source_ponder(run, SOURCES) == [[1] * 4, [1] * 8, [1] * 2]
     with torch.no_grad():
         run.model.encoder_halting.bias.fill_(-30.0)  # p ~ 0: every position runs to act_max_steps
-    assert ponder_counts(run, SOURCES) == [[4] * 4, [4] * 8, [4] * 2]
-
-
-def test_ponder_on_a_transformer_run_is_one_clear_line(cli, tmp_path_factory, tmp_path):
-    run = train_tiny(cli, tmp_path_factory, "transformer", "layers = 1")
-    sources = tmp_path / "src.txt"
-    sources.write_text("1 2\n")
-    result = CliRunner().invoke(cli, ["ponder", str(run), "--input", str(sources)])
-    assert result.exit_code != 0
-    assert "has no ponder counts" in result.output
-    assert "Traceback" not in result.output
+    assert source_ponder(run, SOURCES) == [[4] * 4, [4] * 8, [4] * 2]
 
 
 def test_decode_annotations_give_source_and_output_ponder_counts(cli, act_run, tmp_path):
@@ -250,8 +218,8 @@ def test_decode_annotations_give_source_and_output_ponder_counts(cli, act_run, t
         assert len(record["target_tokens"]) == len(hyp.split()) + 1  # its symbols, then the eos it chose
         assert len(record["target_ponder"]) == len(record["target_tokens"])
         assert all(1 <= n <= 4 for n in record["source_ponder"] + record["target_ponder"])
-        # the encoder's counts are those `seqxduce ponder` reports
-        assert [int(n) for n in record["source_ponder"]] == ponder_counts(run, [source])[0]
+        # the counts are the model's own, whatever the batch padding: the source decoded alone gives the same
+        assert [int(n) for n in record["source_ponder"]] == source_ponder(run, [source])[0]
 
 
 def test_decode_annotations_of_output_positions_are_the_ones_taken_while_decoding(act_run):

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from seqxduce_algorithmic.settings import AlgorithmicSettings
-
 from seqxduce import hookimpl
+from seqxduce.api import Task
+
+from .settings import AlgorithmicSettings
 
 __all__ = ["AlgorithmicSettings", "build_task", "register_tasks"]
 
 
-def build_task(settings: AlgorithmicSettings) -> Any:
+def build_task(settings: AlgorithmicSettings) -> Task:
     """Build the algorithmic task from its recipe settings."""
-    from seqxduce_algorithmic.task import AlgorithmicTask
+    from .task import AlgorithmicTask
 
     return AlgorithmicTask(settings)
 

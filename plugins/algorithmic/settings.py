@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from seqxduce.api import setting
+from seqxduce.api import Settings, Task, UserError, setting
+
+from .generate import Generator
 
 
 @dataclass
-class AlgorithmicSettings:
+class AlgorithmicSettings(Settings):
     kind: str = setting("reverse", help="copy, reverse or addition (the Universal Transformer's tasks)",
                         choices=("copy", "reverse", "addition"))
     symbols: int = setting(10, help="distinct symbols 0-9a-zA-Z (2..62); for addition the number base",
@@ -27,7 +29,14 @@ class AlgorithmicSettings:
     lsb_first: bool = setting(False, help="addition: least-significant digit first (as tensor2tensor)")
 
     def validate(self) -> None:
-        """The task's own checks (lengths that can hold a source of the kind), run when the recipe is loaded."""
-        from seqxduce_algorithmic.task import check_settings  # imported here: task.py imports this module
+        """Each split's longest source must hold its shortest one and the shortest source of the kind."""
+        shortest = Generator(self.kind, self.symbols).min_length
+        for split in Task.splits:
+            low, high = self.lengths(split)
+            if high < max(low, shortest):
+                raise UserError(f"[task] {split}_max_len = {high} is below {split}_min_len = {low} or the "
+                                f"shortest {self.kind} source ({shortest} tokens); raise {split}_max_len")
 
-        check_settings(self)
+    def lengths(self, split: str) -> tuple[int, int]:
+        """The configured (min, max) source length of one split."""
+        return getattr(self, f"{split}_min_len"), getattr(self, f"{split}_max_len")

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from seqxduce_algorithmic.generate import ALPHABET, Generator, generate_split
-from seqxduce_algorithmic.metrics import count_accuracy
-from seqxduce_algorithmic.settings import AlgorithmicSettings
-
 from seqxduce.api import Example, Report, Task, UserError
+
+from .generate import Generator, generate_split
+from .metrics import count_accuracy
+from .settings import AlgorithmicSettings
 
 
 class AlgorithmicTask(Task):
     """Copy, reverse or add symbol sequences; the data is generated from the seed, nothing is downloaded."""
 
     def __init__(self, settings: AlgorithmicSettings):
-        check_settings(settings)
         self.settings = settings
         self.generator = Generator(settings.kind, settings.symbols, settings.lsb_first)
         self._cache: dict[str, list[Example]] = {}
@@ -25,7 +24,7 @@ class AlgorithmicTask(Task):
         if split not in self.splits:
             raise UserError(f"algorithmic task has no split {split!r}; splits are {', '.join(self.splits)}")
         if split not in self._cache:
-            low, high = split_lengths(self.settings, split)
+            low, high = self.settings.lengths(split)
             size = getattr(self.settings, f"{split}_size")
             low = max(low, self.generator.min_length)
             self._cache[split] = generate_split(self.generator, split, size, low, high, self.settings.seed)
@@ -49,25 +48,3 @@ class AlgorithmicTask(Task):
             text=text,
             signature="symbols:whitespace|char_accuracy:positions/max(len_hyp,len_ref)",
         )
-
-
-def split_lengths(settings: AlgorithmicSettings, split: str) -> tuple[int, int]:
-    """The configured (min, max) source length of one split."""
-    return getattr(settings, f"{split}_min_len"), getattr(settings, f"{split}_max_len")
-
-
-def check_settings(settings: AlgorithmicSettings) -> None:
-    """Reject settings that cannot generate data, naming the recipe key and the fix."""
-    if not 2 <= settings.symbols <= len(ALPHABET):
-        raise UserError(f"[task] symbols = {settings.symbols}: use 2 to {len(ALPHABET)} (symbols 0-9a-zA-Z)")
-    shortest = Generator(settings.kind, settings.symbols).min_length
-    for split in Task.splits:
-        low, high = split_lengths(settings, split)
-        if low < 1:
-            raise UserError(f"[task] {split}_min_len = {low}: lengths start at 1")
-        if high < max(low, shortest):
-            raise UserError(f"[task] {split}_max_len = {high} is below {split}_min_len = {low} or the "
-                            f"shortest {settings.kind} source ({shortest} tokens); raise {split}_max_len")
-        size = getattr(settings, f"{split}_size")
-        if size < 0:
-            raise UserError(f"[task] {split}_size = {size}: use 0 or more examples")

@@ -7,9 +7,8 @@ not import torch or nltk: the factories import the modules that need them when c
 
 from __future__ import annotations
 
-from typing import Any
-
 from seqxduce import hookimpl
+from seqxduce.api import Decoder, Task, Tokenizer
 
 from .settings import PtbSettings, TreeBeamSettings
 
@@ -17,14 +16,14 @@ __all__ = ["PtbSettings", "TreeBeamSettings", "build_ptb", "build_tree_beam", "r
            "register_tasks"]
 
 
-def build_ptb(settings: PtbSettings) -> Any:
+def build_ptb(settings: PtbSettings) -> Task:
     """Task factory: the Penn Treebank parsing task."""
     from .task import PtbTask
 
     return PtbTask(settings)
 
 
-def build_tree_beam(settings: TreeBeamSettings, tokenizer: Any) -> Any:
+def build_tree_beam(settings: TreeBeamSettings, tokenizer: Tokenizer) -> Decoder:
     """Decoder factory: beam search constrained to well-formed trees over the target vocabulary."""
     from .decoder import TreeBeamDecoder
 

@@ -21,7 +21,4 @@ class TreeBeamDecoder(Decoder):
                                              max_len_a=settings.max_len_a, max_len_b=settings.max_len_b)
 
     def decode(self, model: Model, request: DecodeRequest) -> list[list[Hypothesis]]:
-        s = self.settings
-        return beam_search(model, request, beam=s.beam, alpha=s.alpha, max_len_a=s.max_len_a,
-                           max_len_b=s.max_len_b, min_len=s.min_len, nbest=s.nbest, constraint=self.constraint,
-                           early_stop=s.early_stop)
+        return beam_search(model, request, self.settings, constraint=self.constraint)

@@ -206,7 +206,8 @@ class Evaluation:
 
 
 def cut_label(label: bytes) -> bytes:
-    """A bracket label as EVALB compares it: cut at the first '-' or '=' (a leading '-' leaves it empty)."""
+    """A bracket label as EVALB compares it: cut at the first '-' or '=' (a leading '-' leaves it empty, where the
+    treebank preprocessing's strip_label keeps -LRB- whole: the scorer follows evalb.c, not the treebank)."""
     for i, char in enumerate(label):
         if char in b"-=":
             return label[:i]

@@ -20,11 +20,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from .preprocess import EMPTY_ELEMENT
+
 SPACE = frozenset(b" \t\n\v\f\r")  # isspace() in the C locale
 OPEN, CLOSE = ord("("), ord(")")
 TOKEN = re.compile(rb"[^ \t\n\v\f\r()]*")  # a label or a word: up to whitespace or a bracket
 SPACES = re.compile(rb"[ \t\n\v\f\r]*")
-EMPTY_TAG = b"-NONE-"  # DELETE_LABEL_FOR_LENGTH
+EMPTY_TAG = EMPTY_ELEMENT.encode()  # COLLINS.prm's DELETE_LABEL_FOR_LENGTH: the treebank's -NONE-, as bytes
 DELETE_LABELS = frozenset({b"TOP", EMPTY_TAG, b",", b":", b"``", b"''", b"."})  # COLLINS.prm's DELETE_LABEL
 BELOW_STACK = 4  # ints of padding between evalb.c's stack_top and stack (gcc's layout on x86-64)
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from seqxduce.api import setting
+from seqxduce.api import Settings, setting, setting_like
+from seqxduce.search_settings import BeamSettings
 
 
 @dataclass
-class PtbSettings:
+class PtbSettings(Settings):
     """The Penn Treebank parsing task: which files make each split and how trees become sequences."""
 
     layout: str = setting("auto", help="flat: wsj_NNNN.mrg in data_dir (the NLTK sample); ldc: "
@@ -26,20 +27,14 @@ class PtbSettings:
 
 
 @dataclass
-class TreeBeamSettings:
-    """Beam search that only produces well-formed linearized trees."""
+class TreeBeamSettings(BeamSettings):
+    """Beam search that only produces well-formed linearized trees, with the paper's parsing defaults."""
 
-    beam: int = setting(21, help="beam size (paper, parsing: 21)", min=1)
-    alpha: float = setting(0.3, help="GNMT length penalty ((5+len)/6)^alpha (paper, parsing: 0.3)", min=0.0)
-    max_len_a: float = setting(1.0, help="maximum output length = max_len_a * source length + max_len_b",
-                               min=0.0)
-    max_len_b: int = setting(300, help="maximum output length offset (paper, parsing: input length + 300)")
-    min_len: int = setting(0, help="no eos before this many tokens", min=0)
-    nbest: int = setting(1, help="finished hypotheses returned per source (at most beam)", min=1)
-    early_stop: bool = setting(False, help="fairseq's early stop: a source ends once it has `beam` finished "
-                                           "hypotheses, even if a live one could still score higher (faster, "
-                                           "can return worse outputs); false = stop only when no live "
-                                           "hypothesis can beat the n-best")
+    beam: int = setting_like(BeamSettings, "beam", 21, help="beam size (paper, parsing: 21)")
+    alpha: float = setting_like(BeamSettings, "alpha", 0.3, help="GNMT length penalty ((5+len)/6)^alpha "
+                                                                 "(paper, parsing: 0.3)")
+    max_len_b: int = setting_like(BeamSettings, "max_len_b", 300, help="maximum output length offset (paper, "
+                                                                      "parsing: input length + 300)")
     constrained: bool = setting(True, help="false = the same beam search without the tree constraint (to measure "
                                            "what it adds on one checkpoint)")
     leaf_tokens: list[str] = setting([], help="vocabulary entries allowed as leaves; empty = every entry that "

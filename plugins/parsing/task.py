@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
-from seqxduce.api import Example, Report, Task, UserError
+from seqxduce.api import Example, Postprocessed, Report, Task, UserError
 
 from . import evalb
 from .evalb_read import ReadLine, file_lines
@@ -24,12 +25,6 @@ class PtbTask(Task):
 
     def __init__(self, settings: PtbSettings | None = None):
         self.settings = settings or PtbSettings()
-        self._reset_repairs()
-
-    def _reset_repairs(self) -> None:
-        self.postprocessed = 0  # outputs delinearized since the last score()
-        self.repaired = 0  # of which needed at least one repair
-        self.repairs = 0  # repairs made in all
 
     # ------------------------------------------------------------ data
 
@@ -68,30 +63,34 @@ class PtbTask(Task):
 
     # ------------------------------------------------------------ outputs
 
-    def postprocess(self, hypothesis: str, source: str) -> str:
-        """The decoded sequence as a one-line tree with the source words at its leaves (repaired if needed)."""
+    def postprocess(self, hypothesis: str, source: str) -> Postprocessed:
+        """The decoded sequence as a one-line tree with the source words at its leaves (repaired if needed), and
+        the number of repairs it needed."""
         result = delinearize(hypothesis, source.split())
         tree = expand_unary_chains(result.tree) if self.settings.collapse_unary else result.tree
-        self.postprocessed += 1
-        self.repaired += int(result.repairs > 0)
-        self.repairs += result.repairs
-        return flat(tree)
+        return Postprocessed(flat(tree), {"repairs": result.repairs})
+
+    def score_outputs(self, outputs: Sequence[Postprocessed], references: list[str],
+                      sources: list[str] | None = None) -> Report:
+        """EVALB figures of postprocessed trees against gold trees, plus the repairs postprocess made."""
+        report = self.score([o.text for o in outputs], references, sources)
+        if outputs:
+            repairs = [int(o.figures.get("repairs", 0)) for o in outputs]
+            repaired = sum(n > 0 for n in repairs)
+            report.metrics.update(repaired=repaired, repairs=sum(repairs))
+            report.text += (f"\nRepaired outputs: {repaired} of {len(outputs)} decoded sequences were not "
+                            f"well-formed trees and were repaired ({sum(repairs)} repairs).\n")
+        return report
 
     def score(self, hypotheses: list[str], references: list[str], sources: list[str] | None = None) -> Report:
-        """EVALB figures of postprocessed trees against gold trees, plus the repairs made since the last call."""
+        """EVALB figures of trees against gold trees."""
         if len(hypotheses) != len(references):
             raise UserError(f"{len(hypotheses)} outputs for {len(references)} references: score one output per "
                             "reference (was a batch dropped or decoded twice?)")
         # the setting, not the leaves, decides: an unknown-word leaf (<unk>) must not switch re-attachment off
         tagless = not self.settings.keep_pos_tags
         ev = evalb.score_lines(as_lines(references), as_lines(hypotheses), retag=always if tagless else None)
-        report = build_report(ev, SETTING_REASON)
-        if self.postprocessed:
-            report.metrics.update(repaired=self.repaired, repairs=self.repairs)
-            report.text += (f"\nRepaired outputs: {self.repaired} of {self.postprocessed} decoded sequences were not "
-                            f"well-formed trees and were repaired ({self.repairs} repairs).\n")
-        self._reset_repairs()
-        return report
+        return build_report(ev, SETTING_REASON)
 
     def score_files(self, hypothesis_file: Path, reference_file: Path) -> Report:
         """Score a file of test trees against a file of gold trees, read as EVALB reads them (bytes, line by line;

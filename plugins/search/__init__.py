@@ -1,23 +1,28 @@
-"""Built-in decoders: greedy and beam search."""
+"""Built-in decoders: the core's greedy and beam search, registered under their names with their settings."""
+
+from __future__ import annotations
 
 from seqxduce import hookimpl
+from seqxduce.api import Decoder, Tokenizer
+from seqxduce.search_settings import BeamSettings, SearchSettings
 
-from .settings import BeamSettings, GreedySettings
 
-
-def build_greedy(settings: GreedySettings, tokenizer: object):
-    from .decoders import GreedyDecoder
+def build_greedy(settings: SearchSettings, tokenizer: Tokenizer) -> Decoder:
+    """Decoder factory: greedy search."""
+    from seqxduce.search import GreedyDecoder
 
     return GreedyDecoder(settings)
 
 
-def build_beam(settings: BeamSettings, tokenizer: object):
-    from .decoders import BeamDecoder
+def build_beam(settings: BeamSettings, tokenizer: Tokenizer) -> Decoder:
+    """Decoder factory: beam search."""
+    from seqxduce.search import BeamDecoder
 
     return BeamDecoder(settings)
 
 
 @hookimpl
 def register_decoders(register):
-    register("greedy", build_greedy, settings=GreedySettings, help="greedy search")
+    """Register `greedy` and `beam`."""
+    register("greedy", build_greedy, settings=SearchSettings, help="greedy search")
     register("beam", build_beam, settings=BeamSettings, help="beam search with GNMT length penalty, n-best")

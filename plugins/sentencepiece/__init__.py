@@ -4,11 +4,12 @@ Importing this module does not import sentencepiece; the factory does.
 """
 
 from seqxduce import hookimpl
+from seqxduce.api import Tokenizer
 
 from .settings import SentencePieceSettings
 
 
-def build_sentencepiece(settings: SentencePieceSettings):
+def build_sentencepiece(settings: SentencePieceSettings) -> Tokenizer:
     """Tokenizer factory: an untrained SentencePiece tokenizer for one recipe's [tokenizer] settings."""
     from .tokenizer import SentencePieceTokenizer
 

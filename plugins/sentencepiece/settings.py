@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from seqxduce.api import setting
+from seqxduce.api import Settings, setting
 
 
 @dataclass
-class SentencePieceSettings:
+class SentencePieceSettings(Settings):
     model_type: str = setting("bpe", help="bpe (the paper's byte-pair encoding), unigram, char or word",
                               choices=("bpe", "unigram", "char", "word"))
     # the 4 specials and at least one piece

@@ -2,25 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from seqxduce_text.settings import VocabSettings
-
 from seqxduce import hookimpl
+from seqxduce.api import Tokenizer
+
+from .settings import VocabSettings
 
 __all__ = ["VocabSettings", "build_char", "build_word", "register_tokenizers"]
 
 
-def build_char(settings: VocabSettings) -> Any:
+def build_char(settings: VocabSettings) -> Tokenizer:
     """Build the character tokenizer."""
-    from seqxduce_text.tokenizers import CharTokenizer
+    from .tokenizers import CharTokenizer
 
     return CharTokenizer(settings)
 
 
-def build_word(settings: VocabSettings) -> Any:
+def build_word(settings: VocabSettings) -> Tokenizer:
     """Build the whitespace word tokenizer."""
-    from seqxduce_text.tokenizers import WordTokenizer
+    from .tokenizers import WordTokenizer
 
     return WordTokenizer(settings)
 

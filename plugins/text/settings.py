@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from seqxduce.api import setting
+from seqxduce.api import Settings, setting
 
 
 @dataclass
-class VocabSettings:
+class VocabSettings(Settings):
     min_freq: int = setting(1, help="keep tokens seen at least this often in the training text", min=1)
     max_size: int = setting(0, help="keep at most this many most frequent tokens, besides the 4 specials "
                                     "(0 = no limit)", min=0)

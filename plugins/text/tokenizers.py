@@ -7,10 +7,10 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from seqxduce_text.settings import VocabSettings
-from seqxduce_text.vocab_file import read_vocab, write_vocab
-
 from seqxduce.api import Tokenizer
+
+from .settings import VocabSettings
+from .vocab_file import read_vocab, write_vocab
 
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]  # at ids pad_id, bos_id, eos_id, unk_id
 

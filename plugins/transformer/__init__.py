@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 from seqxduce import hookimpl
 
-from .commands import ponder_command
 from .settings import (
     TRANSFORMER_PRESETS,
     UNIVERSAL_PRESETS,
@@ -19,17 +18,17 @@ from .settings import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from seqxduce.api import VocabInfo
+    from seqxduce.api import Model, VocabInfo
 
 
-def build_transformer(settings: TransformerSettings, vocab: VocabInfo):
+def build_transformer(settings: TransformerSettings, vocab: VocabInfo) -> Model:
     """Model factory: a Transformer for the given vocabularies."""
     from .transformer import Transformer
 
     return Transformer(settings, vocab)
 
 
-def build_universal_transformer(settings: UniversalSettings, vocab: VocabInfo):
+def build_universal_transformer(settings: UniversalSettings, vocab: VocabInfo) -> Model:
     """Model factory: a Universal Transformer for the given vocabularies."""
     from .universal import UniversalTransformer
 
@@ -45,8 +44,3 @@ def register_models(register):
              presets=UNIVERSAL_PRESETS,
              help="Universal Transformer (Dehghani et al. 2019), optional ACT; presets base, big")
 
-
-@hookimpl
-def register_commands(cli):
-    """Add `seqxduce ponder` (per-position ACT ponder counts of a trained run)."""
-    cli.add_command(ponder_command)

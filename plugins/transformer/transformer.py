@@ -25,7 +25,7 @@ from seqxduce.api import Model, ModelOutput, VocabInfo
 from .attention import key_padding_mask
 from .embedding import Embeddings, SinusoidalPositions, init_xavier, training_offsets
 from .layers import DecoderLayer, EncoderLayer, FeedForward
-from .settings import TransformerSettings, check_transformer
+from .settings import TransformerSettings
 from .state import DecoderCache, Memory
 
 
@@ -39,7 +39,6 @@ class Transformer(nn.Module, Model):
 
     def __init__(self, settings: TransformerSettings, vocab: VocabInfo):
         super().__init__()
-        check_transformer(settings)
         s = settings
         self.settings = s
         self.vocab = vocab
@@ -61,6 +60,11 @@ class Transformer(nn.Module, Model):
         self.decoder_norm = final_norm(s.d_model, pre_norm)
         if s.init == "xavier":
             init_xavier(self, s.d_model)
+
+    @property
+    def schedule_width(self) -> int:
+        """d_model, for the learning-rate schedule."""
+        return self.settings.d_model
 
     def _embed(self, x: torch.Tensor, offset: int = 0, offsets: torch.Tensor | None = None) -> torch.Tensor:
         """Scaled embeddings (B, L, C) plus positions offset.. (or offsets[b].. per row), with dropout."""

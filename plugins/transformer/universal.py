@@ -19,9 +19,8 @@ positions that go on), and the stack's output is the ACT-weighted state. The loo
 position has halted. forward() returns the ponder cost act_loss_weight * (mean over real source positions
 of N + R + mean over real target positions of N + R) as ModelOutput.aux_loss, and stats ponder_mean /
 ponder_max (steps N over real source and target positions). encode() records each source position's N in
-Memory.ponder and in the attribute `last_ponder` (B, S) (0 at padding), so a decoder can write them;
-ponder_counts(src) encodes and returns them (without ACT every real position takes `steps` steps), and
-annotate(src, tgt_in) gives source and output positions' counts for `seqxduce decode --annotations`.
+Memory.ponder (B, S) (0 at padding), and annotate(src, tgt_in) gives source and output positions' counts for
+`seqxduce decode --annotations` (without ACT every real position takes `steps` steps).
 
 Incremental decoding: the cache holds one LayerState per depth step (that step's self-attention keys and
 values of all positions decoded so far, and for sepconv the last kernel-1 transition inputs), plus the
@@ -51,7 +50,7 @@ from .act import Halting
 from .attention import key_padding_mask
 from .embedding import Embeddings, SinusoidalPositions, init_xavier, sinusoid_table, training_offsets
 from .layers import DecoderLayer, EncoderLayer, FeedForward, SepConvTransition, Transition
-from .settings import UniversalSettings, check_universal
+from .settings import UniversalSettings
 from .state import DecoderCache, LayerState, Memory
 from .transformer import final_norm
 
@@ -84,7 +83,6 @@ class UniversalTransformer(nn.Module, Model):
 
     def __init__(self, settings: UniversalSettings, vocab: VocabInfo):
         super().__init__()
-        check_universal(settings)
         s = settings
         self.settings = s
         self.vocab = vocab
@@ -107,7 +105,6 @@ class UniversalTransformer(nn.Module, Model):
         for unit in (self.encoder_halting, self.decoder_halting):
             if unit is not None:
                 nn.init.constant_(unit.bias, s.act_halting_bias_init)
-        self.last_ponder: torch.Tensor | None = None
 
     def coordinates(self, length: int, step: int, offset: int = 0,
                     offsets: torch.Tensor | None = None) -> torch.Tensor:
@@ -144,19 +141,15 @@ class UniversalTransformer(nn.Module, Model):
         ponder = None if halting is None else halting.updates
         return Memory(self.encoder_norm(x), pad, mask, ponder), halting
 
-    def encode(self, src: torch.Tensor) -> Memory:
-        """src (B, S) -> Memory (states (B, S, C)); with ACT, Memory.ponder and last_ponder hold N (B, S)."""
-        memory, _ = self._encode(src)
-        self.last_ponder = memory.ponder
-        return memory
+    @property
+    def schedule_width(self) -> int:
+        """d_model, for the learning-rate schedule."""
+        return self.settings.d_model
 
-    @torch.no_grad()
-    def ponder_counts(self, src: torch.Tensor) -> torch.Tensor:
-        """Depth steps (B, S) each source position takes (0 at padding)."""
-        memory = self.encode(src)
-        if memory.ponder is not None:
-            return memory.ponder
-        return (~memory.pad).float() * self.depth
+    def encode(self, src: torch.Tensor) -> Memory:
+        """src (B, S) -> Memory (states (B, S, C)); with ACT, Memory.ponder holds N (B, S)."""
+        memory, _ = self._encode(src)
+        return memory
 
     def _decode(self, tgt_in: torch.Tensor, memory: Memory,
                 offsets: torch.Tensor | None = None) -> tuple[torch.Tensor, Halting | None]:

@@ -4,11 +4,12 @@ Importing this module stays light: the task and sacrebleu load when a recipe bui
 """
 
 from seqxduce import hookimpl
+from seqxduce.api import Task
 
 from .settings import TranslationSettings
 
 
-def build_translation_task(settings: TranslationSettings):
+def build_translation_task(settings: TranslationSettings) -> Task:
     """Task factory: the translation task for one recipe's [task] settings."""
     from .task import TranslationTask
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from seqxduce.api import UserError
+from seqxduce.atomic import atomic_write, atomic_write_text, replace_durably
 
 CHUNK = 1 << 20
 USER_AGENT = "seqxduce (https://github.com/seqxduce)"
@@ -78,7 +79,7 @@ def fetch(source: Source, directory: Path, opener: Opener | None = None, retries
                     f"from {part}, or place the file at {target} yourself"
                 ) from None
     _verify(source, part)
-    os.replace(part, target)
+    replace_durably(part, target)
     log(f"saved {target}")
     return target
 
@@ -191,14 +192,11 @@ def gunzip(source: Path, dest: Path) -> Path:
     source, dest = Path(source), Path(dest)
     if dest.is_file():
         return dest
-    part = dest.with_name(dest.name + ".part")
     try:
-        with gzip.open(source, "rb") as fin, open(part, "wb") as fout:
+        with gzip.open(source, "rb") as fin, atomic_write(dest) as fout:
             shutil.copyfileobj(fin, fout, CHUNK)
     except (OSError, EOFError) as err:
-        part.unlink(missing_ok=True)
         raise UserError(f"{source}: cannot decompress ({err}); delete it and run again to download it anew") from None
-    os.replace(part, dest)
     return dest
 
 
@@ -224,9 +222,7 @@ def extract_segments(markup: Path, dest: Path) -> Path:
                 segments.append(re.sub(r"\s+", " ", text.strip()))
     if not segments:
         raise UserError(f"{markup}: no <seg> lines found; is this an SGM/XML test set?")
-    part = dest.with_name(dest.name + ".part")
-    part.write_text("".join(s + "\n" for s in segments), encoding="utf-8")
-    os.replace(part, dest)
+    atomic_write_text(dest, "".join(s + "\n" for s in segments))
     return dest
 
 
@@ -235,8 +231,7 @@ def concatenate(parts: list[Path], dest: Path) -> Path:
     dest = Path(dest)
     if dest.is_file():
         return dest
-    part = dest.with_name(dest.name + ".part")
-    with open(part, "wb") as out:
+    with atomic_write(dest) as out:
         for path in parts:
             last = b"\n"
             with open(path, "rb") as f:
@@ -245,5 +240,4 @@ def concatenate(parts: list[Path], dest: Path) -> Path:
                     last = chunk[-1:]
             if last != b"\n":
                 out.write(b"\n")
-    os.replace(part, dest)
     return dest

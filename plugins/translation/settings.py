@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from seqxduce.api import UserError, setting
+from seqxduce.api import Settings, UserError, setting
 
 DATASETS = ("wmt14", "multi30k", "files")
 
 
 @dataclass
-class TranslationSettings:
+class TranslationSettings(Settings):
     dataset: str = setting("files", help="wmt14, multi30k (both download themselves) or files (your own text)",
                            choices=DATASETS)
     src_lang: str = setting("en", help="source language code; also the suffix of the source files")

@@ -6,15 +6,19 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from seqxduce import Example, Report, Task, hookimpl, setting
+from seqxduce import Example, Report, Settings, Task, UserError, hookimpl, setting
 
 
 @dataclass
-class SortSettings:
-    min_len: int = setting(2, help="shortest sequence")
-    max_len: int = setting(8, help="longest sequence")
-    size: int = setting(2000, help="training examples (valid and test get a tenth each)")
+class SortSettings(Settings):
+    min_len: int = setting(2, help="shortest sequence", min=1)
+    max_len: int = setting(8, help="longest sequence", min=1)
+    size: int = setting(2000, help="training examples (valid and test get a tenth each)", min=1)
     seed: int = setting(7, help="seed the data is generated from")
+
+    def validate(self) -> None:
+        if self.max_len < self.min_len:
+            raise UserError(f"[task] max_len = {self.max_len} is below min_len = {self.min_len}; raise max_len")
 
 
 class SortTask(Task):

@@ -1,0 +1,65 @@
+"""The architecture's import rules, read from the source: the core imports no plugin, a plugin imports only the
+core's public modules and its own (relatively, so that it can be lifted into its own package), and the core's
+modules import each other without a cycle at module level."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import seqxduce
+
+ROOT = Path(__file__).resolve().parents[1]
+PUBLIC = {"seqxduce", "seqxduce.api", "seqxduce.search", "seqxduce.search_settings", "seqxduce.atomic"}
+PACKAGE = {f"seqxduce.{name}" for name in seqxduce.__all__}  # from seqxduce import hookimpl, Task, ...
+
+
+def imports(path: Path, top_level_only: bool = False) -> list[tuple[str, int]]:
+    """(module named, relative level) of every import in a file (only the module-level ones if asked)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    found = []
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found += [(alias.name, 0) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            found.append((node.module or "", node.level))
+            if node.module == "seqxduce" and not node.level:  # from seqxduce import checkpoint: a module, maybe
+                found += [(f"seqxduce.{alias.name}", 0) for alias in node.names]
+    return found
+
+
+def test_the_core_imports_no_plugin():
+    for path in (ROOT / "seqxduce").glob("*.py"):
+        named = [name for name, level in imports(path) if level == 0 and name.startswith("seqxduce_")]
+        assert not named, f"{path.name} imports {named}"
+
+
+def test_a_plugin_imports_its_own_modules_relatively_and_of_the_core_only_the_public_api():
+    for plugin in sorted(p for p in (ROOT / "plugins").iterdir() if (p / "__init__.py").is_file()):
+        for path in plugin.glob("*.py"):
+            for name, level in imports(path):
+                where = f"plugins/{plugin.name}/{path.name} imports {name}"
+                assert level == 0 or level == 1, where
+                assert not name.startswith("seqxduce_"), f"{where}: use a relative import, never another plugin"
+                if level == 0 and name.startswith("seqxduce."):
+                    assert name in PUBLIC or name in PACKAGE, f"{where}, which is not public API (CONTRIBUTING.md)"
+
+
+def test_the_core_has_no_import_cycle_at_module_level():
+    core = {p.stem: p for p in (ROOT / "seqxduce").glob("*.py")}
+    graph = {stem: {name.split(".")[1] for name, level in imports(path, top_level_only=True)
+                    if level == 0 and name.startswith("seqxduce.") and name.split(".")[1] in core}
+             for stem, path in core.items()}
+    done: set[str] = set()
+
+    def visit(module: str, stack: list[str]) -> None:
+        assert module not in stack, "import cycle: " + " -> ".join([*stack[stack.index(module):], module])
+        if module in done:
+            return
+        for imported in graph[module]:
+            visit(imported, [*stack, module])
+        done.add(module)
+
+    for module in graph:
+        visit(module, [])
