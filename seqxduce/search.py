@@ -7,6 +7,8 @@ they have `beam` finished hypotheses, and never recomputes a prefix (the model's
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from seqxduce.api import DecodeRequest, Hypothesis, Model, StepConstraint
@@ -64,8 +66,12 @@ def greedy_search(
     max_len_b: int = 10,
     min_len: int = 0,
     constraint: StepConstraint | None = None,
+    choose: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> list[list[Hypothesis]]:
-    """Pick the most probable token at each step until eos or the length limit."""
+    """Pick the most probable token at each step until eos or the length limit.
+
+    choose, if given, picks the token instead: log-probs (N, V) -> token ids (N,) (sampling decoders pass one);
+    a hypothesis's score is still the model's log-probability of the tokens chosen."""
     batch = request.src.size(0)
     device = request.src.device
     limits = max_lengths(request, max_len_a, max_len_b)
@@ -80,7 +86,11 @@ def greedy_search(
     step = 0
     while not bool(done.all()):
         logprobs, cache = _next_logprobs(model, last, memory, cache, request, constraint, step, limits, min_len)
-        best, choice = logprobs.max(dim=-1)
+        if choose is None:
+            best, choice = logprobs.max(dim=-1)
+        else:
+            choice = choose(logprobs)
+            best = logprobs.gather(1, choice.unsqueeze(1)).squeeze(1)
         chosen.append(choice)
         scores.append(best)
         alive.append(~done)

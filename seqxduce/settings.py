@@ -71,6 +71,8 @@ class TrainSettings:
     keep_checkpoints: int = setting(5, help="step checkpoints kept on disk (the oldest are removed)", min=1)
     average_last: int = setting(0, help="at the end, average the last N checkpoints into average.pt (0 = off)",
                                 min=0)
+    tensorboard: bool = setting(False, help="also write TensorBoard event files to <run>/tensorboard "
+                                            "(needs pip install 'seqxduce[tensorboard]')")
 
     def validate(self) -> None:
         """Checks across values that bounds cannot express; the recipe loader calls this."""

@@ -22,7 +22,9 @@ from seqxduce.api import UserError
 from seqxduce.console import MetricsLog, TrainProgress, console, format_figures
 from seqxduce.data import Pair, batches_for_step, collate, encode_pairs, steps_in_epoch, token_batches
 from seqxduce.recipe import Recipe
+from seqxduce.run_readme import write_run_readme
 from seqxduce.settings import TrainSettings
+from seqxduce.tensorboard_log import TENSORBOARD_DIR
 
 
 def inverse_sqrt_lr(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:
@@ -104,7 +106,8 @@ class Trainer:
         self.device = self.dist.device or resolve_device(recipe.train.device)
         self.is_main = self.dist.rank == 0
         self._check_run_dir(resume)
-        self.log = MetricsLog(self.run_dir / components.METRICS_FILE if self.is_main else None)
+        board = self.run_dir / TENSORBOARD_DIR if self.is_main and self.settings.tensorboard else None
+        self.log = MetricsLog(self.run_dir / components.METRICS_FILE if self.is_main else None, tensorboard=board)
         self.task = components.build_task(recipe)
         self.data_dir = components.data_dir(recipe)
         self._prepare_data()
@@ -128,6 +131,7 @@ class Trainer:
             self._resume()
         self._write_recipe()
         self.stop_requested = False
+        self.primary_metric: str | None = None  # e.g. valid_bleu, once a validation has scored
 
     # ------------------------------------------------------------ setup
 
@@ -285,7 +289,8 @@ class Trainer:
                 step = self.state.step
                 if step % s.log_every == 0 or step == s.max_steps:
                     summary = window.summary(self.optimizer.param_groups[0]["lr"])
-                    self.log.write("train", step=step, epoch=self.state.epoch, **summary)
+                    self.log.write("train", step=step, epoch=self.state.epoch, target_tokens=window.tokens(),
+                                   **summary)
                     progress.update(step, summary)
                     progress.print(f"step {step} | " + format_figures(summary) + f" | eta {progress.eta(step)}")
                     window = _Window()
@@ -359,7 +364,7 @@ class Trainer:
         if self.is_main and self.valid_pairs:
             metrics = self._valid_loss()
             metrics.update(self._valid_metric())
-            self.log.write("valid", step=self.state.step, **metrics)
+            self.log.write("valid", step=self.state.step, **metrics, **self._primary(metrics))
             line = f"valid step {self.state.step} | " + format_figures(metrics)
             if progress is not None:
                 progress.print(line)
@@ -389,7 +394,12 @@ class Trainer:
                                   device=self.device, precision=self.settings.precision,
                                   decode_settings=self.recipe.decode)
         report = self.task.score([o.text for o in outputs], [ex.ref for ex in sample], [ex.source for ex in sample])
+        self.primary_metric = f"valid_{report.primary}"
         return {f"valid_{k}": v for k, v in report.metrics.items()}
+
+    def _primary(self, metrics: dict[str, float]) -> dict[str, str]:
+        """The log's name for the task's main metric, so `seqxduce info` and `plot` know which one it is."""
+        return {"primary": self.primary_metric} if self.primary_metric in metrics else {}
 
     def _average(self) -> None:
         paths = ckpt.step_checkpoints(self.run_dir / components.CHECKPOINT_DIR)[-self.settings.average_last:]
@@ -425,6 +435,10 @@ class _Window:
         self.sums: dict[str, float] = {}
         self.steps = 0
         self.started = time.perf_counter()
+
+    def tokens(self) -> int:
+        """Target tokens trained on in this window."""
+        return int(self.sums.get("tokens", 0.0))
 
     def add(self, figures: dict[str, float]) -> None:
         self.steps += 1
@@ -479,6 +493,10 @@ def train(recipe: Recipe, out: Path, resume: bool = False) -> TrainResult:
     """Train the recipe's model into run directory `out` (resuming from its latest checkpoint if asked)."""
     trainer = Trainer(recipe, Path(out), resume=resume)
     try:
-        return trainer.run()
+        result = trainer.run()
+        if trainer.is_main:
+            write_run_readme(result.run_dir)
+        return result
     finally:
+        trainer.log.close()
         trainer.dist.close()

@@ -20,3 +20,16 @@ class BeamSettings(GreedySettings):
     beam: int = setting(4, help="beam size (paper: 4 for translation, 21 for parsing)", min=1)
     alpha: float = setting(0.6, help="GNMT length penalty ((5+len)/6)^alpha (paper: 0.6; 0 = none)", min=0.0)
     nbest: int = setting(1, help="finished hypotheses returned per source (at most beam)", min=1)
+
+
+@dataclass
+class SamplingSettings(GreedySettings):
+    temperature: float = setting(1.0, help="divides the log-probabilities: below 1 sharper, above 1 flatter",
+                                 min=0.0, min_exclusive=True)
+    top_k: int = setting(0, help="sample only among the k most probable tokens (0 = all)", min=0)
+    top_p: float = setting(1.0, help="sample only among the fewest tokens whose probability reaches p "
+                                     "(nucleus sampling; 1 = all)", min=0.0, max=1.0, min_exclusive=True)
+    seed: int = setting(1, help="seed of the sampling generator (the same sources and settings give the same "
+                                "samples)")
+    nbest: int = setting(1, help="samples drawn per source, returned as its n-best list, most probable first",
+                         min=1)
