@@ -6,15 +6,20 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from seqxduce import Example, Report, Task, hookimpl, setting
+from seqxduce import Example, Report, Task, UserError, hookimpl, setting
 
 
 @dataclass
 class SortSettings:
-    min_len: int = setting(2, help="shortest sequence")
-    max_len: int = setting(8, help="longest sequence")
+    min_len: int = setting(2, help="shortest sequence", min=1)
+    max_len: int = setting(8, help="longest sequence", min=1)
     size: int = setting(2000, help="training examples (valid and test get a tenth each)")
     seed: int = setting(7, help="seed the data is generated from")
+
+    def validate(self) -> None:
+        """Checks across keys; the recipe loader calls this before any data is made."""
+        if self.min_len > self.max_len:
+            raise UserError(f"[task] min_len = {self.min_len} > max_len = {self.max_len}; lower min_len")
 
 
 class SortTask(Task):
