@@ -22,7 +22,7 @@ SHORT = {"encoder": "enc self", "decoder": "dec self", "cross": "enc-dec"}
 
 @dataclass
 class Panel:
-    """One grid row: a kind and a layer (0-based), with the heads to draw (None: the mean over heads)."""
+    """One grid row: a kind and a layer (0-based; a depth step for a Universal Transformer)."""
 
     kind: str
     layer: int
@@ -73,7 +73,7 @@ def plot_attention(view: AttentionView, output: Path, kinds: Sequence[str] = KIN
     grid = figure.add_gridspec(len(rows), columns, height_ratios=ratios,
                                width_ratios=[1.0] * len(head_index) + ([0.45] if bars else []))
     image = None
-    heatmaps = []
+    heatmaps, others = [], []
     for r, panel in enumerate(rows):
         weights = view.maps[panel.kind][panel.layer]  # (H, Lq, Lk)
         for c, head in enumerate(head_index):
@@ -86,9 +86,11 @@ def plot_attention(view: AttentionView, output: Path, kinds: Sequence[str] = KIN
             ax.set_title(f"{SHORT[panel.kind]} · {view.unit} {panel.layer + 1} · {which}", fontsize=9)
             heatmaps.append(ax)
         if bars:
-            _figures_panel(figure.add_subplot(grid[r, -1]), view.row_figures(panel.kind),
-                           len(view.rows(panel.kind)))
-    figure.colorbar(image, ax=heatmaps, shrink=min(1.0, 4.0 / height), label="attention weight", pad=0.01)
+            ax = figure.add_subplot(grid[r, -1])
+            _figures_panel(ax, view.row_figures(panel.kind), len(view.rows(panel.kind)))
+            others.append(ax)
+    # beside the whole grid, not between the heat maps and the bars
+    figure.colorbar(image, ax=heatmaps + others, shrink=min(1.0, 4.0 / height), label="attention weight", pad=0.01)
     figure.suptitle(_caption(view, kinds), fontsize=10)
     return save_png(figure, output, dpi), (width, height)
 
