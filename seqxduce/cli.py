@@ -99,7 +99,7 @@ def train(ctx: click.Context, recipe_file: Path, out: Path | None, overrides: tu
     """Train a model from a recipe into a run directory. Run under torchrun for several processes."""
     _registry(ctx)
     result = engine.train(recipe_file, out=out, resume=resume, overrides=overrides)
-    figures = " ".join(f"{k}={v:.4g}" for k, v in result.metrics.items())
+    figures = " ".join(f"{k}={v}" if isinstance(v, str) else f"{k}={v:.4g}" for k, v in result.metrics.items())
     click.echo(f"trained to step {result.step} in {result.run_dir} {figures}".rstrip())
 
 

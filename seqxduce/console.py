@@ -144,7 +144,9 @@ class TrainProgress:
             self.progress.console.print(message, markup=False)
 
 
-def _fmt(value: float) -> str:
+def _fmt(value: float | str) -> str:
+    if isinstance(value, str):
+        return value
     if isinstance(value, int):
         return str(value)
     if value != 0 and (abs(value) < 1e-3 or abs(value) >= 1e5):
@@ -152,6 +154,6 @@ def _fmt(value: float) -> str:
     return f"{value:.4g}"
 
 
-def format_figures(figures: dict[str, float]) -> str:
+def format_figures(figures: dict[str, float | str]) -> str:
     """'k v k v' with compact numbers, for log lines."""
     return " | ".join(f"{k} {_fmt(v)}" for k, v in figures.items())

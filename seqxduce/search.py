@@ -1,8 +1,9 @@
 """The generic search engine decoder plugins build on: greedy and beam search over Model.encode/step.
 
 Beam search keeps `beam` live hypotheses per source in one (B*beam)-row batch, moves hypotheses that
-end in eos to a finished list scored with the GNMT length penalty, drops sources from the batch once
-they have `beam` finished hypotheses, and never recomputes a prefix (the model's cache is reordered).
+end in eos to an n-best finished list scored with the GNMT length penalty, drops a source from the batch once
+no live hypothesis can still beat its n-best (or, with early_stop, once it has `beam` finished ones), and never
+recomputes a prefix (the model's cache is reordered).
 """
 
 from __future__ import annotations
@@ -120,8 +121,14 @@ def beam_search(
     min_len: int = 0,
     nbest: int = 1,
     constraint: StepConstraint | None = None,
+    early_stop: bool = False,
 ) -> list[list[Hypothesis]]:
-    """Batched beam search with GNMT length penalty; returns the nbest finished hypotheses per source."""
+    """Batched beam search with GNMT length penalty; returns the nbest finished hypotheses per source, best first.
+
+    A source leaves the search once no live hypothesis can still finish with a higher normalized score than
+    the worst of its `nbest` best finished ones (see `_live_bound`). `early_stop` is fairseq's heuristic
+    instead: a source leaves as soon as it has `beam` finished hypotheses, which can miss better, longer ones.
+    """
     nbest = min(nbest, beam)
     batch = request.src.size(0)
     device = request.src.device
@@ -139,7 +146,7 @@ def beam_search(
     # only the first beam of each source is live at step 0, so the others never duplicate it
     scores = torch.full((batch, beam), float("-inf"), device=device)
     scores[:, 0] = 0.0
-    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    finished = [_NBest(beam if early_stop else nbest) for _ in range(batch)]
 
     step = 0
     while alive.numel() > 0:
@@ -168,9 +175,11 @@ def beam_search(
         new_token = top_token.gather(1, keep)
         origin = (torch.arange(n_alive, device=device).unsqueeze(1) * beam + new_beam).view(-1)
 
-        source_done = torch.tensor(
-            [len(finished[int(s)]) >= beam for s in alive.tolist()], dtype=torch.bool, device=device
-        ) | ~torch.isfinite(new_scores).any(dim=1)
+        if early_stop:
+            full = torch.tensor([finished[s].full for s in alive.tolist()], dtype=torch.bool, device=device)
+        else:
+            full = _cannot_improve(finished, alive, new_scores, step + 1, limits_all[alive], alpha)
+        source_done = full | ~torch.isfinite(new_scores).any(dim=1)
         new_token = new_token.view(-1)
         prefixes = torch.cat([prefixes[origin], new_token.view(-1, 1)], dim=1)
         positional = torch.cat([positional[origin], logprobs[origin, new_token].view(-1, 1)], dim=1)
@@ -187,38 +196,84 @@ def beam_search(
             memory, cache = model.reorder(memory, cache, origin)
         step += 1
 
-    return [sorted(hyps, key=lambda h: -h.score)[:nbest] for hyps in finished]
+    return [f.best(nbest) for f in finished]
+
+
+class _NBest:
+    """The `size` best finished hypotheses of one source, kept sorted best first."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.hyps: list[Hypothesis] = []
+
+    @property
+    def full(self) -> bool:
+        return len(self.hyps) >= self.size
+
+    @property
+    def worst(self) -> float:
+        """The score a new hypothesis must beat to enter (-inf while there is room)."""
+        return self.hyps[-1].score if self.full else float("-inf")
+
+    def add(self, hyp: Hypothesis) -> None:
+        if self.full and hyp.score <= self.worst:
+            return
+        at = next((i for i, h in enumerate(self.hyps) if hyp.score > h.score), len(self.hyps))
+        self.hyps.insert(at, hyp)
+        del self.hyps[self.size:]
+
+    def best(self, n: int) -> list[Hypothesis]:
+        return self.hyps[:n]
+
+
+def _live_bound(best_live: torch.Tensor, length: int, limits: torch.Tensor, alpha: float) -> torch.Tensor:
+    """The highest normalized score any continuation of a live hypothesis can still finish with.
+
+    A live log-prob only falls, so it is at most best_live (<= 0) when it ends; dividing it by the length
+    penalty of the final length (eos included) is largest at the longest length for alpha > 0 and at the next
+    step for alpha < 0; alpha = 0 leaves the log-prob as it is.
+    """
+    if alpha == 0:
+        return best_live
+    shortest = length_penalty(length + 1, alpha)
+    longest = ((5.0 + limits.float() + 1.0) / 6.0) ** alpha  # the row's length limit plus its eos
+    return torch.maximum(best_live / shortest, best_live / longest)
+
+
+def _cannot_improve(finished: list[_NBest], alive: torch.Tensor, live_scores: torch.Tensor, length: int,
+                    limits: torch.Tensor, alpha: float) -> torch.Tensor:
+    """(S,) True for sources whose n-best finished list no live hypothesis can enter any more."""
+    worst = torch.tensor([finished[s].worst for s in alive.tolist()], device=live_scores.device)
+    bound = _live_bound(live_scores.max(dim=1).values, length, limits, alpha)
+    return bound <= worst
 
 
 def _collect_finished(finished, alive, prefixes, positional, logprobs, top_scores, top_beam, take, beam, alpha, eos):
-    """Move eos candidates ranked within the first `beam` of their source to its finished list."""
+    """Offer eos candidates ranked within the first `beam` of their source to its n-best finished list."""
     take = take.clone()
     take[:, beam:] = False
     for s, k in take.nonzero().tolist():
-        source = int(alive[s])
-        if len(finished[source]) >= beam:
-            continue
-        row = s * beam + int(top_beam[s, k])
-        tokens = prefixes[row, 1:].tolist()
+        source = finished[int(alive[s])]
         total = float(top_scores[s, k])
+        row = s * beam + int(top_beam[s, k])
+        length = prefixes.size(1)  # the tokens after bos plus this eos
+        score = total / length_penalty(length, alpha)
+        if source.full and score <= source.worst:
+            continue
         lps = positional[row].tolist() + [float(logprobs[row, eos])]
-        finished[source].append(
-            Hypothesis(tokens=tokens, score=total / length_penalty(len(tokens) + 1, alpha), logprob=total,
-                       positional_logprobs=lps)
-        )
+        source.add(Hypothesis(tokens=prefixes[row, 1:].tolist(), score=score, logprob=total,
+                              positional_logprobs=lps))
 
 
 def _finish_dead_ends(finished, alive, source_done, prefixes, positional, scores, beam, alpha):
     """A source that leaves the search without any finished hypothesis keeps its best live one."""
     for s in source_done.nonzero().flatten().tolist():
-        source = int(alive[s])
-        if finished[source]:
+        source = finished[int(alive[s])]
+        if source.hyps:
             continue
         k = int(scores[s].argmax())
         row = s * beam + k
         total = float(scores[s, k])
         tokens = prefixes[row, 1:].tolist()
-        finished[source].append(
-            Hypothesis(tokens=tokens, score=total / length_penalty(len(tokens) + 1, alpha), logprob=total,
-                       positional_logprobs=positional[row].tolist())
-        )
+        source.add(Hypothesis(tokens=tokens, score=total / length_penalty(len(tokens) + 1, alpha), logprob=total,
+                              positional_logprobs=positional[row].tolist()))

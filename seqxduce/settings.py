@@ -66,7 +66,11 @@ class TrainSettings:
     log_every: int = setting(50, help="steps between progress lines in the metrics log", min=1)
     validate_every: int = setting(500, help="steps between validations (loss, ppl, task metric); 0 = only at end",
                                   min=0)
-    valid_decode_examples: int = setting(200, help="valid examples greedily decoded for the task metric", min=0)
+    valid_decode_examples: int = setting(200, help="valid examples decoded for the task metric", min=0)
+    valid_search: str = setting("recipe", help="how validation decodes for the task metric: recipe = with the "
+                                               "recipe's [decode] decoder, as `seqxduce decode` does; greedy = "
+                                               "greedy search (faster when the recipe's beam is wide)",
+                                choices=("recipe", "greedy"))
     checkpoint_every: int = setting(500, help="steps between checkpoints (one is always written at the end)", min=1)
     keep_checkpoints: int = setting(5, help="step checkpoints kept on disk (the oldest are removed)", min=1)
     average_last: int = setting(0, help="at the end, average the last N checkpoints into average.pt (0 = off)",

@@ -269,7 +269,7 @@ class Trainer:
                 f"the training data fill {len(batches)} batches, fewer than world_size * update_freq = "
                 f"{self.dist.world_size * s.update_freq}; lower [train] max_tokens or update_freq"
             )
-        last_metrics: dict[str, float] = {}
+        last_metrics: dict[str, float | str] = {}
         window = _Window()
         with TrainProgress(s.max_steps, self.state.step, enabled=self.is_main) as progress:
             while self.state.step < s.max_steps:
@@ -358,7 +358,7 @@ class Trainer:
     # ------------------------------------------------------------ validation
 
     @torch.no_grad()
-    def validate(self, progress: TrainProgress | None = None) -> dict[str, float]:
+    def validate(self, progress: TrainProgress | None = None) -> dict[str, float | str]:
         """Loss and perplexity on the valid split, and the task's metric on a greedy decode of a sample."""
         metrics: dict[str, float] = {}
         if self.is_main and self.valid_pairs:
@@ -384,20 +384,24 @@ class Trainer:
         nll = nll_sum / max(tokens, 1)
         return {"loss": loss_sum / max(tokens, 1), "nll": nll, "ppl": math.exp(min(nll, 100.0))}
 
-    def _valid_metric(self) -> dict[str, float]:
+    def _valid_metric(self) -> dict[str, float | str]:
         from seqxduce.decoding import decode_examples
 
         sample = self.valid_examples[: self.settings.valid_decode_examples]
         if not sample:
             return {}
-        outputs = decode_examples(self.model, self.tokenizers, self.task, sample, decoder=None,
+        recipe_search = self.settings.valid_search == "recipe"
+        decoder = components.build_decoder(self.recipe, self.tokenizers) if recipe_search else None
+        outputs = decode_examples(self.model, self.tokenizers, self.task, sample, decoder=decoder,
                                   device=self.device, precision=self.settings.precision,
                                   decode_settings=self.recipe.decode)
         report = self.task.score([o.text for o in outputs], [ex.ref for ex in sample], [ex.source for ex in sample])
         self.primary_metric = f"valid_{report.primary}"
-        return {f"valid_{k}": v for k, v in report.metrics.items()}
+        metrics: dict[str, float | str] = {"search": self.recipe.decode.core.name if recipe_search else "greedy"}
+        metrics.update({f"valid_{k}": v for k, v in report.metrics.items()})
+        return metrics
 
-    def _primary(self, metrics: dict[str, float]) -> dict[str, str]:
+    def _primary(self, metrics: dict[str, float | str]) -> dict[str, str]:
         """The log's name for the task's main metric, so `seqxduce info` and `plot` know which one it is."""
         return {"primary": self.primary_metric} if self.primary_metric in metrics else {}
 

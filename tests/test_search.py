@@ -1,5 +1,6 @@
 """The search engine on a fake model whose next-token distribution is a fixed table."""
 
+import itertools
 import math
 
 import pytest
@@ -107,3 +108,75 @@ def test_batching_does_not_change_results():
     for i, n in enumerate(lengths):
         alone = beam_search(model, request([n]), beam=4, alpha=0.6, max_len_a=1.5, max_len_b=2, nbest=2)[0]
         assert [h.tokens for h in alone] == [h.tokens for h in together[i]]
+
+
+def exhaustive_best(model: TableModel, limit: int, alpha: float):
+    """Every output over {A, B} of at most `limit` tokens followed by eos, scored as the search scores it."""
+    best_tokens, best_score = None, float("-inf")
+    for n in range(limit + 1):
+        for tokens in itertools.product((A, B), repeat=n):
+            seq = (BOS, *tokens, EOS)
+            logprob = sum(float(model.table[min(i, model.table.size(0) - 1), seq[i], seq[i + 1]])
+                          for i in range(len(seq) - 1))
+            score = logprob / length_penalty(n + 1, alpha)
+            if score > best_score:
+                best_tokens, best_score = list(tokens), score
+    return best_tokens, best_score
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.0, 2.0])
+def test_beam_as_wide_as_the_search_space_is_exhaustive(alpha):
+    """With a beam wider than every candidate of every step, beam search is exhaustive search."""
+    limit = 4
+    torch.manual_seed(3)
+    for _ in range(20):
+        model = TableModel(torch.randn(limit + 1, 5, 5) * 2)
+        got = beam_search(model, request([1]), beam=3 * 2 ** limit, alpha=alpha, max_len_a=0, max_len_b=limit)[0][0]
+        tokens, score = exhaustive_best(model, limit, alpha)
+        assert got.tokens == tokens
+        assert got.score == pytest.approx(score, abs=1e-5)
+
+
+def late_winner_model():
+    """Two short outputs finish first; the best under the length penalty is the longer B B B."""
+    probs = torch.full((4, 5, 5), 1e-9)
+    probs[0, BOS, EOS], probs[0, BOS, A], probs[0, BOS, B] = 0.35, 0.35, 0.3
+    probs[1, A, EOS], probs[1, A, A] = 0.9, 0.1
+    probs[1, B, B] = probs[2, B, B] = probs[3, B, EOS] = 1.0
+    return TableModel(probs.log())
+
+
+def test_source_stays_in_the_search_while_a_live_hypothesis_can_win():
+    """Regression: a source used to leave the search as soon as it had `beam` finished hypotheses."""
+    model = late_winner_model()
+    best = beam_search(model, request([1]), beam=2, alpha=1.0, max_len_a=0, max_len_b=6)[0][0]
+    assert best.tokens == [B, B, B]
+    assert best.score == pytest.approx(math.log(0.3) / length_penalty(4, 1.0), abs=1e-5)
+    # fairseq's early stop, kept as an explicit setting, returns the short output
+    early = beam_search(model, request([1]), beam=2, alpha=1.0, max_len_a=0, max_len_b=6, early_stop=True)[0][0]
+    assert early.tokens == [A]
+    assert early.score < best.score
+
+
+def test_nbest_is_sorted_and_distinct_on_random_tables():
+    torch.manual_seed(4)
+    for _ in range(10):
+        model = TableModel(torch.randn(8, 7, 7) * 2)
+        for hyps in beam_search(model, request([3, 1, 5]), beam=5, alpha=0.6, max_len_a=1.0, max_len_b=3, nbest=5):
+            assert len(hyps) == 5
+            assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+            assert len({tuple(h.tokens) for h in hyps}) == len(hyps)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_wider_beams_never_score_lower_on_random_tables(alpha):
+    """The n-best of a wider beam is the best of more finished hypotheses, so its best never falls below a
+    narrower beam's on these tables (where greedy is beam 1)."""
+    torch.manual_seed(5)
+    for _ in range(10):
+        model = TableModel(torch.randn(10, 7, 7) * 2)
+        req = request([2, 4, 6])
+        narrow = beam_search(model, req, beam=1, alpha=alpha, max_len_a=1.0, max_len_b=2)
+        wide = beam_search(model, req, beam=4 ** 3, alpha=alpha, max_len_a=1.0, max_len_b=2)
+        for n, w in zip(narrow, wide):
+            assert w[0].score >= n[0].score - 1e-6

@@ -23,4 +23,5 @@ class TreeBeamDecoder(Decoder):
     def decode(self, model: Model, request: DecodeRequest) -> list[list[Hypothesis]]:
         s = self.settings
         return beam_search(model, request, beam=s.beam, alpha=s.alpha, max_len_a=s.max_len_a,
-                           max_len_b=s.max_len_b, min_len=s.min_len, nbest=s.nbest, constraint=self.constraint)
+                           max_len_b=s.max_len_b, min_len=s.min_len, nbest=s.nbest, constraint=self.constraint,
+                           early_stop=s.early_stop)

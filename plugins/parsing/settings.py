@@ -36,6 +36,10 @@ class TreeBeamSettings:
     max_len_b: int = setting(300, help="maximum output length offset (paper, parsing: input length + 300)")
     min_len: int = setting(0, help="no eos before this many tokens", min=0)
     nbest: int = setting(1, help="finished hypotheses returned per source (at most beam)", min=1)
+    early_stop: bool = setting(False, help="fairseq's early stop: a source ends once it has `beam` finished "
+                                           "hypotheses, even if a live one could still score higher (faster, "
+                                           "can return worse outputs); false = stop only when no live "
+                                           "hypothesis can beat the n-best")
     constrained: bool = setting(True, help="false = the same beam search without the tree constraint (to measure "
                                            "what it adds on one checkpoint)")
     leaf_tokens: list[str] = setting([], help="vocabulary entries allowed as leaves; empty = every entry that "

@@ -20,6 +20,10 @@ class BeamSettings(GreedySettings):
     beam: int = setting(4, help="beam size (paper: 4 for translation, 21 for parsing)", min=1)
     alpha: float = setting(0.6, help="GNMT length penalty ((5+len)/6)^alpha (paper: 0.6; 0 = none)", min=0.0)
     nbest: int = setting(1, help="finished hypotheses returned per source (at most beam)", min=1)
+    early_stop: bool = setting(False, help="fairseq's early stop: a source ends once it has `beam` finished "
+                                           "hypotheses, even if a live one could still score higher (faster, "
+                                           "can return worse outputs); false = stop only when no live "
+                                           "hypothesis can beat the n-best")
 
 
 @dataclass
