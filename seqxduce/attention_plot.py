@@ -10,7 +10,7 @@ from pathlib import Path
 
 from seqxduce.api import UserError
 from seqxduce.attention_maps import KIND_TITLES, KINDS, AttentionView, select
-from seqxduce.plotting import new_figure, save_png
+from seqxduce.plotting import new_figure, pixel_size, save_png
 
 CELL = 0.3  # inches per token on an axis
 CHAR = 0.075  # inches per character of a tick label at LABEL_SIZE points
@@ -18,6 +18,7 @@ LABEL_SIZE = 8
 LABEL_CHARS = 14  # longer tokens are cut, so that one long subword does not squeeze every panel
 BAR_WIDTH = 1.8  # inches of the per-position figures column
 SHORT = {"encoder": "enc self", "decoder": "dec self", "cross": "enc-dec"}
+MAX_PIXELS = 16000  # per side: Agg draws up to 2^16, but a bigger picture is no longer readable on a screen
 
 
 @dataclass
@@ -67,6 +68,11 @@ def plot_attention(view: AttentionView, output: Path, kinds: Sequence[str] = KIN
     count = view.maps[rows[0].kind][rows[0].layer].size(0)
     head_index = [None] if mean_heads else select(count, heads, "heads")
     width, height, bars = grid_size(view, rows, len(head_index))
+    pixels = pixel_size(width, height, dpi)
+    if max(pixels) > MAX_PIXELS:
+        raise UserError(f"the picture would be {pixels[0]}x{pixels[1]} pixels ({len(rows)} rows of "
+                        f"{len(head_index)} panels); choose fewer with --kind, --layers and --heads (or --mean-heads), "
+                        "or lower --dpi")
     figure = new_figure(width, height, "seqxduce attention")
     ratios = [max(len(view.rows(p.kind)), 3) + 2 for p in rows]
     columns = len(head_index) + int(bars)

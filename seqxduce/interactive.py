@@ -140,6 +140,11 @@ def prompt_loop(run: LoadedRun, render: Render, nbest: int = 1, prompt: str = ">
         except UserError as err:
             click.echo(f"error: {err}", err=True)
             continue
+        except KeyboardInterrupt:  # at a terminal, Ctrl-C while decoding drops that line, as at the prompt
+            if not terminal:
+                raise
+            click.echo("(interrupted)", err=True)
+            continue
         click.echo(format_answer(output, run, nbest, render, **options).rstrip("\n"))
         sys.stdout.flush()
         answered += 1

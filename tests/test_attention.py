@@ -153,6 +153,7 @@ def test_universal_transformer_attention_has_ponder_bars_per_depth_step(ut_run, 
     (["--heads", "x"], "--heads x: give numbers separated by commas"),
     (["--heads", "1", "--mean-heads"], "not both"),
     (["--output", "picture.jpg"], "ending in .png"),
+    (["--dpi", "600", "--input", " ".join(["1"] * 80)], "choose fewer with --kind, --layers and --heads"),
 ])
 def test_attention_command_errors_are_one_line(tiny_run, tmp_path, args, message, monkeypatch):
     monkeypatch.chdir(tmp_path)
