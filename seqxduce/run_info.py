@@ -14,7 +14,7 @@ from typing import Any
 
 from seqxduce import components
 from seqxduce.curves import METRICS_FILE, RunLog, read_run_log
-from seqxduce.recipe import Recipe
+from seqxduce.recipe import Recipe, toml_value
 
 
 @dataclass
@@ -213,7 +213,7 @@ def format_info(info: RunInfo) -> str:
              ("step", _step_line(info)),
              ("parameters", f"{info.parameters:,}")]
     for section, summary in info.recipe.items():
-        keys = " ".join(f"{k}={_short(v)}" for k, v in summary["changed"].items())
+        keys = " ".join(f"{k}={short_value(v)}" for k, v in summary["changed"].items())
         lines.append((f"[{section}]", f"{summary.get('name', '')}  {keys}".strip()))
     vocab = info.vocabulary
     lines.append(("vocabulary", f"source {vocab['source']:,}, target {vocab['target']:,}"
@@ -222,9 +222,9 @@ def format_info(info: RunInfo) -> str:
         if best is not None:
             lines.append((f"best {best.name}", f"{best.value:.4g} at step {best.step} ({best.time})"))
     if info.last_train:
-        lines.append(("last train", _figure_text(info.last_train)))
+        lines.append(("last train", figure_text(info.last_train)))
     if info.last_valid:
-        lines.append(("last valid", _figure_text(info.last_valid)))
+        lines.append(("last valid", figure_text(info.last_valid)))
     lines.append(("checkpoints", _checkpoint_text(info.checkpoints)))
     lines.append(("software", ", ".join(f"{k} {v}" for k, v in info.versions.items())))
     lines.extend(("note", note) for note in info.notes)
@@ -249,23 +249,29 @@ def _checkpoint_text(found: list[dict[str, Any]]) -> str:
 def _step_line(info: RunInfo) -> str:
     parts = [str(info.step)]
     if info.target_tokens is not None:
-        parts.append(f"target tokens seen {_count(info.target_tokens)} (to step {info.logged_to_step})")
+        parts.append(f"target tokens seen {count_text(info.target_tokens)} (to step {info.logged_to_step})")
     if info.wall_time_s is not None:
         parts.append(f"logged wall time {datetime.timedelta(seconds=round(info.wall_time_s))}")
     return "; ".join(parts)
 
 
-def _count(n: int) -> str:
+def count_text(n: int) -> str:
+    """A count in K, M or G with two decimals (58.38K)."""
     for unit, size in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
         if n >= size:
             return f"{n / size:.2f}{unit}"
     return str(n)
 
 
-def _figure_text(figures: dict[str, float]) -> str:
+def figure_text(figures: dict[str, float]) -> str:
+    """'name value name value' with floats to four significant digits."""
     return " ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in figures.items())
 
 
-def _short(value: Any) -> str:
-    text = str(value)
+def short_value(value: Any) -> str:
+    """A recipe value as TOML writes it (true, "bpe", [0.9, 0.98]), cut to 40 characters."""
+    try:
+        text = toml_value(value)
+    except TypeError:
+        text = str(value)
     return text if len(text) <= 40 else text[:39] + "…"

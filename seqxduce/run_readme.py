@@ -7,7 +7,7 @@ import datetime
 from pathlib import Path
 
 from seqxduce.api import UserError
-from seqxduce.run_info import Best, RunInfo, _count, _figure_text, run_info
+from seqxduce.run_info import Best, RunInfo, count_text, figure_text, run_info, short_value
 
 README_FILE = "README.md"
 
@@ -34,7 +34,7 @@ def run_readme(info: RunInfo, run: Path) -> str:
                   else f"vocabularies of {vocab['source']:,} source and {vocab['target']:,} target entries")
     trained = [f"{info.step} steps"]
     if info.target_tokens is not None:
-        trained.append(f"{_count(info.target_tokens)} target tokens")
+        trained.append(f"{count_text(info.target_tokens)} target tokens")
     if info.wall_time_s is not None:
         trained.append(f"{datetime.timedelta(seconds=round(info.wall_time_s))} wall time")
     lines = [
@@ -78,13 +78,13 @@ def run_readme(info: RunInfo, run: Path) -> str:
 
 
 def _keys(changed: dict) -> str:
-    shown = [f"{k}={v}" for k, v in changed.items() if k != "data_dir"]
+    shown = [f"{k}={short_value(v)}" for k, v in changed.items() if k != "data_dir"]
     return ", ".join(shown) if shown else "defaults"
 
 
 def _row(title: str, figures: dict[str, float]) -> str:
     rest = {k: v for k, v in figures.items() if k != "step"}
-    return f"| {title} | {figures.get('step', '')} | {_figure_text(rest)} |"
+    return f"| {title} | {figures.get('step', '')} | {figure_text(rest)} |"
 
 
 def _best_row(best: Best) -> str:
