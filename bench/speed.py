@@ -1,9 +1,10 @@
 """Training throughput and decoding speed of a recipe's model on this machine.
 
-    python bench/speed.py recipes/quickstart.toml [--set model.d_model=512 ...] [--steps 20] [--device cpu]
+    python bench/speed.py recipes/quickstart.toml [--set model.d_model=512 ...] [--steps 20] [--run CKPT]
 
-Prints: training tokens/s (forward+backward+step), greedy and beam decoding sentences/s, and beam search with
-the incremental cache against re-running the decoder on the whole prefix at every step.
+Prints: training tokens/s (forward+backward+step), greedy and beam decoding sentences/s and target tokens/s
+(the model of --run, else the untrained one), beam search with its exact stop rule against fairseq's early stop,
+and with the incremental cache against re-running the decoder on the whole prefix at every step.
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ def main() -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--sentences", type=int, default=200)
+    parser.add_argument("--run", help="a checkpoint to decode with (default: the untrained model)")
+    parser.add_argument("--repeats", type=int, default=3, help="decoding runs per search; the median is printed")
+    parser.add_argument("--skip-no-cache", action="store_true", help="leave out the slow beam without the cache")
     args = parser.parse_args()
     recipe = load_recipe(args.recipe, args.overrides)
     torch.manual_seed(0)
@@ -75,16 +79,26 @@ def main() -> None:
         sources = [ex.source for ex in trainer.valid_examples[: args.sentences]]
         src = pad_sources([encode_source(tok.src, s) for s in sources], tok.tgt.pad_id).to(device)
         req = DecodeRequest(src, sources, tok.tgt.bos_id, tok.tgt.eos_id, tok.tgt.pad_id)
-        for name, fn in (("greedy", lambda m: greedy_search(m, req, 1.2, 10)),
-                         ("beam4", lambda m: beam_search(m, req, beam=4, alpha=0.6, max_len_a=1.2, max_len_b=10)),
-                         ("beam4 no cache", lambda m: beam_search(NoCache(m), req, beam=4, alpha=0.6, max_len_a=1.2,
-                                                                  max_len_b=10))):
-            started = time.perf_counter()
-            with torch.no_grad(), autocast_context(device, recipe.train.precision):
-                fn(model)
-            elapsed = time.perf_counter() - started
-            rate = len(sources) / elapsed
-            print(f"decode {name}: {rate:.1f} sentences/s ({len(sources)} sentences, {elapsed:.2f} s)")
+        if args.run:
+            model.load_state_dict(torch.load(args.run, map_location=device, weights_only=True)["model"])
+        searches = [("greedy", lambda m: greedy_search(m, req, 1.2, 10)),
+                    ("beam4", lambda m: beam_search(m, req, beam=4, alpha=0.6, max_len_a=1.2, max_len_b=10)),
+                    ("beam4 early stop", lambda m: beam_search(m, req, beam=4, alpha=0.6, max_len_a=1.2, max_len_b=10,
+                                                               early_stop=True))]
+        if not args.skip_no_cache:
+            searches.append(("beam4 no cache", lambda m: beam_search(NoCache(m), req, beam=4, alpha=0.6,
+                                                                     max_len_a=1.2, max_len_b=10)))
+        for name, fn in searches:
+            times, out_tokens = [], 0
+            for _ in range(args.repeats):
+                started = time.perf_counter()
+                with torch.no_grad(), autocast_context(device, recipe.train.precision):
+                    hyps = fn(model)
+                times.append(time.perf_counter() - started)
+            out_tokens = sum(len(h[0].tokens) + 1 for h in hyps)  # eos included
+            elapsed = statistics.median(times)
+            print(f"decode {name}: {len(sources) / elapsed:.1f} sentences/s, {out_tokens / elapsed:.0f} target "
+                  f"tokens/s ({len(sources)} sentences, {out_tokens} tokens, median of {len(times)}: {elapsed:.2f} s)")
 
 
 if __name__ == "__main__":

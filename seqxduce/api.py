@@ -64,12 +64,19 @@ class Hypothesis:
 
 @dataclass
 class Report:
-    """A metric report: named figures (higher is better for `primary`) and a text block to print."""
+    """A metric report: named figures (higher is better for `primary`) and a text block to print.
+
+    invalid counts the outputs the metric could not score and left out of its figures (e.g. a parser's output
+    that is not a tree): the CLI then prints `warning` (one line naming them) and exits non-zero unless the user
+    accepts them with --allow-errors.
+    """
 
     metrics: dict[str, float]
     primary: str
     text: str = ""
     signature: str = ""
+    invalid: int = 0
+    warning: str = ""
 
 
 @dataclass

@@ -9,10 +9,13 @@ from pathlib import Path
 import click
 
 from seqxduce import engine, inspect_commands
-from seqxduce.api import UserError
+from seqxduce.api import Report, UserError
 from seqxduce.plugins import KINDS, Registry, registry
 
 SET_HELP = "override a recipe value: section.key=value (repeatable), e.g. --set train.max_steps=100"
+ALLOW_ERRORS_HELP = ("exit 0 even when the metric could not score some outputs (e.g. a parse that is not a tree); "
+                     "the warning naming them is printed all the same")
+EXIT_UNSCORED = 3  # the figures were printed, but they leave out outputs the metric could not score
 
 
 class Group(click.Group):
@@ -114,10 +117,14 @@ def train(ctx: click.Context, recipe_file: Path, out: Path | None, overrides: tu
 @click.option("--annotations", type=click.Path(path_type=Path),
               help="also write the model's per-position figures (e.g. a Universal Transformer's ponder counts) "
                    "for each source and best output here, one JSON object per line")
+@click.option("--allow-errors", is_flag=True, help="with --split: " + ALLOW_ERRORS_HELP)
 @click.pass_context
 def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | None, output: Path | None,
-           overrides: tuple[str, ...], examples: int, annotations: Path | None) -> None:
-    """Decode sources with a trained run (its averaged checkpoint if any, else the latest)."""
+           overrides: tuple[str, ...], examples: int, annotations: Path | None, allow_errors: bool) -> None:
+    """Decode sources with a trained run (its averaged checkpoint if any, else the latest).
+
+    With --split, exits with status 3 after writing everything when the metric left outputs out of its figures
+    (a warning on stderr names them), unless --allow-errors."""
     _registry(ctx)
     if (input_file is None) == (split is None):
         raise UserError("decode: give exactly one of --input FILE (or -) and --split NAME")
@@ -135,6 +142,19 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
         _write(engine.format_outputs(outputs), output)
     if annotate:
         _write(engine.format_annotations(outputs), annotations)
+    if split is not None:
+        _check_unscored(ctx, report, allow_errors)
+
+
+def _check_unscored(ctx: click.Context, report: Report, allow_errors: bool) -> None:
+    """Warn on stderr when the metric's figures leave outputs out, and exit 3 unless the user allows it."""
+    if not report.invalid:
+        return
+    warning = report.warning or f"{report.invalid} outputs could not be scored and are left out of the figures"
+    click.echo(f"warning: {warning}" + ("" if allow_errors else "; pass --allow-errors to accept this (exit 0)"),
+               err=True)
+    if not allow_errors:
+        ctx.exit(EXIT_UNSCORED)
 
 
 def _metric_line(metrics: dict[str, float]) -> str:
@@ -162,17 +182,22 @@ def _write(lines: list[str], output: Path | None) -> None:
               help="a recipe file or run directory naming the task")
 @click.option("--task", "task_name", help="a task plugin name (with its default settings)")
 @click.option("--set", "overrides", multiple=True, help=SET_HELP)
+@click.option("--allow-errors", is_flag=True, help=ALLOW_ERRORS_HELP)
 @click.pass_context
 def evaluate(ctx: click.Context, hypotheses: Path, references: Path, recipe_or_run: Path | None,
-             task_name: str | None, overrides: tuple[str, ...]) -> None:
+             task_name: str | None, overrides: tuple[str, ...], allow_errors: bool) -> None:
     """Score a hypothesis file against a reference file with the task's metric.
 
-    The hypotheses come first (EVALB's own order is GOLD TEST; here it is HYPOTHESES REFERENCES)."""
+    The hypotheses come first (EVALB's own order is GOLD TEST; here it is HYPOTHESES REFERENCES). When the
+    metric could not score some outputs (for ptb: EVALB's error sentences, empty outputs, unpaired lines), the
+    figures are printed as the metric gives them, a warning on stderr names those outputs, and the exit status
+    is 3 unless --allow-errors."""
     _registry(ctx)
     report = engine.evaluate(hypotheses, references, recipe=recipe_or_run, task=task_name, overrides=overrides)
     click.echo(report.text or _metric_line(report.metrics))
     if report.signature:
         click.echo(report.signature)
+    _check_unscored(ctx, report, allow_errors)
 
 
 @cli.command()

@@ -1,4 +1,6 @@
-"""The Python EVALB: the reference output of the original program, and one hand-worked example per rule."""
+"""The Python EVALB: the reference output of the original program, and one hand-worked example per rule.
+
+tests/test_parsing_evalb_adversarial.py compares it with the original on pairs made to break it."""
 
 from __future__ import annotations
 
@@ -6,13 +8,19 @@ from pathlib import Path
 
 import pytest
 from seqxduce_parsing import evalb
-from seqxduce_parsing.evalb import ERROR, OK, SKIP, parse_tree, score_line, score_sentence
+from seqxduce_parsing.evalb import ERROR, OK, SKIP
+from seqxduce_parsing.evalb_read import Reader, file_lines
 
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "evalb_reference"
 
 
+def evaluate(gold: str, test: str) -> evalb.Evaluation:
+    """One gold and one test line, as files holding them would be read."""
+    return evalb.score_lines([gold.encode() + b"\n"], [test.encode() + b"\n"])
+
+
 def score(gold: str, test: str) -> evalb.SentenceScore:
-    return score_line(parse_tree(gold), test)
+    return evaluate(gold, test).scores[0]
 
 
 def counts(s: evalb.SentenceScore) -> tuple[int, ...]:
@@ -20,14 +28,15 @@ def counts(s: evalb.SentenceScore) -> tuple[int, ...]:
     return (s.length, s.status, s.match, s.gold_brackets, s.test_brackets, s.crossing, s.words, s.correct_tags)
 
 
-def test_reproduces_the_original_evalb_output_line_by_line():
-    golds = [parse_tree(line) for line in (REFERENCE / "gold.mrg").read_text().splitlines()]
-    tests = (REFERENCE / "test.mrg").read_text().splitlines()
-    ours = evalb.format_report([score_line(g, t) for g, t in zip(golds, tests)]).splitlines()
-    expected = (REFERENCE / "evalb_COLLINS.out").read_text().splitlines()
-    assert len(ours) == len(expected)
-    for number, (line, want) in enumerate(zip(ours, expected), start=1):
-        assert line.rstrip() == want.rstrip(), f"line {number}"
+def test_reproduces_the_original_evalb_output_byte_for_byte():
+    ev = evalb.score_lines(file_lines((REFERENCE / "gold.mrg").read_bytes()),
+                           file_lines((REFERENCE / "test.mrg").read_bytes()))
+    ours = evalb.format_report(ev.scores)
+    expected = (REFERENCE / "evalb_COLLINS.out").read_text()
+    for number, (line, want) in enumerate(zip(ours.splitlines(), expected.splitlines()), start=1):
+        assert line == want, f"line {number}"
+    assert ours == expected
+    assert ev.messages == [] and ev.stop_line is None
 
 
 def test_identical_trees_score_100():
@@ -48,11 +57,14 @@ def test_empty_elements_and_the_brackets_they_leave_empty_are_deleted():
     assert counts(s) == (1, OK, 2, 2, 2, 0, 1, 1)
 
 
-def test_punctuation_is_deleted_by_the_gold_tag():
+def test_punctuation_is_deleted_by_each_trees_own_tags_before_aligning():
     gold = "(S (NP (PRP He)) (VP (VBD left)) (. .))"
-    # the test attaches the period inside VP and even tags it NN: it is still deleted, so VP matches
-    s = score(gold, "(S (NP (PRP He)) (VP (VBD left) (NN .)))")
-    assert counts(s) == (3, OK, 3, 3, 3, 0, 2, 2)
+    # a test attaching the period inside VP, or dropping it, still aligns: VP matches
+    assert counts(score(gold, "(S (NP (PRP He)) (VP (VBD left) (. .)))")) == (3, OK, 3, 3, 3, 0, 2, 2)
+    assert counts(score(gold, "(S (NP (PRP He)) (VP (VBD left)))")) == (3, OK, 3, 3, 3, 0, 2, 2)
+    # tagged NN, the period is a test word the gold does not have
+    tagged_nn = evaluate(gold, "(S (NP (PRP He)) (VP (VBD left) (NN .)))")
+    assert tagged_nn.scores[0].status == ERROR and [str(m) for m in tagged_nn.messages] == ["1 : Length unmatch (2|3)"]
 
 
 @pytest.mark.parametrize("tag", [",", ":", "``", "''", "."])
@@ -75,11 +87,11 @@ def test_a_bracket_over_punctuation_only_is_dropped():
 
 
 @pytest.mark.parametrize("label, compared", [
-    ("NP-SBJ-1", "NP"), ("PP=2", "PP"), ("S-TPC-1", "S"), ("-LRB-", "-LRB-"), ("-RRB-", "-RRB-"), ("PRT", "ADVP"),
-    ("ADVP-TMP", "ADVP"), ("", ""),
+    (b"NP-SBJ-1", b"NP"), (b"PP=2", b"PP"), (b"S-TPC-1", b"S"), (b"-LRB-", b""), (b"-NONE-", b""),
+    (b"ADVP-TMP", b"ADVP"), (b"", b""),
 ])
-def test_scoring_labels(label, compared):
-    assert evalb.scoring_label(label) == compared
+def test_bracket_labels_are_cut_at_the_first_dash_or_equals(label, compared):
+    assert evalb.cut_label(label) == compared
 
 
 def test_function_tags_and_indices_do_not_matter():
@@ -92,7 +104,7 @@ def test_advp_and_prt_are_equal_for_brackets_and_tags():
     gold = "(S (NP (PRP He)) (VP (VBD gave) (PRT (RP up))))"
     s = score(gold, "(S (NP (PRP He)) (VP (VBD gave) (ADVP (RP up))))")
     assert (s.match, s.gold_brackets) == (4, 4)
-    assert evalb.same_tag("PRT", "ADVP") and not evalb.same_tag("RP", "RB")
+    assert evalb.same_label(b"PRT", b"ADVP") and not evalb.same_label(b"RP", b"RB")
 
 
 def test_brackets_match_as_multisets():
@@ -135,21 +147,28 @@ def test_totals_are_micro_averaged_and_complete_match_counted():
 
 def test_a_sentence_with_other_words_is_an_error_left_out_of_the_totals():
     gold = "(S (NP (PRP He)) (VP (VBD left)))"
-    error = score(gold, "(S (NP (PRP She)) (VP (VBD left)))")
-    assert error.status == ERROR and "Words unmatch (He|She)" in error.error
-    too_short = score(gold, "(S (NP (PRP He)))")
-    assert too_short.status == ERROR and "Length unmatch (2|1)" in too_short.error
+    other = evaluate(gold, "(S (NP (PRP She)) (VP (VBD left)))")
+    error = other.scores[0]
+    assert error.status == ERROR and [str(m) for m in other.messages] == ["1 : Words unmatch (He|She)"]
+    shorter = evaluate(gold, "(S (NP (PRP He)))")
+    too_short = shorter.scores[0]
+    assert too_short.status == ERROR and [str(m) for m in shorter.messages] == ["1 : Length unmatch (2|1)"]
     totals = evalb.Totals.of([score(gold, gold), error, too_short])
     assert (totals.sentences, totals.errors, totals.valid, totals.gold_brackets) == (3, 2, 1, 3)
     assert evalb.format_sentence(2, error) == (
         "   2    2    1    0.00   0.00     0      0    0      0      0     0     0.00")
 
 
-def test_an_empty_or_unreadable_test_line():
+def test_an_empty_unbalanced_or_unreadable_test_line():
     gold = "(S (NP (PRP He)) (VP (VBD left)))"
     assert score(gold, "").status == SKIP
     assert score(gold, "(S (NP (. .)))").status == SKIP  # no words left after deletion, as EVALB skips
-    assert score(gold, "(S (NP (PRP He)) (VP (VBD left))").status == ERROR
+    unclosed = score(gold, "(S (NP (PRP He)) (VP (VBD left))")
+    # an error found while reading keeps the row's figures (S never closes, so it matches nothing)
+    assert counts(unclosed) == (2, ERROR, 2, 3, 3, 0, 2, 2)
+    unreadable = evaluate(gold, "(S (NP He) left)")  # the original loops on this line and stops
+    assert counts(unreadable.scores[0]) == (2, ERROR, 0, 0, 0, 0, 0, 0)
+    assert [str(m) for m in unreadable.messages] == ["1 : Reading sentence"] and unreadable.stop_line == 1
 
 
 def test_length_for_the_cutoff_counts_gold_words_without_empty_elements():
@@ -179,22 +198,47 @@ def test_metrics_names():
     assert m["error_sentences"] == 0
 
 
-def test_reattach_gold_tags_replaces_placeholders_in_order():
-    gold = parse_tree("(S (NP (-NONE- *)) (NP (PRP He)) (VP (VBD left)) (. .))")
-    test = parse_tree("(S (NP (XX He)) (VP (XX left) (XX .)))")
-    assert evalb.reattach_gold_tags(test, gold) == parse_tree("(S (NP (PRP He)) (VP (VBD left) (. .)))")
-    shorter = parse_tree("(S (XX He))")
-    assert evalb.reattach_gold_tags(shorter, gold) == shorter
-    assert score_sentence(gold, evalb.reattach_gold_tags(test, gold)).match == 3
+def test_gold_tags_are_written_over_placeholders_in_order():
+    reader = Reader()
+    gold = reader.read(b"(S (NP (-NONE- *)) (NP (PRP He)) (VP (VBD left)) (. .))\n")
+    line = b"(S (NP (XX He)) (VP (XX left) (XX .)))\n"
+    assert evalb.with_gold_tags(line, reader.read(line), gold) == b"(S (NP (PRP He)) (VP (VBD left) (. .)))\n"
+    assert evalb.with_gold_tags(b"(S (XX He))\n", reader.read(b"(S (XX He))\n"), gold) is None  # fewer words
+    ev = evalb.score_lines([b"(S (NP (-NONE- *)) (NP (PRP He)) (VP (VBD left)) (. .))\n"], [line],
+                           retag=lambda read: True)
+    assert (ev.reattached, ev.test_trees) == (1, 1)
+    assert counts(ev.scores[0]) == (3, OK, 3, 3, 3, 0, 2, 2)  # the period, re-tagged, is deleted
 
 
-def test_punctuation_tag_disagreement_is_flagged_on_scored_sentences():
-    gold = "(S (NP (PRP He)) (VP (VBD left)) (. .))"
-    assert score(gold, "(S (NP (PRP He)) (VP (VBD left) (NN .)))").punctuation_mismatch
-    assert score(gold, "(S (NP (PRP He)) (, left) (. .))").punctuation_mismatch  # a word tagged as a comma
-    assert not score(gold, gold).punctuation_mismatch
-    totals = evalb.Totals.of([score(gold, "(S (NP (PRP He)) (VP (VBD left) (NN .)))"), score(gold, gold)])
-    assert totals.punctuation_mismatch == 1
+def test_the_state_below_the_stack_carries_from_line_to_line():
+    reader = Reader()
+    # the stray ')' after NP pops below the empty stack; the '(' of S then writes its id (1) there
+    first = reader.read(b"(NP (PRP He))) (S (VP (VBD left)))\n")
+    assert [(b.start, b.end, b.label) for b in first.brackets] == [(0, 1, b"NP"), (1, 2, b"S"), (1, 2, b"VP")]
+    assert first.errors == ["Bracketing is unbalanced (too many open bracket)"]
+    # on the next line, a ')' too many sets the end of bracket 1 (NP) from that left-over id
+    second = reader.read(b"(S (NP (PRP He)) (VP (VBD left))))\n")
+    assert [(b.start, b.end) for b in second.brackets] == [(0, 2), (0, 2), (1, 2)]
+    assert Reader().read(b"(S (NP (PRP He)) (VP (VBD left))))\n").brackets[1].end == 1  # a fresh reader
+
+
+@pytest.mark.parametrize("line, words", [
+    (b"(S (NNP New\xc2\xa0York))\n", [(b"New\xc2\xa0York", b"NNP")]),  # a no-break space is not C whitespace
+    (b"(S\t(NN a)\x0b(NN b)\x0c(NN c)\r)\n", [(b"a", b"NN"), (b"b", b"NN"), (b"c", b"NN")]),
+    (b"(S (NP ) ( x) ( ))\n", [(b"", b"NP"), (b"x", b""), (b"", b"")]),  # words with empty tags or words
+    (b"(S (NN a\x00b))\n", [(b"a", b"NN")]),  # a NUL ends the C string
+    (b"(S (NN a)) (S (NN b))\n", [(b"a", b"NN"), (b"b", b"NN")]),  # two trees: one sentence
+    (b"(S (TOP a) (-NONE- *) (. .) (NN b))\n", [(b"b", b"NN")]),  # deleted as read
+])
+def test_the_reader_takes_words_as_evalb_does(line, words):
+    assert [(t.word, t.tag) for t in Reader().read(line).words] == words
+
+
+def test_empty_brackets_and_unclosed_ones():
+    read = Reader().read(b"(S (NP) (NN a)\n")
+    assert [(b.start, b.end, b.label) for b in read.brackets] == [(0, -1, b"S"), (0, 0, b"NP")]
+    assert read.errors == ["Bracketing is unbalanced (too many open bracket)"]
+    assert evalb.scored_brackets(read) == [(0, -1, b"S")]  # unclosed: kept with end -1, as in evalb.c
 
 
 def test_an_undefined_fmeasure_prints_as_c_evalb_does():
@@ -214,3 +258,24 @@ def test_an_undefined_fmeasure_prints_as_c_evalb_does():
                                             (float("nan"), "  -nan")])
 def test_c_float(value, printed):
     assert evalb.c_float(value) == printed
+
+
+def test_lines_on_which_the_original_is_undefined_are_error_sentences():
+    gold = "(S (NP (PRP He)) (VP (VBD left)))"
+    # a word read past the end of the longest line so far: bytes the original never wrote
+    past_the_end = evaluate("(S (NP (PRP He)) (", gold)
+    assert past_the_end.undefined == [1] and past_the_end.scores[0].status == ERROR
+    # nine ')' too many: the ninth pops from below the four variables under the stack's padding
+    nine = evaluate(gold, gold + ")" * 9)
+    assert nine.undefined == [1] and counts(nine.scores[0])[:2] == (2, ERROR)
+    eight = evaluate(gold, gold + ")" * 8)  # the eighth reads the line number: still defined
+    assert eight.undefined == [] and len(eight.messages) == 8  # 7 close-bracket messages and 1 open-bracket
+
+
+def test_a_line_past_the_end_of_a_longer_one_reads_what_it_left():
+    reader = Reader()
+    reader.read(b"(S (NN a) (NN b))\n")
+    # '(' then only spaces to the end: the original reads a word in the buffer past this line's NUL
+    read = reader.read(b"(X (\n")
+    assert not read.undefined
+    assert read.errors == ["More than two elements in a bracket", "Bracketing is unbalanced (too many open bracket)"]

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from seqxduce_parsing.evalb_report import PLACEHOLDER_NOTE
 from seqxduce_parsing.settings import PtbSettings
-from seqxduce_parsing.task import PLACEHOLDER_NOTE, PtbTask
+from seqxduce_parsing.task import PtbTask
 
 from seqxduce import components
 from seqxduce.api import UserError
@@ -98,24 +99,39 @@ def test_score_files_reproduces_evalb():
     assert round(report.metrics["f1"], 2) == 96.65 and round(report.metrics["f1_len40"], 2) == 96.51
 
 
-def test_score_files_errors_name_the_file_and_line(tmp_path):
+def test_score_files_reads_bad_lines_and_unequal_files_as_evalb_does(tmp_path):
     gold = tmp_path / "gold.txt"
     gold.write_text("(S (NP (PRP He)) (VP (VBD left)))\n(S (NP (PRP He)\n")
     test = tmp_path / "test.txt"
     test.write_text("(S (NP (PRP He)) (VP (VBD left)))\n(S (NP (PRP He)) (VP (VBD left)))\n")
-    with pytest.raises(UserError, match=r"gold\.txt:2: not a bracketed tree"):
-        PtbTask().score_files(test, gold)
+    report = PtbTask().score_files(test, gold)  # an unbalanced gold line is an error sentence, not a refusal
+    assert "2 : Bracketing is unbalanced (too many open bracket)" in report.text
+    assert (report.invalid, report.warning.split(":")[0]) == (1, "1 error sentence (line 2)")
     test.write_text("(S (NP (PRP He)) (VP (VBD left)))\n")
-    with pytest.raises(UserError, match="has 1 lines but"):
-        PtbTask().score_files(test, gold)
+    report = PtbTask().score_files(test, gold)  # the pairs there are are scored, the rest named
+    assert "2 : Number of lines unmatch (too many lines in gold file)" in report.text
+    assert report.metrics["sentences"] == 1 and report.invalid == 1
+    assert report.warning.startswith("1 line without a partner (1 outputs for 2 references: line 2)")
+    with pytest.raises(UserError, match="missing.txt: no such file"):
+        PtbTask().score_files(tmp_path / "missing.txt", gold)
 
 
 def test_unparseable_and_foreign_outputs_are_evalb_errors():
     task = PtbTask()
     ref = "(S (NP (PRP He)) (VP (VBD left)))"
-    report = task.score(["(S (NP (PRP He)", "(S (NP (PRP She)) (VP (VBD left)))"], [ref, ref])
-    assert report.metrics["error_sentences"] == 2
-    assert "1 : Reading sentence" in report.text and "2 : Words unmatch (He|She)" in report.text
+    report = task.score(["(S (NP (PRP He)", "(S (NP (PRP She)) (VP (VBD left)))", "(S (NP He) left)", ref], [ref] * 4)
+    assert report.metrics["error_sentences"] == 3 and report.metrics["f1"] == 100.0
+    assert "1 : Bracketing is unbalanced (too many open bracket)" in report.text
+    assert "2 : Words unmatch (He|She)" in report.text and "3 : Reading sentence" in report.text
+    assert "the original EVALB stops at line 3 without a summary" in report.text
+    assert report.invalid == 3 and report.warning.startswith("3 error sentences (lines 1, 2, 3): ")
+
+
+def test_an_empty_output_for_a_gold_tree_with_words_is_named():
+    report = PtbTask().score(["", "(S (. .))"], ["(S (NP (PRP He)) (VP (VBD left)))", "(S (. .))"])
+    assert report.metrics["skipped_sentences"] == 2
+    # a gold tree of punctuation only has no words to miss: only the first output is a loss
+    assert report.invalid == 1 and report.warning.startswith("1 output with no words, skipped (line 1)")
 
 
 def test_splits_and_their_ranges():
@@ -199,24 +215,21 @@ def test_score_files_decides_reattachment_per_tree(tmp_path):
     assert "Note: 1 of 2 test trees carry only the placeholder tag XX (or <unk>)" in report.text
 
 
-def test_predicted_tags_that_disagree_on_punctuation_are_counted_and_reported():
+def test_predicted_tags_that_disagree_on_punctuation_are_evalb_errors():
     task = PtbTask(PtbSettings(keep_pos_tags=True))
     agree = "(S (NP (PRP He)) (VP (VBD left)) (. .))"
-    disagree = "(S (NP (PRP He)) (VP (VBD left)) (NN .))"  # gold: a period; EVALB would say Length unmatch
+    disagree = "(S (NP (PRP He)) (VP (VBD left)) (NN .))"  # gold: a period, deleted; here a word
     report = task.score([agree, disagree, disagree], [HE_LEFT] * 3)
-    assert report.metrics["punctuation_mismatch_sentences"] == 2
-    assert report.metrics["error_sentences"] == 0
-    assert ("Note: 2 sentence(s) whose test tags disagree with the gold tags on which words are punctuation"
-            in report.text)
-    assert "would count them as error sentences" in report.text
-    assert task.score([agree], [HE_LEFT]).metrics["punctuation_mismatch_sentences"] == 0
-    assert "disagree with the gold tags" not in task.score([agree], [HE_LEFT]).text
+    assert report.metrics["error_sentences"] == 2
+    assert "2 : Length unmatch (2|3)" in report.text and "3 : Length unmatch (2|3)" in report.text
+    assert report.invalid == 2
+    assert task.score([agree], [HE_LEFT]).invalid == 0
 
 
 def test_reattached_gold_tags_never_disagree_on_punctuation():
     task = PtbTask(PtbSettings())
     report = task.score(["(S (NP (XX He)) (VP (XX left)) (XX .))"], [HE_LEFT])
-    assert report.metrics["punctuation_mismatch_sentences"] == 0
+    assert report.metrics["error_sentences"] == 0 and report.metrics["f1"] == 100.0 and report.invalid == 0
 
 
 @pytest.mark.parametrize("hyps, refs", [(2, 1), (1, 2)])

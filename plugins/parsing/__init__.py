@@ -36,7 +36,8 @@ def build_tree_beam(settings: TreeBeamSettings, tokenizer: Any) -> Any:
 def register_tasks(register):
     """Register the `ptb` task."""
     register("ptb", build_ptb, settings=PtbSettings,
-             help="Penn Treebank constituency parsing: linearized trees, EVALB (COLLINS.prm) F1")
+             help="Penn Treebank constituency parsing: linearized trees, EVALB (COLLINS.prm) F1 printed byte for "
+                  "byte as the original (README: 'The EVALB-compatible scorer' for its deliberate differences)")
 
 
 @hookimpl

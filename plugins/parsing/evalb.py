@@ -1,32 +1,44 @@
-"""EVALB (Sekine & Collins 1997) with COLLINS.prm in Python: the same figures, printed in EVALB's layout.
+"""EVALB (Sekine & Collins 1997) with COLLINS.prm in Python: the same figures and messages as evalb.c, byte for byte.
 
-COLLINS.prm: brackets labelled TOP or -NONE- are deleted; preterminals tagged , : `` '' . are deleted with
-their words; a bracket whose span is then empty is dropped; labels are cut at the first '-' or '=' (labels
-that start with '-', such as -LRB-, are kept whole); ADVP equals PRT; sentence length counts the gold words
-that are not -NONE-. Brackets match as multisets and totals are summed over the corpus. A sentence whose
-words differ from the gold ones is an error and stays out of the totals; one with no test words is skipped.
+COLLINS.prm: words tagged TOP, -NONE- or punctuation (, : `` '' .) are deleted as each tree is read (by that
+tree's own tags), so a test tree may drop or add punctuation; the remaining words must be the same in gold and
+test, else the sentence is an error (Length unmatch, Words unmatch) and stays out of the totals; a test line
+with no words left is skipped. Bracket labels are cut at the first '-' or '=' (so -LRB- as a phrase label
+becomes the empty label), brackets labelled TOP or punctuation and brackets over no word are dropped, ADVP
+equals PRT (for brackets and tags). Brackets match as multisets; sentence length counts the gold words not
+tagged -NONE-; totals are summed over the corpus. Line reading follows evalb.c to the byte (evalb_read.py).
 
-One deliberate difference: punctuation is deleted at the positions the *gold* tags mark, in both trees,
-so a test tree that tags a comma as NN is scored rather than reported as a length mismatch. Such sentences
-are counted (punctuation_mismatch) so that a report can say how far it departs from the original program.
+Where this scorer departs from the original program, on purpose:
+- The original stops, without a summary, at its 12th error message (MAX_ERROR 10) and at any line it cannot
+  read (a character outside a label or a word, as in `(S (NP He) left)`: it repeats 'Reading sentence' until
+  that limit). A scorer that gives no figures at all for one bad line among thousands is no use to a training
+  run, so every line is scored here: where the original's run with `-e 1000000` ends, the figures are that
+  run's; an unreadable line is an error sentence (its message given once); `stop_line` says where the original
+  would have stopped, and the task warns about every error sentence.
+- The original's fixed buffers (lines of 4999 bytes, 200 words, 200 brackets, 99-byte words, 29-byte labels)
+  overflow on larger input, or it reads the rest of a long line as the next line. There are no such limits
+  here: such a line scores as in EVALB built with larger buffers and is listed in `beyond_limits`.
+- Where the original reads memory it never wrote (a `(` or `(LABEL` ending a line longer than any read
+  before), or its stack runs so far below empty that it reads or writes more than its padding and the four
+  variables below it (more than eight unmatched ')' in a row, or a '(' after more than four), its output
+  depends on its memory; here the sentence is an error sentence, listed in `undefined`.
+The memory layout reproduced (evalb_read.py) is that of evalb.c built by gcc 12 for x86-64.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from nltk.tree import Tree
+from .evalb_read import DELETE_LABELS, EMPTY_TAG, SPACE, Reader, ReadLine
 
-from .preprocess import is_preterminal
-
-EMPTY_TAG = "-NONE-"  # DELETE_LABEL_FOR_LENGTH
-PUNCTUATION_TAGS = frozenset({",", ":", "``", "''", "."})
-DELETE_LABELS = frozenset({"TOP", EMPTY_TAG}) | PUNCTUATION_TAGS
-EQUIVALENT_LABELS = {"PRT": "ADVP"}  # EQ_LABEL ADVP PRT
+EQUIVALENT_LABELS = {b"PRT": b"ADVP"}  # EQ_LABEL ADVP PRT
 CUTOFF_LEN = 40
+MAX_ERROR = 10  # COLLINS.prm: the original stops at the message after the 11th
 OK, ERROR, SKIP = 0, 1, 2  # EVALB's sentence status
+READING_SENTENCE = "Reading sentence"
 
 
 class BracketRates:
@@ -47,18 +59,17 @@ class BracketRates:
 
 @dataclass
 class SentenceScore(BracketRates):
-    """One sentence's line of the EVALB table."""
+    """One sentence's line of the EVALB table (an error found while reading keeps its figures, as in EVALB)."""
 
-    length: int  # gold words that are not -NONE- (decides len<=40)
+    length: int  # gold words not tagged -NONE- (decides len<=40)
     status: int = OK
     match: int = 0
     gold_brackets: int = 0
     test_brackets: int = 0
     crossing: int = 0
-    words: int = 0  # words scored for tagging (punctuation deleted)
+    words: int = 0  # words scored for tagging (deleted ones left out)
     correct_tags: int = 0
-    error: str = ""
-    punctuation_mismatch: bool = False  # test and gold tags disagree on which words are punctuation
+    gold_words: int = 0  # words the gold tree keeps, whatever the status (a skip with gold words lost them)
 
     @property
     def tagging_accuracy(self) -> float:
@@ -81,7 +92,6 @@ class Totals(BracketRates):
     crossing: int = 0
     no_crossing: int = 0
     two_or_less_crossing: int = 0
-    punctuation_mismatch: int = 0  # scored sentences whose tags disagree on punctuation (errors in EVALB)
 
     @classmethod
     def of(cls, scores: list[SentenceScore], cutoff: int | None = None) -> Totals:
@@ -110,7 +120,6 @@ class Totals(BracketRates):
         self.crossing += s.crossing
         self.no_crossing += int(s.crossing == 0)
         self.two_or_less_crossing += int(s.crossing <= 2)
-        self.punctuation_mismatch += int(s.punctuation_mismatch)
 
     @property
     def valid(self) -> int:
@@ -146,134 +155,172 @@ class Totals(BracketRates):
         return 100.0 * self.correct_tags / self.words if self.words else 0.0
 
 
-# ---------------------------------------------------------------- trees
+@dataclass
+class Message:
+    """One of EVALB's messages (the original prints them on stderr as `LINE : TEXT`)."""
+
+    line: int
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.line} : {self.text}"
 
 
-def parse_tree(text: str) -> Tree:
-    """One bracketed tree, as EVALB reads a line; ValueError when the brackets are malformed."""
-    tree = Tree.fromstring(text)
-    if isinstance(tree, str):
-        raise ValueError(f"not a bracketed tree: {text!r}")
-    return tree
+@dataclass
+class Evaluation:
+    """Every sentence's score, EVALB's messages, and what the original program would have done differently."""
+
+    scores: list[SentenceScore] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
+    gold_lines: int = 0
+    test_lines: int = 0
+    unpaired: list[int] = field(default_factory=list)  # non-blank lines of the longer file with no partner
+    beyond_limits: dict[int, list[str]] = field(default_factory=dict)  # line -> evalb.c buffers it exceeds
+    undefined: list[int] = field(default_factory=list)  # lines on which the original's behaviour is undefined
+    test_trees: int = 0  # paired test lines with at least one word
+    reattached: int = 0  # of which were given the gold tags
+
+    @property
+    def stop_line(self) -> int | None:
+        """Where the original stops without a summary (its 12th message, or a line it cannot read); None if not."""
+        for count, message in enumerate(self.messages, start=1):
+            if message.text == READING_SENTENCE or count > MAX_ERROR + 1:
+                return message.line
+        return None
+
+    def lines_with(self, status: int) -> list[int]:
+        """The line numbers of the sentences with one status."""
+        return [i for i, s in enumerate(self.scores, start=1) if s.status == status]
+
+    def note_read(self, number: int, line: ReadLine) -> None:
+        """Record what reading one line of either file said."""
+        self.messages += [Message(number, text) for text in line.errors]
+        new = [limit for limit in line.beyond_limits if limit not in self.beyond_limits.get(number, [])]
+        if new:
+            self.beyond_limits.setdefault(number, []).extend(new)
+        if line.undefined and number not in self.undefined:
+            self.undefined.append(number)
 
 
-def terminals(tree: Tree) -> list[tuple[str, str]]:
-    """(word, tag) of every preterminal, -NONE- included, left to right."""
-    return [(node[0], node.label()) for node in tree.subtrees(is_preterminal)]
+# ---------------------------------------------------------------- scoring
 
 
-def scoring_label(label: str) -> str:
-    """A bracket label as EVALB compares it: cut at the first '-' or '=', ADVP and PRT merged."""
-    if not label.startswith("-"):
-        for i, char in enumerate(label):
-            if char in "-=":
-                label = label[:i]
-                break
-    return EQUIVALENT_LABELS.get(label, label)
+def cut_label(label: bytes) -> bytes:
+    """A bracket label as EVALB compares it: cut at the first '-' or '=' (a leading '-' leaves it empty)."""
+    for i, char in enumerate(label):
+        if char in b"-=":
+            return label[:i]
+    return label
 
 
-def same_tag(gold: str, test: str) -> bool:
-    """EVALB's label_comp on POS tags: equal, or an EQ_LABEL pair."""
+def same_label(gold: bytes, test: bytes) -> bool:
+    """EVALB's label_comp: equal, or an EQ_LABEL pair."""
     return EQUIVALENT_LABELS.get(gold, gold) == EQUIVALENT_LABELS.get(test, test)
 
 
-def brackets(tree: Tree, keep: list[bool]) -> list[tuple[int, int, str]]:
-    """The scored brackets (start, end, label) over the kept words; keep has one flag per preterminal.
-
-    Preterminals are words, not brackets; deleted labels and brackets left with an empty span are dropped.
-    """
-    out: list[tuple[int, int, str]] = []
-    position = 0
-    index = 0
-
-    def visit(node: Tree) -> None:
-        nonlocal position, index
-        if is_preterminal(node):
-            position += int(keep[index])
-            index += 1
-            return
-        start = position
-        for child in node:
-            if isinstance(child, Tree):
-                visit(child)
-        label = scoring_label(node.label())
-        if position > start and label not in DELETE_LABELS:
-            out.append((start, position, label))
-
-    visit(tree)
+def scored_brackets(line: ReadLine) -> list[tuple[int, int, bytes]]:
+    """(start, end, label) of the brackets EVALB scores: over at least one word, label cut, not deleted."""
+    out = []
+    for b in line.brackets:
+        if b.start == b.end:
+            continue
+        label = cut_label(b.label)
+        if label not in DELETE_LABELS:
+            out.append((b.start, b.end, EQUIVALENT_LABELS.get(label, label)))
     return out
 
 
-def keep_flags(tree: Tree, scored: list[bool]) -> list[bool]:
-    """Per preterminal of tree: its own -NONE- elements are dropped, the other words take the flag `scored`
-    gives their position (punctuation by the gold tags)."""
-    flags = []
-    index = 0
-    for _, tag in terminals(tree):
-        if tag == EMPTY_TAG:
-            flags.append(False)
-        else:
-            flags.append(scored[index])
-            index += 1
-    return flags
+def crosses(gold: tuple[int, int, bytes], test: tuple[int, int, bytes]) -> bool:
+    """Whether two spans overlap without one containing the other (evalb.c's test, unclosed ends included)."""
+    return (gold[0] < test[0] < gold[1] < test[1]) or (test[0] < gold[0] < test[1] < gold[1])
 
 
-def crosses(a: tuple[int, int, str], b: tuple[int, int, str]) -> bool:
-    """Whether two spans overlap without one containing the other."""
-    return a[0] < b[0] < a[1] < b[1] or b[0] < a[0] < b[1] < a[1]
+def text(word: bytes) -> str:
+    """A word for a message: UTF-8, other bytes shown as \\xNN."""
+    return word.decode("utf-8", errors="backslashreplace")
 
 
-def score_sentence(gold: Tree, test: Tree | None) -> SentenceScore:
-    """Score one test tree against its gold tree; None (an empty output line) is skipped, as EVALB does."""
-    gold_words = [(w, t) for w, t in terminals(gold) if t != EMPTY_TAG]
-    length = len(gold_words)
-    if test is None or all(t in DELETE_LABELS for _, t in terminals(test)):
-        return SentenceScore(length, status=SKIP)
-    test_words = [(w, t) for w, t in terminals(test) if t != EMPTY_TAG]
-    if len(test_words) != len(gold_words):
-        return SentenceScore(length, status=ERROR, error=f"Length unmatch ({len(gold_words)}|{len(test_words)})")
-    scored = [t not in PUNCTUATION_TAGS for _, t in gold_words]
-    for (gw, _), (tw, _), counts in zip(gold_words, test_words, scored):
-        if counts and gw != tw:
-            return SentenceScore(length, status=ERROR, error=f"Words unmatch ({gw}|{tw})")
-
-    gold_brackets = brackets(gold, keep_flags(gold, scored))
-    test_brackets = brackets(test, keep_flags(test, scored))
+def score_pair(gold: ReadLine, test: ReadLine) -> tuple[SentenceScore, list[str]]:
+    """Score one test line against its gold line (evalb.c's calc_result); the messages it adds."""
+    gold_words, test_words = gold.words, test.words
+    length = gold.length
+    if gold.unreadable or test.unreadable or gold.undefined or test.undefined:
+        return SentenceScore(length, ERROR, gold_words=len(gold_words)), []
+    if not test_words:
+        return SentenceScore(length, SKIP, gold_words=len(gold_words)), []
+    if len(gold_words) != len(test_words):
+        return (SentenceScore(length, ERROR, gold_words=len(gold_words)),
+                [f"Length unmatch ({len(gold_words)}|{len(test_words)})"])
+    for g, t in zip(gold_words, test_words):
+        if g.word != t.word:
+            return SentenceScore(length, ERROR, gold_words=len(gold_words)), [
+                f"Words unmatch ({text(g.word)}|{text(t.word)})"]
+    gold_brackets, test_brackets = scored_brackets(gold), scored_brackets(test)
     match = sum((Counter(gold_brackets) & Counter(test_brackets)).values())
     # counted over test brackets (Collins): each test bracket crossing any gold bracket counts once
     crossing = sum(any(crosses(g, t) for g in gold_brackets) for t in test_brackets)
-    pairs = [(g[1], t[1]) for (g, t), counts in zip(zip(gold_words, test_words), scored) if counts]
+    status = ERROR if gold.errors or test.errors else OK  # a reading error keeps the figures in the row
     return SentenceScore(
-        length, OK, match, len(gold_brackets), len(test_brackets), crossing,
-        words=len(pairs), correct_tags=sum(same_tag(g, t) for g, t in pairs),
-        punctuation_mismatch=any((g in PUNCTUATION_TAGS) != (t in PUNCTUATION_TAGS)
-                                 for (_, g), (_, t) in zip(gold_words, test_words)),
-    )
+        length, status, match, len(gold_brackets), len(test_brackets), crossing, words=len(gold_words),
+        correct_tags=sum(same_label(g.tag, t.tag) for g, t in zip(gold_words, test_words)),
+        gold_words=len(gold_words),
+    ), []
 
 
-def score_line(gold: Tree, test_line: str) -> SentenceScore:
-    """Score a test line: blank is skipped, malformed brackets are an error."""
-    if not test_line.strip():
-        return score_sentence(gold, None)
-    try:
-        test = parse_tree(test_line)
-    except ValueError as err:
-        length = sum(t != EMPTY_TAG for _, t in terminals(gold))
-        return SentenceScore(length, status=ERROR, error=f"Reading sentence ({err})")
-    return score_sentence(gold, test)
+def with_gold_tags(line: bytes, test: ReadLine, gold: ReadLine) -> bytes | None:
+    """The test line with the gold tags written over its own, word by word (-NONE- words left out on both
+    sides); None when the numbers of words differ or the line cannot be read."""
+    gold_tags = [t.tag for t in gold.terminals if t.tag != EMPTY_TAG]
+    spots = [t for t in test.terminals if t.tag != EMPTY_TAG]
+    if len(spots) != len(gold_tags) or test.unreadable or any(spot.tag_end > len(line) for spot in spots):
+        return None  # (a tag past the line's end was read from what an earlier line left in the buffer)
+    parts, last = [], 0
+    for spot, tag in zip(spots, gold_tags):
+        parts += [line[last:spot.tag_start], tag]
+        last = spot.tag_end
+    parts.append(line[last:])
+    return b"".join(parts)
 
 
-def reattach_gold_tags(test: Tree, gold: Tree) -> Tree:
-    """The test tree with the gold POS tags on its leaves, in order (for outputs with placeholder tags);
-    unchanged when the word counts differ (EVALB then reports a length mismatch)."""
-    gold_tags = [t for _, t in terminals(gold) if t != EMPTY_TAG]
-    leaves = [node for node in test.subtrees(is_preterminal) if node.label() != EMPTY_TAG]
-    if len(leaves) != len(gold_tags):
-        return test
-    out = test.copy(deep=True)
-    for node, tag in zip([n for n in out.subtrees(is_preterminal) if n.label() != EMPTY_TAG], gold_tags):
-        node.set_label(tag)
-    return out
+def is_blank(line: bytes) -> bool:
+    """Whether a line holds only C whitespace."""
+    return all(char in SPACE for char in line)
+
+
+def score_lines(gold_lines: list[bytes], test_lines: list[bytes],
+                retag: Callable[[ReadLine], bool] | None = None) -> Evaluation:
+    """EVALB over two files' lines (each with its newline, as file_lines gives them), in evalb.c's order.
+
+    retag: given a test line as read, whether to write the gold tags over its own before scoring (for outputs
+    with placeholder tags)."""
+    reader = Reader()
+    ev = Evaluation(gold_lines=len(gold_lines), test_lines=len(test_lines))
+    for number, gold_line in enumerate(gold_lines, start=1):
+        gold = reader.read(gold_line, number, len(ev.messages))
+        ev.note_read(number, gold)
+        if number > len(test_lines):
+            ev.messages.append(Message(number, "Number of lines unmatch (too many lines in gold file)"))
+            ev.unpaired = [i for i in range(number, len(gold_lines) + 1) if not is_blank(gold_lines[i - 1])]
+            break
+        test_line = test_lines[number - 1]
+        before = reader.saved()
+        test = reader.read(test_line, number, len(ev.messages))
+        if test.terminals:
+            ev.test_trees += 1
+            if retag is not None and retag(test):
+                ev.reattached += 1
+                retagged = with_gold_tags(test_line, test, gold)
+                if retagged is not None:
+                    reader.restore(before)
+                    test = reader.read(retagged, number, len(ev.messages))
+        ev.note_read(number, test)
+        score, errors = score_pair(gold, test)
+        ev.messages += [Message(number, e) for e in errors]
+        ev.scores.append(score)
+    if len(test_lines) > len(gold_lines):
+        ev.messages.append(Message(len(gold_lines) + 1, "Number of lines unmatch (too many lines in test file)"))
+        ev.unpaired = [i for i in range(len(gold_lines) + 1, len(test_lines) + 1) if not is_blank(test_lines[i - 1])]
+    return ev
 
 
 # ---------------------------------------------------------------- report
@@ -287,9 +334,7 @@ RULE = "========================================================================
 
 
 def format_sentence(number: int, s: SentenceScore) -> str:
-    """One row of the table, byte for byte as EVALB prints it (errors and skips print zeros)."""
-    if s.status != OK:
-        s = SentenceScore(s.length, s.status)
+    """One row of the table, byte for byte as EVALB prints it."""
     return (f"{number:4d}  {s.length:3d}    {s.status:d}  "
             f"{s.recall:6.2f} {s.precision:6.2f}   {s.match:3d}    {s.gold_brackets:3d}  {s.test_brackets:3d}"
             f"    {s.crossing:3d}   {s.words:4d}  {s.correct_tags:4d}   {s.tagging_accuracy:6.2f}")
@@ -320,12 +365,15 @@ def format_summary(title: str, t: Totals) -> list[str]:
     ]
 
 
+def format_table(scores: list[SentenceScore]) -> str:
+    """The header and the per-sentence rows: what the original has printed when it stops early."""
+    return "\n".join([HEADER] + [format_sentence(i, s) for i, s in enumerate(scores, start=1)]) + "\n"
+
+
 def format_report(scores: list[SentenceScore], cutoff: int = CUTOFF_LEN) -> str:
-    """The whole EVALB output: per-sentence table, corpus line, and the All and len<=cutoff summaries."""
+    """The whole of EVALB's standard output: per-sentence table, corpus line, the All and len<=cutoff summaries."""
     every = Totals.of(scores)
-    lines = [HEADER]
-    lines += [format_sentence(i, s) for i, s in enumerate(scores, start=1)]
-    lines.append(RULE)
+    lines = [RULE]
     total = ""
     if every.gold_brackets > 0 and every.test_brackets > 0:
         total = (f"                {every.recall:6.2f} {every.precision:6.2f} {every.match:6d} "
@@ -335,7 +383,7 @@ def format_report(scores: list[SentenceScore], cutoff: int = CUTOFF_LEN) -> str:
     lines += format_summary("All", every)
     lines.append("")
     lines += format_summary(f"len<={cutoff}", Totals.of(scores, cutoff))
-    return "\n".join(lines) + "\n"
+    return format_table(scores) + "\n".join(lines) + "\n"
 
 
 def metrics(scores: list[SentenceScore], cutoff: int = CUTOFF_LEN) -> dict[str, float]:
@@ -349,7 +397,5 @@ def metrics(scores: list[SentenceScore], cutoff: int = CUTOFF_LEN) -> dict[str, 
         out[f"complete_match{suffix}"] = t.complete_match
         out[f"tagging_accuracy{suffix}"] = t.tagging_accuracy
     every = Totals.of(scores)
-    out.update(sentences=every.sentences, error_sentences=every.errors, skipped_sentences=every.skipped,
-               punctuation_mismatch_sentences=every.punctuation_mismatch)
+    out.update(sentences=every.sentences, error_sentences=every.errors, skipped_sentences=every.skipped)
     return out
-
