@@ -4,6 +4,7 @@ The functions below are what the CLI calls; importing this package does not impo
 """
 
 from seqxduce.api import (
+    AttentionWeights,
     Decoder,
     DecodeRequest,
     Example,
@@ -27,7 +28,8 @@ from seqxduce.hookspecs import hookimpl
 __version__ = "0.1.0"
 
 __all__ = [
-    "Decoder", "DecodeRequest", "Example", "Hypothesis", "Model", "ModelOutput", "Postprocessed", "Report", "Settings",
-    "StepConstraint", "Task", "Tokenizer", "TrainingStopped", "UserError", "VocabInfo", "setting", "hookimpl",
+    "AttentionWeights", "Decoder", "DecodeRequest", "Example", "Hypothesis", "Model", "ModelOutput", "Postprocessed",
+    "Report", "Settings", "StepConstraint", "Task", "Tokenizer", "TrainingStopped", "UserError", "VocabInfo",
+    "setting", "hookimpl",
     "train", "decode", "decode_split", "evaluate", "average", "load_recipe", "prepare",
 ]

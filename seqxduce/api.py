@@ -77,6 +77,24 @@ class Report:
     warning: str = ""
 
 
+@dataclass
+class AttentionWeights:
+    """Attention probabilities of one teacher-forced pass, per kind one (B, H, Lq, Lk) tensor per layer.
+
+    `unit` names what the list index counts: "layer", or "depth step" for a model that applies one layer
+    repeatedly (the Universal Transformer). Rows are queries, columns keys; each row sums to 1 over real keys.
+    """
+
+    encoder: list[torch.Tensor]  # source self-attention, (B, H, S, S) per layer
+    decoder: list[torch.Tensor]  # causal target self-attention, (B, H, T, T) per layer
+    cross: list[torch.Tensor]  # encoder-decoder attention, targets over sources, (B, H, T, S) per layer
+    unit: str = "layer"
+
+    def of(self, kind: str) -> list[torch.Tensor]:
+        """The tensors of one kind: encoder, decoder or cross."""
+        return {"encoder": self.encoder, "decoder": self.decoder, "cross": self.cross}[kind]
+
+
 @dataclass(frozen=True)
 class VocabInfo:
     """What a model factory needs to know about the vocabularies it embeds."""
@@ -222,6 +240,14 @@ class Model(abc.ABC):
         output token j (the last one chose eos). The default: a model with nothing to report.
         """
         return {}
+
+    def attention_weights(self, src: torch.Tensor, tgt_in: torch.Tensor) -> AttentionWeights | None:
+        """Attention probabilities of a teacher-forced pass over src (B, S) and tgt_in (B, T), for
+        `seqxduce attention`; target position j is the step that chose output token j, as in annotate().
+
+        None (the default) says that this model does not expose its attention weights.
+        """
+        return None
 
 
 class StepConstraint(abc.ABC):

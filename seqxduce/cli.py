@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from seqxduce import engine
+from seqxduce import engine, inspect_commands
 from seqxduce.api import Report, TrainingStopped, UserError
 from seqxduce.atomic import atomic_write_text
 from seqxduce.registry import KINDS, PluginLoadError, Registry, registry
@@ -221,6 +221,10 @@ def average(checkpoints: tuple[Path, ...], output: Path) -> None:
     """Average the parameters of several checkpoints (the paper averages the last 5 or 20)."""
     engine.average(list(checkpoints), output)
     click.echo(f"averaged {len(checkpoints)} checkpoints into {output}")
+
+
+for _command in inspect_commands.COMMANDS:
+    cli.add_command(_command)
 
 
 def add_plugin_commands(reg: Registry | None = None, strict: bool | None = None) -> click.Group:

@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.measure import Measurement
+from rich.progress import (
+    BarColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Column
+from rich.text import Text
 
 from seqxduce.api import UserError
 
@@ -19,10 +29,15 @@ console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 class MetricsLog:
-    """Appends one JSON object per line; rank 0 only."""
+    """Appends one JSON object per line, and mirrors the figures to TensorBoard when given a folder; rank 0 only."""
 
-    def __init__(self, path: Path | None):
+    def __init__(self, path: Path | None, tensorboard: Path | None = None):
         self.path = Path(path) if path else None
+        self.board = None
+        if tensorboard is not None:
+            from seqxduce.tensorboard_log import TensorBoardLog
+
+            self.board = TensorBoardLog(tensorboard)
 
     def write(self, kind: str, **figures: Any) -> None:
         if self.path is None:
@@ -34,6 +49,13 @@ class MetricsLog:
         except OSError as err:
             raise UserError(f"{self.path}: cannot append the metrics ({err.strerror or err}); free disk space "
                             "and continue with --resume") from None
+        if self.board is not None:
+            self.board.write(kind, record)
+
+    def close(self) -> None:
+        """Close the TensorBoard writer, if any (the JSONL file is opened per record)."""
+        if self.board is not None:
+            self.board.close()
 
 
 def _plain(value: Any) -> Any:
@@ -42,22 +64,63 @@ def _plain(value: Any) -> Any:
     return value
 
 
-class TrainProgress:
-    """A rich progress bar with step, loss, ppl, lr and tokens/s; a no-op on ranks other than 0."""
+class WholeFigures:
+    """'k v k v ...' cut to the width it is given, dropping whole figures from the end rather than cutting one."""
 
-    def __init__(self, total_steps: int, start_step: int, enabled: bool = True):
+    def __init__(self, figures: list[str]):
+        self.figures = figures
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement(0, len(" ".join(self.figures)))
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        shown = ""
+        for figure in self.figures:
+            longer = f"{shown} {figure}" if shown else figure
+            if len(longer) > options.max_width:
+                break
+            shown = longer
+        yield Text(shown, no_wrap=True, overflow="crop", style="progress.data")
+
+
+class FiguresColumn(ProgressColumn):
+    """The latest training figures, last in the row: the only column that gives way when the terminal is narrow,
+    so that the bar, the step count and the times stay whole."""
+
+    def __init__(self) -> None:
+        # wrapable (no_wrap False) so that rich narrows this column before any other
+        super().__init__(table_column=Column(no_wrap=False, ratio=1))
+
+    def render(self, task: Task) -> WholeFigures:
+        return WholeFigures(task.fields.get("figures", []))
+
+
+def progress_columns() -> list[ProgressColumn]:
+    """The training bar's columns: those before the figures keep their width at any terminal width."""
+    fixed = Column(no_wrap=True)
+    return [
+        TextColumn("[bold]train[/]", table_column=fixed),
+        BarColumn(bar_width=24, table_column=Column(no_wrap=True)),
+        TextColumn("{task.completed}/{task.total}", table_column=Column(no_wrap=True)),
+        TimeElapsedColumn(table_column=Column(no_wrap=True)),
+        TextColumn("eta", table_column=Column(no_wrap=True)),
+        TimeRemainingColumn(table_column=Column(no_wrap=True)),
+        FiguresColumn(),
+    ]
+
+
+class TrainProgress:
+    """A rich progress bar with step, elapsed time, ETA and the latest figures; a no-op on ranks other than 0."""
+
+    def __init__(self, total_steps: int, start_step: int, enabled: bool = True, out: Console | None = None):
         self.enabled = enabled
+        out = out or console
         self.progress = Progress(
-            TextColumn("[bold]train[/]"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total}"),
-            TextColumn("{task.fields[figures]}"),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            console=console,
-            disable=not enabled or not sys.stderr.isatty(),
+            *progress_columns(),
+            console=out,
+            disable=not enabled or not out.is_terminal,
         )
-        self.task = self.progress.add_task("train", total=total_steps, completed=start_step, figures="")
+        self.task = self.progress.add_task("train", total=total_steps, completed=start_step, figures=[])
         self.total_steps, self.start_step, self.started = total_steps, start_step, time.perf_counter()
 
     def __enter__(self) -> TrainProgress:
@@ -72,8 +135,7 @@ class TrainProgress:
         if figures is None:
             self.progress.update(self.task, completed=step)
             return
-        text = " ".join(f"{k} {_fmt(v)}" for k, v in figures.items())
-        self.progress.update(self.task, completed=step, figures=text)
+        self.progress.update(self.task, completed=step, figures=[f"{k} {_fmt(v)}" for k, v in figures.items()])
 
     def eta(self, step: int) -> str:
         """Time left to the last step at this run's pace so far, as h:mm:ss (for log lines without the bar)."""

@@ -9,6 +9,8 @@ recomputes a prefix (the model's cache is reordered).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from seqxduce.api import Decoder, DecodeRequest, Hypothesis, Model, StepConstraint
@@ -61,8 +63,12 @@ def _next_logprobs(model: Model, last: torch.Tensor, memory, cache, request: Dec
 
 @torch.no_grad()
 def greedy_search(model: Model, request: DecodeRequest, settings: SearchSettings | None = None,
-                  constraint: StepConstraint | None = None) -> list[list[Hypothesis]]:
-    """Pick the most probable token at each step until eos or the length limit."""
+                  constraint: StepConstraint | None = None,
+                  choose: Callable[[torch.Tensor], torch.Tensor] | None = None) -> list[list[Hypothesis]]:
+    """Pick the most probable token at each step until eos or the length limit.
+
+    choose, if given, picks the token instead: log-probs (N, V) -> token ids (N,) (sampling decoders pass one);
+    a hypothesis's score is still the model's log-probability of the tokens chosen."""
     settings = settings or SearchSettings()
     min_len = settings.min_len
     batch = request.src.size(0)
@@ -79,7 +85,11 @@ def greedy_search(model: Model, request: DecodeRequest, settings: SearchSettings
     step = 0
     while not bool(done.all()):
         logprobs, cache = _next_logprobs(model, last, memory, cache, request, constraint, step, limits, min_len)
-        best, choice = logprobs.max(dim=-1)
+        if choose is None:
+            best, choice = logprobs.max(dim=-1)
+        else:
+            choice = choose(logprobs)
+            best = logprobs.gather(1, choice.unsqueeze(1)).squeeze(1)
         chosen.append(choice)
         scores.append(best)
         alive.append(~done)

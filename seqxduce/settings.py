@@ -82,6 +82,8 @@ class TrainSettings(Settings):
                                         min=0.0, min_exclusive=True)
     average_last: int = setting(0, help="at the end, average the last N checkpoints into average.pt (0 = off)",
                                 min=0)
+    tensorboard: bool = setting(False, help="also write TensorBoard event files to <run>/tensorboard "
+                                            "(needs pip install 'seqxduce[tensorboard]')")
 
     def validate(self) -> None:
         """Rules that bounds cannot express."""

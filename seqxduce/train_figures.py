@@ -41,6 +41,10 @@ class Window:
         self.skipped = 0
         self.started = time.perf_counter()
 
+    def tokens(self) -> int:
+        """Target tokens trained on in this window."""
+        return int(self.sums.get("tokens", 0.0))
+
     def add(self, figures: dict[str, float]) -> None:
         if figures.get("skipped_updates"):  # its loss or gradient norm is not finite: counted, not averaged
             self.skipped += 1

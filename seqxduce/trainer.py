@@ -22,9 +22,11 @@ from seqxduce.console import MetricsLog, TrainProgress, console, format_figures
 from seqxduce.data import Pair, batches_for_step, collate, encode_pairs, steps_in_epoch, token_batches
 from seqxduce.device import autocast_context, resolve_device
 from seqxduce.recipe import Recipe
+from seqxduce.run_readme import write_run_readme
 from seqxduce.rundir import RunDir, prune
 from seqxduce.settings import TrainSettings
 from seqxduce.stopping import StopRequest, signal_name, stop_on_signals
+from seqxduce.tensorboard_log import TENSORBOARD_DIR
 from seqxduce.train_figures import Window, reduce_stats
 
 
@@ -93,7 +95,8 @@ class Trainer:
         self._open_run_dir(resume, overwrite)
         # read before any heavy work, so that a checkpoint that cannot be resumed is one line at once
         resume_from = self.rundir.resume_state() if resume else None
-        self.log = MetricsLog(self.rundir.metrics_file if self.is_main else None)
+        board = self.rundir.path / TENSORBOARD_DIR if self.is_main and self.settings.tensorboard else None
+        self.log = MetricsLog(self.rundir.metrics_file if self.is_main else None, tensorboard=board)
         self.task = components.build_task(recipe)
         self.data_dir = components.data_dir(recipe)
         self._prepare_data()
@@ -125,6 +128,7 @@ class Trainer:
         self._write_recipe()
         self.stop = StopRequest()
         self.nonfinite_in_a_row = 0
+        self.primary_metric: str | None = None  # e.g. valid_bleu, once a validation has scored
 
     # ------------------------------------------------------------ setup
 
@@ -309,7 +313,8 @@ class Trainer:
                 step = self.state.step
                 if step % s.log_every == 0 or step == s.max_steps:
                     summary = window.summary(self.optimizer.param_groups[0]["lr"])
-                    self.log.write("train", step=step, epoch=self.state.epoch, **summary)
+                    self.log.write("train", step=step, epoch=self.state.epoch, target_tokens=window.tokens(),
+                                   **summary)
                     progress.update(step, summary)
                     progress.print(f"step {step} | " + format_figures(summary) + f" | eta {progress.eta(step)}")
                     window = Window()
@@ -389,7 +394,7 @@ class Trainer:
         if self.is_main and self.valid_pairs:
             metrics = self._valid_loss()
             metrics.update(self._valid_metric())
-            self.log.write("valid", step=self.state.step, **metrics)
+            self.log.write("valid", step=self.state.step, **metrics, **self._primary(metrics))
             line = f"valid step {self.state.step} | " + format_figures(metrics)
             if progress is not None:
                 progress.print(line)
@@ -424,10 +429,14 @@ class Trainer:
         outputs = decode_sources(self.model, self.tokenizers, self.task, sample, decoder, self.device,
                                  self.settings.precision, decode.core.batch_size)
         report = score_outputs(self.task, outputs, sample)
+        self.primary_metric = f"valid_{report.primary}"
         metrics: dict[str, float | str] = {"search": self.recipe.decode.core.name if recipe_search else "greedy"}
         metrics.update({f"valid_{k}": v for k, v in report.metrics.items()})
         return metrics
 
+    def _primary(self, metrics: dict[str, float | str]) -> dict[str, str]:
+        """The log's name for the task's main metric, so `seqxduce info` and `plot` know which one it is."""
+        return {"primary": self.primary_metric} if self.primary_metric in metrics else {}
 
 def settle_average(rundir: RunDir, settings: TrainSettings) -> None:
     """At the end of a run: average its last checkpoints when asked; otherwise an average left from before a
@@ -476,6 +485,10 @@ def train(recipe: Recipe, out: Path, resume: bool = False, overwrite: bool = Fal
             return finished_already(rundir, recipe.train, latest, int(os.environ.get("RANK", "0")) == 0)
     trainer = Trainer(recipe, Path(out), resume=resume, overwrite=overwrite)
     try:
-        return trainer.run()
+        result = trainer.run()
+        if trainer.is_main:
+            write_run_readme(result.run_dir)
+        return result
     finally:
+        trainer.log.close()
         trainer.dist.close()

@@ -64,3 +64,22 @@ def evalb_reference(shared_dir: Path) -> Path:
 def multi30k(shared_dir: Path) -> Path:
     """The Multi30k plain-text files."""
     return _shared("data/multi30k")
+
+
+TINY_RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> Path:
+    """The tiny recipe trained for 6 steps (checkpoints at 2, 4, 6 and their average of 2), shared by the tests
+    that only read a finished run. Every batch holds the whole training set, so one step is one epoch."""
+    from click.testing import CliRunner
+
+    from seqxduce.cli import add_plugin_commands
+
+    out = tmp_path_factory.mktemp("shared-runs") / "tiny"
+    result = CliRunner().invoke(add_plugin_commands(), ["train", str(TINY_RECIPE), "--out", str(out),
+                                                        "--set", "train.average_last=2",
+                                                        "--set", "train.max_tokens=100000"])
+    assert result.exit_code == 0, result.output
+    return out

@@ -24,3 +24,10 @@ def test_third_party_task_trains_decodes_and_evaluates(tmp_path):
     (tmp_path / "r").write_text("1 2 3\n")
     scored = runner.invoke(cli, ["evaluate", str(tmp_path / "h"), str(tmp_path / "r"), "--task", "sort"])
     assert scored.exit_code == 0 and "accuracy = 1.0000" in scored.output
+
+
+def test_third_party_settings_validate_across_keys():
+    result = CliRunner().invoke(add_plugin_commands(), ["recipe", "show", str(RECIPE), "--set", "task.min_len=6"])
+    assert result.exit_code != 0
+    assert "[task] min_len = 6 > max_len = 5; lower min_len" in result.output
+    assert "Traceback" not in result.output

@@ -10,10 +10,11 @@ from __future__ import annotations
 from seqxduce import hookimpl
 from seqxduce.api import Decoder, Task, Tokenizer
 
+from .commands import parse_command
 from .settings import PtbSettings, TreeBeamSettings
 
-__all__ = ["PtbSettings", "TreeBeamSettings", "build_ptb", "build_tree_beam", "register_decoders",
-           "register_tasks"]
+__all__ = ["PtbSettings", "TreeBeamSettings", "build_ptb", "build_tree_beam", "register_commands",
+           "register_decoders", "register_tasks"]
 
 
 def build_ptb(settings: PtbSettings) -> Task:
@@ -43,3 +44,9 @@ def register_decoders(register):
     """Register the `tree_beam` decoder."""
     register("tree_beam", build_tree_beam, settings=TreeBeamSettings,
              help="beam search that only produces well-formed linearized trees (one leaf per word)")
+
+
+@hookimpl
+def register_commands(cli):
+    """Add `seqxduce parse` (draws the trees of sentences typed at a prompt, or piped)."""
+    cli.add_command(parse_command)

@@ -35,6 +35,8 @@ class MultiHeadAttention(nn.Module):
         self.query = nn.Linear(d_model, d_model)
         self.key_value = nn.Linear(d_model, 2 * d_model)
         self.out = nn.Linear(d_model, d_model)
+        # a list while attention_maps.record_attention() collects weights; None keeps the fused SDPA path
+        self.recorded: list[torch.Tensor] | None = None
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:
         batch, length, channels = x.shape
@@ -50,11 +52,27 @@ class MultiHeadAttention(nn.Module):
         """Queries from x (B, Lq, C) attend to projected key/value (B, H, Lk, C/H); returns (B, Lq, C)."""
         batch, length, channels = x.shape
         query = self._split(self.query(x))  # (B, H, Lq, C/H)
-        out = F.scaled_dot_product_attention(
-            query, key, value, attn_mask=mask, is_causal=is_causal,
-            dropout_p=self.dropout if self.training else 0.0,
-        )  # (B, H, Lq, C/H)
+        if self.recorded is not None:
+            out = self._attend_recording(query, key, value, mask, is_causal)
+        else:
+            out = F.scaled_dot_product_attention(
+                query, key, value, attn_mask=mask, is_causal=is_causal,
+                dropout_p=self.dropout if self.training else 0.0,
+            )  # (B, H, Lq, C/H)
         return self.out(out.transpose(1, 2).reshape(batch, length, channels))
+
+    def _attend_recording(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                          mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor:
+        """SDPA written out, keeping the probabilities (B, H, Lq, Lk) in self.recorded (eval mode: no dropout)."""
+        scores = query @ key.transpose(-2, -1) / query.size(-1) ** 0.5  # (B, H, Lq, Lk)
+        if is_causal:
+            future = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).triu(1)
+            scores = scores.masked_fill(future, float("-inf"))
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = scores.float().softmax(dim=-1)
+        self.recorded.append(weights.detach())
+        return weights.to(value.dtype) @ value  # (B, H, Lq, C/H)
 
     def forward(self, x: torch.Tensor, context: torch.Tensor, mask: torch.Tensor | None = None,
                 is_causal: bool = False) -> torch.Tensor:

@@ -20,9 +20,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqxduce.api import Model, ModelOutput, VocabInfo
+from seqxduce.api import AttentionWeights, Model, ModelOutput, VocabInfo
 
 from .attention import key_padding_mask
+from .attention_maps import record_attention
 from .embedding import Embeddings, SinusoidalPositions, init_xavier, training_offsets
 from .layers import DecoderLayer, EncoderLayer, FeedForward
 from .settings import TransformerSettings
@@ -116,3 +117,9 @@ class Transformer(nn.Module, Model):
                 index: torch.Tensor) -> tuple[Memory, DecoderCache | None]:
         """Keep rows `index` (B',) of memory and cache (cache may be None)."""
         return memory.select(index), None if cache is None else cache.select(index)
+
+    def attention_weights(self, src: torch.Tensor, tgt_in: torch.Tensor) -> AttentionWeights:
+        """Every layer's attention probabilities over one teacher-forced pass (see seqxduce.api.Model)."""
+        return record_attention(self, src, tgt_in, [layer.self_attn for layer in self.encoder],
+                                [layer.self_attn for layer in self.decoder],
+                                [layer.cross_attn for layer in self.decoder])

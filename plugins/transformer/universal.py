@@ -44,10 +44,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqxduce.api import Model, ModelOutput, VocabInfo
+from seqxduce.api import AttentionWeights, Model, ModelOutput, VocabInfo
 
 from .act import Halting
 from .attention import key_padding_mask
+from .attention_maps import record_attention
 from .embedding import Embeddings, SinusoidalPositions, init_xavier, sinusoid_table, training_offsets
 from .layers import DecoderLayer, EncoderLayer, FeedForward, SepConvTransition, Transition
 from .settings import UniversalSettings
@@ -216,6 +217,15 @@ class UniversalTransformer(nn.Module, Model):
             return {"source_ponder": (~memory.pad).float() * self.depth,
                     "target_ponder": (tgt_in != self.vocab.pad_id).float() * self.depth}
         return {"source_ponder": encoder.updates, "target_ponder": decoder.updates}
+
+    def attention_weights(self, src: torch.Tensor, tgt_in: torch.Tensor) -> AttentionWeights:
+        """Each depth step's attention probabilities over one teacher-forced pass (see seqxduce.api.Model).
+
+        With ACT the list ends at the last step any position ran; a position that had halted still has a
+        row there (its frozen state is attended from), and annotate() says after how many steps it halted."""
+        layer = self.decoder_layer
+        return record_attention(self, src, tgt_in, [self.encoder_layer.self_attn], [layer.self_attn],
+                                [layer.cross_attn], unit="depth step")
 
 
 @torch.no_grad()

@@ -6,6 +6,7 @@ Importing this module stays light: the task and sacrebleu load when a recipe bui
 from seqxduce import hookimpl
 from seqxduce.api import Task
 
+from .commands import translate_command
 from .settings import TranslationSettings
 
 
@@ -20,3 +21,9 @@ def build_translation_task(settings: TranslationSettings) -> Task:
 def register_tasks(register):
     register("translation", build_translation_task, settings=TranslationSettings,
              help="machine translation: wmt14 / multi30k / your files; sacreBLEU + chrF")
+
+
+@hookimpl
+def register_commands(cli):
+    """Add `seqxduce translate` (an interactive prompt, or a pipe, over a trained run)."""
+    cli.add_command(translate_command)

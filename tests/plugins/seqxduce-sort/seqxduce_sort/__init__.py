@@ -17,6 +17,7 @@ class SortSettings(Settings):
     seed: int = setting(7, help="seed the data is generated from")
 
     def validate(self) -> None:
+        """Checks across keys; the recipe loader calls this before any data is made."""
         if self.max_len < self.min_len:
             raise UserError(f"[task] max_len = {self.max_len} is below min_len = {self.min_len}; raise max_len")
 
