@@ -13,7 +13,13 @@ class CommonSettings:
 
     d_model: int = setting(512, help="model width C (paper base: 512, big: 1024)")
     d_ff: int = setting(2048, help="inner width of the position-wise feed-forward / transition (base: 2048)")
-    heads: int = setting(8, help="attention heads; d_model must be divisible by it (base: 8, big: 16)")
+    heads: int = setting(8, help="attention heads; d_model must be divisible by it unless d_k and d_v are set "
+                                 "(base: 8, big: 16)")
+    d_k: int = setting(0, help="query/key width per head (0 = d_model / heads; Table 3 rows A and B vary it)")
+    d_v: int = setting(0, help="value width per head (0 = d_model / heads; Table 3 row A varies it)")
+    attention_window: int = setting(0, help="restricted self-attention (paper sec. 4, Table 1): an encoder "
+                                            "position attends to the r positions on each side of it, a decoder "
+                                            "position to the r before it, and itself; 0 = unrestricted")
     dropout: float = setting(0.1, help="dropout on sublayer outputs and on embeddings+positions (base: 0.1)")
     attention_dropout: float = setting(0.0, help="dropout on attention weights (0 in the paper)")
     activation_dropout: float = setting(0.0, help="dropout after the ReLU of the feed-forward (0 in the paper)")
@@ -25,7 +31,12 @@ class CommonSettings:
     position_offset_max: int = setting(0, help="training only: each sequence's positions start at a random "
                                                "offset in [0, this], the same for its source and target, so "
                                                "positions past the training lengths are seen (UT paper); 0 = off")
-    max_positions: int = setting(1024, help="initial size of the sinusoid table; it grows for longer inputs")
+    positions: str = setting("sinusoid", help="position signal: sinusoid (paper sec. 3.5) or learned (one "
+                                              "trained vector per position, Table 3 row E)",
+                             choices=("sinusoid", "learned"))
+    max_positions: int = setting(1024, help="sinusoid: initial size of the table, which grows for longer inputs; "
+                                            "learned: the number of positions learned, and a longer input is an "
+                                            "error (keep train.max_*_len and decoded lengths below it)")
     init: str = setting("xavier", help="xavier: Xavier-uniform linears, N(0, d^-0.5) embeddings "
                                        "(tensor2tensor/fairseq); torch: PyTorch defaults",
                         choices=("xavier", "torch"))
@@ -42,6 +53,10 @@ class TransformerSettings(CommonSettings):
     def validate(self) -> None:
         """Run by the recipe loader, so that a bad width fails before any data is prepared."""
         check_transformer(self)
+
+    def decode_time_keys(self) -> set[str]:
+        """Keys `seqxduce decode --set model.KEY=...` may change: none changes the trained function."""
+        return {"max_positions"} if self.positions == "sinusoid" else set()
 
 
 @dataclass
@@ -66,6 +81,15 @@ class UniversalSettings(CommonSettings):
         """Run by the recipe loader, so that a bad width fails before any data is prepared."""
         check_universal(self)
 
+    def decode_time_keys(self) -> set[str]:
+        """Keys `seqxduce decode --set model.KEY=...` may change: the recurrence depth (the shared layer runs
+        any number of times; paper sec. 2.1), and with ACT its halting threshold. A learned timestep signal has
+        one vector per trained step, so its depth is fixed."""
+        keys = {"max_positions"} if self.positions == "sinusoid" else set()
+        if self.timestep_signal == "sinusoid":
+            keys |= {"act_max_steps", "act_epsilon"} if self.act else {"steps"}
+        return keys
+
 
 TRANSFORMER_PRESETS: dict[str, dict[str, object]] = {
     "base": {"layers": 6, "d_model": 512, "d_ff": 2048, "heads": 8, "dropout": 0.1},
@@ -82,9 +106,14 @@ def check_common(settings: CommonSettings) -> None:
     """Raise a UserError naming the [model] key of a setting the model cannot be built with."""
     if settings.d_model <= 0 or settings.d_model % 2:
         raise UserError(f"[model] d_model = {settings.d_model}: use a positive even width (sinusoids pair up)")
-    if settings.heads <= 0 or settings.d_model % settings.heads:
+    if settings.heads <= 0:
+        raise UserError(f"[model] heads = {settings.heads}: use a positive count of heads")
+    for key in ("d_k", "d_v", "attention_window"):
+        if getattr(settings, key) < 0:
+            raise UserError(f"[model] {key} = {getattr(settings, key)}: use a positive width, or 0 for the default")
+    if (not settings.d_k or not settings.d_v) and settings.d_model % settings.heads:
         raise UserError(f"[model] heads = {settings.heads} does not divide d_model = {settings.d_model}; "
-                        "pick heads so that d_model / heads is a whole number")
+                        "pick heads so that d_model / heads is a whole number, or set d_k and d_v")
     if settings.d_ff <= 0:
         raise UserError(f"[model] d_ff = {settings.d_ff}: use a positive width")
     for key in ("dropout", "attention_dropout", "activation_dropout"):

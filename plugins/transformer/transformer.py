@@ -22,8 +22,8 @@ from torch import nn
 
 from seqxduce.api import Model, ModelOutput, VocabInfo
 
-from .attention import key_padding_mask
-from .embedding import Embeddings, SinusoidalPositions, init_xavier, training_offsets
+from .attention import encoder_self_mask, key_padding_mask
+from .embedding import Embeddings, init_xavier, make_positions, training_offsets
 from .layers import DecoderLayer, EncoderLayer, FeedForward
 from .settings import TransformerSettings, check_transformer
 from .state import DecoderCache, Memory
@@ -45,16 +45,14 @@ class Transformer(nn.Module, Model):
         self.vocab = vocab
         pre_norm = s.norm == "pre"
         self.embeddings = Embeddings(vocab, s.d_model, s.share_embeddings, s.tie_output)
-        self.positions = SinusoidalPositions(s.d_model, s.max_positions)
+        self.positions = make_positions(s.positions, s.d_model, s.max_positions)
         self.embed_drop = nn.Dropout(s.dropout)
         self.encoder = nn.ModuleList(
-            EncoderLayer(s.d_model, s.heads, FeedForward(s.d_model, s.d_ff, s.activation_dropout),
-                         s.dropout, s.attention_dropout, pre_norm)
+            EncoderLayer(s, FeedForward(s.d_model, s.d_ff, s.activation_dropout))
             for _ in range(s.encoder_layers or s.layers)
         )
         self.decoder = nn.ModuleList(
-            DecoderLayer(s.d_model, s.heads, FeedForward(s.d_model, s.d_ff, s.activation_dropout),
-                         s.dropout, s.attention_dropout, pre_norm)
+            DecoderLayer(s, FeedForward(s.d_model, s.d_ff, s.activation_dropout))
             for _ in range(s.decoder_layers or s.layers)
         )
         self.encoder_norm = final_norm(s.d_model, pre_norm)
@@ -71,11 +69,11 @@ class Transformer(nn.Module, Model):
     def encode(self, src: torch.Tensor, offsets: torch.Tensor | None = None) -> Memory:
         """src (B, S) -> Memory with states (B, S, C); offsets (B,): first position per row (default 0)."""
         pad = src == self.vocab.pad_id  # (B, S)
-        mask = key_padding_mask(pad)  # (B, 1, 1, S) or None
+        self_mask = encoder_self_mask(pad, self.settings.attention_window)  # (B, 1, 1 or S, S) or None
         x = self._embed(self.embeddings.embed_source(src), offsets=offsets)  # (B, S, C)
         for layer in self.encoder:
-            x = layer(x, mask, pad)
-        return Memory(self.encoder_norm(x), pad, mask)
+            x = layer(x, self_mask, pad)
+        return Memory(self.encoder_norm(x), pad, key_padding_mask(pad))
 
     def decode(self, tgt_in: torch.Tensor, memory: Memory, offsets: torch.Tensor | None = None) -> torch.Tensor:
         """Teacher-forced decoder states (B, T, C) for tgt_in (B, T); offsets as in encode()."""

@@ -48,8 +48,8 @@ from torch import nn
 from seqxduce.api import Model, ModelOutput, VocabInfo
 
 from .act import Halting
-from .attention import key_padding_mask
-from .embedding import Embeddings, SinusoidalPositions, init_xavier, sinusoid_table, training_offsets
+from .attention import encoder_self_mask, key_padding_mask
+from .embedding import Embeddings, init_xavier, make_positions, sinusoid_table, training_offsets
 from .layers import DecoderLayer, EncoderLayer, FeedForward, SepConvTransition, Transition
 from .settings import UniversalSettings, check_universal
 from .state import DecoderCache, LayerState, Memory
@@ -91,13 +91,11 @@ class UniversalTransformer(nn.Module, Model):
         self.depth = s.act_max_steps if s.act else s.steps
         pre_norm = s.norm == "pre"
         self.embeddings = Embeddings(vocab, s.d_model, s.share_embeddings, s.tie_output)
-        self.positions = SinusoidalPositions(s.d_model, s.max_positions)
+        self.positions = make_positions(s.positions, s.d_model, s.max_positions)
         self.timesteps = TimestepSignal(s.timestep_signal, s.d_model, self.depth)
         self.embed_drop = nn.Dropout(s.dropout)
-        self.encoder_layer = EncoderLayer(s.d_model, s.heads, make_transition(s), s.dropout,
-                                          s.attention_dropout, pre_norm)
-        self.decoder_layer = DecoderLayer(s.d_model, s.heads, make_transition(s), s.dropout,
-                                          s.attention_dropout, pre_norm)
+        self.encoder_layer = EncoderLayer(s, make_transition(s))
+        self.decoder_layer = DecoderLayer(s, make_transition(s))
         self.encoder_halting = nn.Linear(s.d_model, 1) if s.act else None
         self.decoder_halting = nn.Linear(s.d_model, 1) if s.act else None
         self.encoder_norm = final_norm(s.d_model, pre_norm)
@@ -137,12 +135,12 @@ class UniversalTransformer(nn.Module, Model):
 
     def _encode(self, src: torch.Tensor, offsets: torch.Tensor | None = None) -> tuple[Memory, Halting | None]:
         pad = src == self.vocab.pad_id  # (B, S)
-        mask = key_padding_mask(pad)  # (B, 1, 1, S) or None
+        self_mask = encoder_self_mask(pad, self.settings.attention_window)  # (B, 1, 1 or S, S) or None
         x = self.embed_drop(self.embeddings.embed_source(src))  # (B, S, C)
-        x, halting = self._recur(x, pad, lambda h, _: self.encoder_layer(h, mask, pad), self.encoder_halting,
+        x, halting = self._recur(x, pad, lambda h, _: self.encoder_layer(h, self_mask, pad), self.encoder_halting,
                                  offsets=offsets)
         ponder = None if halting is None else halting.updates
-        return Memory(self.encoder_norm(x), pad, mask, ponder), halting
+        return Memory(self.encoder_norm(x), pad, key_padding_mask(pad), ponder), halting
 
     def encode(self, src: torch.Tensor) -> Memory:
         """src (B, S) -> Memory (states (B, S, C)); with ACT, Memory.ponder and last_ponder hold N (B, S)."""
