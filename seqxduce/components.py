@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from seqxduce.api import Decoder, Example, Task, Tokenizer, UserError, VocabInfo
-from seqxduce.recipe import Recipe, load_recipe
+from seqxduce.recipe import Recipe, load_recipe, split_override
 
 RECIPE_FILE = "recipe.toml"
 CHECKPOINT_DIR = "checkpoints"
@@ -143,3 +143,39 @@ def load_run_recipe(run_dir: Path, overrides: list[str] | tuple[str, ...] = ()) 
         raise UserError(f"{run_dir}: not a run directory (no {RECIPE_FILE}); give the --out of `seqxduce train`")
     recipe = load_recipe(path, overrides)
     return recipe
+
+
+def check_decode_overrides(recipe: Recipe, overrides: list[str] | tuple[str, ...]) -> None:
+    """Refuse a `--set model.KEY=...` at decode unless the model plugin names KEY among the settings that may
+    change after training (its settings' optional `decode_time_keys()`): any other key would build a model
+    that the trained weights do not fit, or, worse, one they fit but that computes something else."""
+    keys = [key for section, key, _ in map(split_override, overrides) if section == "model"]
+    declared = getattr(recipe.model.settings, "decode_time_keys", None)
+    allowed = set(declared()) if callable(declared) else set()
+    for key in keys:
+        if key not in allowed:
+            name = recipe.model.core.name
+            known = ", ".join(sorted(allowed)) or "none"
+            raise UserError(f"--set model.{key}: model {name!r} cannot change {key} after training; the keys "
+                            f"decode can change are: {known}")
+
+
+def load_model_weights(model: Any, weights: dict[str, Any], checkpoint: Path, recipe_file: Path) -> None:
+    """Load a checkpoint's weights into the model, or raise one line naming the first parameter that differs."""
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError:
+        raise UserError(f"{checkpoint}: does not fit the model in {recipe_file} ({weights_mismatch(model, weights)}); "
+                        "decode with the settings it was trained with") from None
+
+
+def weights_mismatch(model: Any, weights: dict[str, Any]) -> str:
+    """The first parameter a model and saved weights disagree on, in words."""
+    expected = model.state_dict()
+    for key, value in expected.items():
+        if key not in weights:
+            return f"{key} is missing from the checkpoint"
+        if tuple(weights[key].shape) != tuple(value.shape):
+            return f"{key} is {tuple(weights[key].shape)} in the checkpoint, {tuple(value.shape)} in the model"
+    extra = next((key for key in weights if key not in expected), None)
+    return f"the model has no {extra}" if extra else "the weights do not load"

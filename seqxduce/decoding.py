@@ -114,20 +114,19 @@ def find_checkpoint(path: Path) -> tuple[Path, Path]:
 
 
 def load_run(path: Path, overrides: Sequence[str] = ()) -> LoadedRun:
-    """Load recipe, tokenizers, model weights and decoder from a run directory or checkpoint."""
+    """Load recipe, tokenizers, model weights and decoder from a run directory or checkpoint.
+
+    Overrides of [model] keys are refused unless the model declares them decode-time keys (for instance a
+    Universal Transformer's depth, `--set model.steps=N`); see components.check_decode_overrides."""
     from seqxduce.trainer import resolve_device
 
     run_dir, checkpoint = find_checkpoint(path)
     recipe = components.load_run_recipe(run_dir, tuple(overrides))
+    components.check_decode_overrides(recipe, tuple(overrides))
     tokenizers = components.load_tokenizers(recipe, run_dir)
     device = resolve_device(recipe.train.device)
     model = components.build_model(recipe, tokenizers.vocab())
-    state = ckpt.load(checkpoint)
-    try:
-        model.load_state_dict(state["model"])
-    except RuntimeError as err:
-        raise UserError(f"{checkpoint}: does not fit the model in {run_dir / components.RECIPE_FILE} "
-                        f"({str(err).splitlines()[0]}); decode with the recipe it was trained with") from None
+    components.load_model_weights(model, ckpt.load(checkpoint)["model"], checkpoint, run_dir / components.RECIPE_FILE)
     model.to(device).eval()
     task = components.build_task(recipe)
     decoder = components.build_decoder(recipe, tokenizers)
