@@ -73,9 +73,15 @@ def recipe() -> None:
 @click.option("--set", "overrides", multiple=True, help=SET_HELP)
 @click.pass_context
 def recipe_show(ctx: click.Context, file: Path, overrides: tuple[str, ...]) -> None:
-    """Print the full resolved recipe, defaults included, each key with its help."""
+    """Print the full resolved recipe, defaults included, each key with its help, after the model's parameter
+    count and training FLOPs per step (comment lines; counted on torch's meta device)."""
+    from seqxduce.cost import cost_lines
+
     _registry(ctx)
-    click.echo(engine.load_recipe(file, overrides).to_toml())
+    loaded = engine.load_recipe(file, overrides)
+    for line in cost_lines(loaded, Path(file).parent):
+        click.echo(line)
+    click.echo(loaded.to_toml())
 
 
 @cli.command()

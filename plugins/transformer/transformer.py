@@ -24,6 +24,7 @@ from seqxduce.api import Model, ModelOutput, VocabInfo
 
 from .attention import encoder_self_mask, key_padding_mask
 from .embedding import Embeddings, init_xavier, make_positions, training_offsets
+from .flops import forward_flops
 from .layers import DecoderLayer, EncoderLayer, FeedForward
 from .settings import TransformerSettings, check_transformer
 from .state import DecoderCache, Memory
@@ -105,6 +106,10 @@ class Transformer(nn.Module, Model):
             states.append(state)
         logits = self.embeddings.logits(self.decoder_norm(x[:, 0]))  # (B, V)
         return F.log_softmax(logits.float(), dim=-1), DecoderCache(states, cache.cross, cache.position + 1)
+
+    def forward_flops_per_token(self) -> tuple[int, int]:
+        """Forward FLOPs per source and per target token (see flops.py for what is counted)."""
+        return forward_flops(list(self.encoder), list(self.decoder), self.embeddings.output)
 
     def reorder(self, memory: Memory, cache: DecoderCache | None,
                 index: torch.Tensor) -> tuple[Memory, DecoderCache | None]:

@@ -50,6 +50,7 @@ from seqxduce.api import Model, ModelOutput, VocabInfo
 from .act import Halting
 from .attention import encoder_self_mask, key_padding_mask
 from .embedding import Embeddings, init_xavier, make_positions, sinusoid_table, training_offsets
+from .flops import forward_flops
 from .layers import DecoderLayer, EncoderLayer, FeedForward, SepConvTransition, Transition
 from .settings import UniversalSettings, check_universal
 from .state import DecoderCache, LayerState, Memory
@@ -203,6 +204,12 @@ class UniversalTransformer(nn.Module, Model):
         x, _ = self._recur(x, pad, run, self.decoder_halting, offset=cache.position, stop_early=False)
         logits = self.embeddings.logits(self.decoder_norm(x[:, 0]))  # (B, V)
         return F.log_softmax(logits.float(), dim=-1), DecoderCache(states, cache.cross, cache.position + 1)
+
+    def forward_flops_per_token(self) -> tuple[int, int]:
+        """Forward FLOPs per source and per target token at the full depth (with ACT an upper bound; flops.py)."""
+        encoder = [m for m in (self.encoder_layer, self.encoder_halting) if m is not None]
+        decoder = [m for m in (self.decoder_layer, self.decoder_halting) if m is not None]
+        return forward_flops(encoder, decoder, self.embeddings.output, repeat=self.depth)
 
     def reorder(self, memory: Memory, cache: DecoderCache | None,
                 index: torch.Tensor) -> tuple[Memory, DecoderCache | None]:
