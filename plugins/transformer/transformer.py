@@ -7,6 +7,11 @@ Decoding: encode() once; init_cache() projects the memory into each layer's cros
 once; step() feeds one token per row and appends that position's self-attention keys/values to the cache,
 so no prefix is ever recomputed; reorder() selects rows of memory and cache for beam search.
 
+Table 3's variations are settings (settings.py): per-head widths d_k / d_v (attention.py), learned positions
+instead of the sinusoids (embedding.py: a position past max_positions is a UserError), and restricted
+self-attention over a window of r positions (attention_window; a band mask in training, a cache of the last
+r + 1 keys and values in step()). forward_flops_per_token() counts a token's forward FLOPs (flops.py).
+
 Random position offsets (position_offset_max > 0, the Universal Transformer paper's device for length
 generalization): in training mode forward() draws one offset per sequence in [0, position_offset_max] and
 starts both its source and its target positions there (jointly, so position i of the target still lines up

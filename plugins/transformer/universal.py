@@ -32,6 +32,10 @@ state entering step n, which for a position that halted earlier is its frozen st
 computes exactly these for halted positions too, so step() and forward() agree; forward() may stop early
 only because once all positions have halted further steps change nothing.
 
+The depth is not part of the weights (with the sinusoid timestep signal): `seqxduce decode RUN --set
+model.steps=N` (with ACT, model.act_max_steps) runs the trained shared layer N times (settings.py,
+decode_time_keys). d_k / d_v, learned positions and attention_window work as in the Transformer.
+
 Random position offsets (position_offset_max > 0): as in the Transformer (transformer.py), training-mode
 forward() starts each sequence's source and target positions at one shared random offset; the timestep
 signal is not offset; eval mode and step() use positions from 0.
