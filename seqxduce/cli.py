@@ -73,15 +73,23 @@ def recipe() -> None:
 @click.option("--set", "overrides", multiple=True, help=SET_HELP)
 @click.pass_context
 def recipe_show(ctx: click.Context, file: Path, overrides: tuple[str, ...]) -> None:
-    """Print the full resolved recipe, defaults included, each key with its help, after the model's parameter
-    count and training FLOPs per step (comment lines; counted on torch's meta device)."""
+    """Print the full resolved recipe, defaults included, each key with its help."""
+    _registry(ctx)
+    click.echo(engine.load_recipe(file, overrides).to_toml())
+
+
+@recipe.command("info")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--set", "overrides", multiple=True, help=SET_HELP)
+@click.pass_context
+def recipe_info(ctx: click.Context, file: Path, overrides: tuple[str, ...]) -> None:
+    """Print the model's parameter count and training FLOPs (per step and for max_steps), counted on a model
+    built on torch's meta device; a run directory's recipe.toml uses the run's saved vocabulary."""
     from seqxduce.cost import cost_lines
 
     _registry(ctx)
-    loaded = engine.load_recipe(file, overrides)
-    for line in cost_lines(loaded, Path(file).parent):
+    for line in cost_lines(engine.load_recipe(file, overrides), Path(file).parent):
         click.echo(line)
-    click.echo(loaded.to_toml())
 
 
 @cli.command()

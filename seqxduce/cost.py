@@ -1,4 +1,4 @@
-"""A recipe's model size and training cost, for `seqxduce recipe show`: parameters counted on a model built
+"""A recipe's model size and training cost, for `seqxduce recipe info`: parameters counted on a model built
 on torch's meta device (no memory, no data), and training FLOPs per step and over max_steps.
 
 FLOPs = 3 x forward (the backward pass costs about twice the forward). The forward count is the model's own
@@ -63,19 +63,19 @@ def training_cost(recipe: Recipe, recipe_dir: Path) -> TrainingCost | None:
 
 
 def cost_lines(recipe: Recipe, recipe_dir: Path) -> list[str]:
-    """TOML comment lines stating the parameters and training FLOPs (see the module docstring)."""
+    """Lines stating the parameters and training FLOPs (see the module docstring)."""
     cost = training_cost(recipe, recipe_dir)
     if cost is None:
-        return ["# parameters and FLOPs: unknown until the tokenizer is trained ([tokenizer] sets no vocab_size); "
-                "`seqxduce recipe show RUN/recipe.toml` on a trained run gives them"]
+        return ["parameters and FLOPs: unknown until the tokenizer is trained ([tokenizer] sets no vocab_size); "
+                "`seqxduce recipe info RUN/recipe.toml` on a trained run gives them"]
     steps = recipe.train.max_steps
     how = ("the model's count: 2 per multiply-add of each weight matrix a token passes through"
            if cost.counted_by_model else "2 x parameters per token: the model gives no finer count")
     return [
-        f"# parameters: {cost.parameters:,} ({cost.parameters / 1e6:.1f}M; vocabulary {cost.vocab_size} from "
+        f"parameters: {cost.parameters:,} ({cost.parameters / 1e6:.1f}M; vocabulary {cost.vocab_size} from "
         f"{cost.vocab_from})",
-        f"# training FLOPs: {cost.flops_per_step:.3g} per step ({cost.tokens_per_step} tokens per process = "
+        f"training FLOPs: {cost.flops_per_step:.3g} per step ({cost.tokens_per_step} tokens per process = "
         f"max_tokens x update_freq, half source, half target), {cost.flops_per_step * steps:.3g} for "
         f"max_steps = {steps}",
-        f"# FLOPs = 3 x forward; forward = {how}",
+        f"FLOPs = 3 x forward; forward = {how}",
     ]
