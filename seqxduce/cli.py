@@ -123,7 +123,9 @@ def train(ctx: click.Context, recipe_file: Path, out: Path | None, overrides: tu
               help="sources, one per line ('-' for stdin)")
 @click.option("--split", help="decode one of the task's splits and print its metric instead")
 @click.option("--output", type=click.Path(path_type=Path), help="write outputs here instead of stdout")
-@click.option("--set", "overrides", multiple=True, help=SET_HELP + "; e.g. --set decode.beam=8")
+@click.option("--set", "overrides", multiple=True,
+              help=SET_HELP + "; e.g. --set decode.beam=8, or --set model.steps=N for a Universal Transformer's "
+                   "depth (only the model keys its plugin declares decode-time)")
 @click.option("--examples", default=3, show_default=True, help="with --split: outputs printed beside references")
 @click.option("--annotations", type=click.Path(path_type=Path),
               help="also write the model's per-position figures (e.g. a Universal Transformer's ponder counts) "
