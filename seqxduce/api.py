@@ -241,6 +241,11 @@ class Model(abc.ABC):
         """
         return {}
 
+    def forward_flops_per_token(self) -> tuple[int, int] | None:
+        """FLOPs of one forward pass per source token and per target token (2 per multiply-add), for
+        `seqxduce recipe info`; the default None counts 2 FLOPs per parameter and token."""
+        return None
+
     def attention_weights(self, src: torch.Tensor, tgt_in: torch.Tensor) -> AttentionWeights | None:
         """Attention probabilities of a teacher-forced pass over src (B, S) and tgt_in (B, T), for
         `seqxduce attention`; target position j is the step that chose output token j, as in annotate().

@@ -85,6 +85,20 @@ def recipe_show(ctx: click.Context, file: Path, overrides: tuple[str, ...]) -> N
     click.echo(engine.load_recipe(file, overrides).to_toml())
 
 
+@recipe.command("info")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--set", "overrides", multiple=True, help=SET_HELP)
+@click.pass_context
+def recipe_info(ctx: click.Context, file: Path, overrides: tuple[str, ...]) -> None:
+    """Print the model's parameter count and training FLOPs (per step and for max_steps), counted on a model
+    built on torch's meta device; a run directory's recipe.toml uses the run's saved vocabulary."""
+    from seqxduce.cost import cost_lines
+
+    _registry(ctx)
+    for line in cost_lines(engine.load_recipe(file, overrides), Path(file).parent):
+        click.echo(line)
+
+
 @cli.command()
 @click.argument("recipe_file", metavar="RECIPE", type=click.Path(path_type=Path))
 @click.option("--set", "overrides", multiple=True, help=SET_HELP)
@@ -121,7 +135,9 @@ def train(ctx: click.Context, recipe_file: Path, out: Path | None, overrides: tu
               help="sources, one per line ('-' for stdin)")
 @click.option("--split", help="decode one of the task's splits and print its metric instead")
 @click.option("--output", type=click.Path(path_type=Path), help="write outputs here instead of stdout")
-@click.option("--set", "overrides", multiple=True, help=SET_HELP + "; e.g. --set decode.beam=8")
+@click.option("--set", "overrides", multiple=True,
+              help=SET_HELP + "; e.g. --set decode.beam=8, or --set model.steps=N for a Universal Transformer's "
+                   "depth (only the model keys its plugin declares decode-time)")
 @click.option("--examples", default=3, show_default=True, help="with --split: outputs printed beside references")
 @click.option("--annotations", type=click.Path(path_type=Path),
               help="also write the model's per-position figures (e.g. a Universal Transformer's ponder counts) "

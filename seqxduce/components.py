@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from seqxduce.api import Decoder, Example, Model, Task, Tokenizer, UserError, VocabInfo
-from seqxduce.recipe import Recipe
+from seqxduce.api import Decoder, Example, Model, Settings, Task, Tokenizer, UserError, VocabInfo
+from seqxduce.recipe import Recipe, split_override
 
 
 def build_task(recipe: Recipe) -> Task:
@@ -86,3 +86,17 @@ def assemble(recipe: Recipe, tokenizers: Tokenizers, task: Task | None = None) -
     """The recipe's task (unless given), and its model built for these tokenizers' vocabularies."""
     task = build_task(recipe) if task is None else task
     return Components(task, tokenizers, build_model(recipe, tokenizers.vocab()))
+
+
+def check_decode_overrides(recipe: Recipe, overrides: list[str] | tuple[str, ...]) -> None:
+    """Refuse a `--set model.KEY=...` at decode unless the model's settings name KEY among those that may change
+    after training (`Settings.decode_time_keys()`): any other key would build a model that the trained weights
+    do not fit, or, worse, one they fit but that computes something else."""
+    keys = [key for section, key, _ in map(split_override, overrides) if section == "model"]
+    settings = recipe.model.settings
+    allowed = settings.decode_time_keys() if isinstance(settings, Settings) else set()
+    for key in keys:
+        if key not in allowed:
+            known = ", ".join(sorted(allowed)) or "none"
+            raise UserError(f"--set model.{key}: model {recipe.model.core.name!r} cannot change {key} after "
+                            f"training; the keys decode can change are: {known}")

@@ -74,9 +74,13 @@ class LoadedRun:
 
 
 def load_run(path: Path, overrides: Sequence[str] = ()) -> LoadedRun:
-    """Load recipe, tokenizers, model weights and decoder from a run directory or checkpoint."""
+    """Load recipe, tokenizers, model weights and decoder from a run directory or checkpoint.
+
+    Overrides of [model] keys are refused unless the model declares them decode-time keys (for instance a
+    Universal Transformer's depth, `--set model.steps=N`); see components.check_decode_overrides."""
     run, checkpoint = rundir.locate(path)
     recipe = run.load_recipe(overrides)
+    components.check_decode_overrides(recipe, tuple(overrides))
     device = resolve_device(recipe.train.device)
     built = run.components(recipe)
     ckpt.load_weights(built.model, ckpt.load(checkpoint)["model"], checkpoint,

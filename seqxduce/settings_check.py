@@ -54,6 +54,11 @@ class Settings:
     def validate(self) -> None:  # noqa: B027 - optional rules
         """Rules across several settings that bounds cannot express; raise UserError naming the keys."""
 
+    def decode_time_keys(self) -> set[str]:
+        """Keys that `seqxduce decode --set SECTION.KEY=...` may change on a trained run (a model's settings
+        name those that leave its parameters as they are, e.g. a Universal Transformer's depth); none by default."""
+        return set()
+
 
 class SettingError(UserError):
     """A value outside its setting's declared choices or bounds; it keeps the key so a recipe can say where."""

@@ -10,7 +10,7 @@ import torch
 from seqxduce import engine
 from seqxduce.data import collate, encode_pairs
 from seqxduce.decoding import LoadedRun, load_run
-from seqxduce.trainer import autocast_context
+from seqxduce.device import autocast_context
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
@@ -55,3 +55,27 @@ def test_a_cuda_checkpoint_decodes_on_the_cpu_to_the_same_outputs(tmp_path):
     assert [o.text for o in on_cuda] == [o.text for o in on_cpu]
     for gpu, cpu in zip(on_cuda, on_cpu):
         assert gpu.nbest[0][1].score == pytest.approx(cpu.nbest[0][1].score, abs=TOLERANCE["fp32"])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_restricted_self_attention_runs_in_the_fused_kernel_and_matches_the_cpu(dtype):
+    from seqxduce_transformer.settings import TransformerSettings
+    from seqxduce_transformer.transformer import Transformer
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from seqxduce.api import VocabInfo
+
+    vocab = VocabInfo(src_size=40, tgt_size=40, pad_id=0, bos_id=1, eos_id=2, shared=True)
+    torch.manual_seed(0)
+    settings = TransformerSettings(layers=2, d_model=64, d_ff=128, heads=4, d_k=16, d_v=16, attention_window=3)
+    model = Transformer(settings, vocab).eval()
+    src, tgt = torch.randint(3, 40, (4, 21)), torch.randint(3, 40, (4, 17))
+    src[0, 15:] = 0
+    expected = model(src, tgt).logits
+    model.cuda()
+    # the band mask must not push SDPA off its fused memory-efficient kernel (this fails if it cannot run)
+    with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION), torch.autocast("cuda", dtype=dtype,
+                                                                      enabled=dtype != torch.float32):
+        logits = model(src.cuda(), tgt.cuda()).logits
+    tolerance = 2e-3 if dtype == torch.float32 else 0.1
+    torch.testing.assert_close(logits.float().cpu(), expected, rtol=0, atol=tolerance)

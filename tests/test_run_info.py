@@ -8,6 +8,7 @@ from click.testing import CliRunner
 from seqxduce import components
 from seqxduce.cli import add_plugin_commands
 from seqxduce.run_info import run_info
+from seqxduce.rundir import RunDir
 
 
 def invoke(*args):
@@ -16,7 +17,7 @@ def invoke(*args):
 
 def train_target_tokens(run: Path) -> int:
     """Target tokens of one epoch of the run's training data, eos included, counted from the task's examples."""
-    recipe = components.load_run_recipe(run)
+    recipe = RunDir(run).load_recipe()
     examples = components.build_task(recipe).examples("train", components.data_dir(recipe))
     return sum(len(ex.target.split()) + 1 for ex in examples)
 
@@ -28,8 +29,8 @@ def test_info_json_reports_the_run(tiny_run):
     assert facts["step"] == 6
     assert facts["checkpoint"].endswith("average.pt") and "prefers" in facts["checkpoint_reason"]
     # the tiny model: built here and counted with torch, tied embeddings counted once
-    recipe = components.load_run_recipe(tiny_run)
-    model = components.build_model(recipe, components.load_tokenizers(recipe, tiny_run).vocab())
+    recipe = RunDir(tiny_run).load_recipe()
+    model = components.build_model(recipe, RunDir(tiny_run).load_tokenizers(recipe).vocab())
     assert facts["parameters"] == sum(p.numel() for p in model.parameters())
     # every batch holds the whole training set (max_tokens = 100000), so 6 steps are 6 epochs
     assert facts["target_tokens"] == 6 * train_target_tokens(tiny_run)

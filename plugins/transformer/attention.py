@@ -1,7 +1,10 @@
-"""Multi-head attention over torch's scaled_dot_product_attention, and the padding mask it takes.
+"""Multi-head attention over torch's scaled_dot_product_attention, and the padding and band masks it takes.
 
 Masks follow SDPA's boolean convention: True = this key may be attended to. Where nothing needs masking
 we pass no mask at all (or is_causal=True), so the fused flash / memory-efficient kernels can run on GPU.
+Restricted self-attention (attention_window = r) passes its band as a boolean mask, which SDPA's fused
+memory-efficient kernel takes on GPU (the flash kernel takes no mask); incremental decoding needs no mask
+at all, since the cache keeps only the last r positions.
 """
 
 from __future__ import annotations
@@ -21,45 +24,70 @@ def key_padding_mask(pad: torch.Tensor) -> torch.Tensor | None:
     return keep[:, None, None, :]
 
 
+def band_mask(length: int, window: int, causal: bool, device: torch.device | None = None) -> torch.Tensor:
+    """(L, L) True where query i may see key j: |i - j| <= window, or 0 <= i - j <= window when causal."""
+    position = torch.arange(length, device=device)
+    distance = position.unsqueeze(1) - position.unsqueeze(0)  # (L, L) i - j
+    allowed = distance.abs() <= window
+    return allowed & (distance >= 0) if causal else allowed
+
+
+def encoder_self_mask(pad: torch.Tensor, window: int) -> torch.Tensor | None:
+    """SDPA mask of encoder self-attention for pad (B, S): the key padding mask, and with window > 0 the
+    band of restricted self-attention as well: (B, 1, S, S), True where a query may look."""
+    if window <= 0:
+        return key_padding_mask(pad)
+    length = pad.size(1)
+    keep = band_mask(length, window, causal=False, device=pad.device) & ~pad.unsqueeze(1)  # (B, S, S)
+    # every query sees itself: a padding query whose whole window is padding would otherwise softmax over
+    # nothing, and its NaN would reach real positions through the values of later layers
+    keep |= torch.eye(length, dtype=torch.bool, device=pad.device)
+    return keep.unsqueeze(1)
+
+
 class MultiHeadAttention(nn.Module):
-    """Scaled dot-product attention with `heads` heads (paper, sec. 3.2.2).
+    """Scaled dot-product attention with `heads` heads of query/key width d_k and value width d_v
+    (paper, sec. 3.2.2; d_k = d_v = d_model / heads unless given, as Table 3 rows A and B vary them).
 
     Keys/values are projected separately from queries (project_kv) so a decoder can project the encoder
     output once and keep it, and append one new key/value per step to a self-attention cache.
     """
 
-    def __init__(self, d_model: int, heads: int, dropout: float = 0.0):
+    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, d_k: int = 0, d_v: int = 0):
         super().__init__()
         self.heads = heads
+        self.d_k = d_k or d_model // heads
+        self.d_v = d_v or d_model // heads
         self.dropout = dropout
-        self.query = nn.Linear(d_model, d_model)
-        self.key_value = nn.Linear(d_model, 2 * d_model)
-        self.out = nn.Linear(d_model, d_model)
+        self.query = nn.Linear(d_model, heads * self.d_k)
+        # keys then values in one matrix: with d_k = d_v = d_model / heads it is the (2C, C) of earlier checkpoints
+        self.key_value = nn.Linear(d_model, heads * (self.d_k + self.d_v))
+        self.out = nn.Linear(heads * self.d_v, d_model)
         # a list while attention_maps.record_attention() collects weights; None keeps the fused SDPA path
         self.recorded: list[torch.Tensor] | None = None
 
-    def _split(self, x: torch.Tensor) -> torch.Tensor:
-        batch, length, channels = x.shape
-        return x.view(batch, length, self.heads, channels // self.heads).transpose(1, 2)  # (B, H, L, C/H)
+    def _split(self, x: torch.Tensor, width: int) -> torch.Tensor:
+        batch, length, _ = x.shape
+        return x.view(batch, length, self.heads, width).transpose(1, 2)  # (B, H, L, width)
 
     def project_kv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values (B, H, L, C/H) of the inputs x (B, L, C)."""
-        key, value = self.key_value(x).chunk(2, dim=-1)
-        return self._split(key), self._split(value)
+        """Keys (B, H, L, d_k) and values (B, H, L, d_v) of the inputs x (B, L, C)."""
+        key, value = self.key_value(x).split([self.heads * self.d_k, self.heads * self.d_v], dim=-1)
+        return self._split(key, self.d_k), self._split(value, self.d_v)
 
     def attend(self, x: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
-        """Queries from x (B, Lq, C) attend to projected key/value (B, H, Lk, C/H); returns (B, Lq, C)."""
-        batch, length, channels = x.shape
-        query = self._split(self.query(x))  # (B, H, Lq, C/H)
+        """Queries from x (B, Lq, C) attend to projected key/value (B, H, Lk, d_k / d_v); returns (B, Lq, C)."""
+        batch, length, _ = x.shape
+        query = self._split(self.query(x), self.d_k)  # (B, H, Lq, d_k)
         if self.recorded is not None:
             out = self._attend_recording(query, key, value, mask, is_causal)
         else:
             out = F.scaled_dot_product_attention(
                 query, key, value, attn_mask=mask, is_causal=is_causal,
                 dropout_p=self.dropout if self.training else 0.0,
-            )  # (B, H, Lq, C/H)
-        return self.out(out.transpose(1, 2).reshape(batch, length, channels))
+            )  # (B, H, Lq, d_v); scaled by 1 / sqrt(d_k)
+        return self.out(out.transpose(1, 2).reshape(batch, length, self.heads * self.d_v))
 
     def _attend_recording(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                           mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor:
@@ -72,7 +100,7 @@ class MultiHeadAttention(nn.Module):
             scores = scores.masked_fill(~mask, float("-inf"))
         weights = scores.float().softmax(dim=-1)
         self.recorded.append(weights.detach())
-        return weights.to(value.dtype) @ value  # (B, H, Lq, C/H)
+        return weights.to(value.dtype) @ value  # (B, H, Lq, d_v)
 
     def forward(self, x: torch.Tensor, context: torch.Tensor, mask: torch.Tensor | None = None,
                 is_causal: bool = False) -> torch.Tensor:

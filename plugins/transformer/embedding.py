@@ -1,4 +1,4 @@
-"""Token embeddings (shared or tied as configured), the sinusoidal position signal, and weight init."""
+"""Token embeddings (shared or tied as configured), the position signal (sinusoids or learned), and weight init."""
 
 from __future__ import annotations
 
@@ -43,6 +43,43 @@ class SinusoidalPositions(nn.Module):
         self._grow(int(offsets.max()) + length)
         index = offsets.to(self.table.device).unsqueeze(1) + torch.arange(length, device=self.table.device)  # (B, L)
         return self.table[index]
+
+
+class LearnedPositions(nn.Module):
+    """One trained vector per position 0..size-1 (Table 3 row E); a position past the table is a UserError.
+
+    The table cannot grow: positions never trained have no vector. It is an nn.Embedding, so the model's
+    init gives it N(0, d^-0.5) like the token embeddings (as fairseq's learned positions).
+    """
+
+    def __init__(self, dim: int, size: int):
+        super().__init__()
+        self.table = nn.Embedding(size, dim)
+
+    def _check(self, end: int) -> None:
+        size = self.table.num_embeddings
+        if end > size:
+            raise UserError(f"[model] max_positions = {size}: an input reaches position {end - 1}, past the "
+                            f"{size} learned positions (positions = \"learned\"); train with a larger "
+                            "max_positions, or keep inputs and decoded outputs shorter (train.max_source_len, "
+                            "train.max_target_len, decode.max_len_b)")
+
+    def forward(self, length: int, offset: int = 0) -> torch.Tensor:
+        """(length, dim) position vectors starting at position `offset`."""
+        self._check(offset + length)
+        return self.table.weight[offset:offset + length]
+
+    def rows(self, length: int, offsets: torch.Tensor) -> torch.Tensor:
+        """(B, length, dim) position vectors, row b starting at position offsets[b] (offsets: (B,) ints)."""
+        self._check(int(offsets.max()) + length)
+        device = self.table.weight.device
+        index = offsets.to(device).unsqueeze(1) + torch.arange(length, device=device)  # (B, L)
+        return self.table(index)  # (B, L, C)
+
+
+def make_positions(kind: str, dim: int, size: int) -> SinusoidalPositions | LearnedPositions:
+    """The position signal a model's `positions` setting names."""
+    return LearnedPositions(dim, size) if kind == "learned" else SinusoidalPositions(dim, size)
 
 
 def training_offsets(module: nn.Module, offset_max: int, batch: int, device: torch.device) -> torch.Tensor | None:

@@ -3,7 +3,8 @@
 A layer is attention and a transition (feed-forward, or a depthwise-separable convolution), each wrapped
 in a residual connection with dropout and LayerNorm: post-norm LN(x + f(x)) as in the paper, or pre-norm
 x + f(LN(x)). A decoder layer runs either on a whole target (training) or on one new position with the
-state of the earlier ones (step), and both give the same numbers.
+state of the earlier ones (step), and both give the same numbers. Layers read their widths, dropout, norm
+placement and attention window from the model's settings (settings.py, CommonSettings).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import MultiHeadAttention
+from .attention import MultiHeadAttention, band_mask
+from .settings import CommonSettings
 from .state import LayerState
 
 
@@ -97,19 +99,24 @@ class SepConvTransition(nn.Module):
 Transition = FeedForward | SepConvTransition  # what EncoderLayer and DecoderLayer accept as `transition`
 
 
+def multi_head(s: CommonSettings) -> MultiHeadAttention:
+    """Multi-head attention with the settings' heads, per-head widths and attention dropout."""
+    return MultiHeadAttention(s.d_model, s.heads, s.attention_dropout, s.d_k, s.d_v)
+
+
 class EncoderLayer(nn.Module):
     """Self-attention over the source, then the transition."""
 
-    def __init__(self, d_model: int, heads: int, transition: Transition, dropout: float,
-                 attention_dropout: float, pre_norm: bool):
+    def __init__(self, s: CommonSettings, transition: Transition):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, heads, attention_dropout)
-        self.self_res = Residual(d_model, dropout, pre_norm)
+        pre_norm = s.norm == "pre"
+        self.self_attn = multi_head(s)
+        self.self_res = Residual(s.d_model, s.dropout, pre_norm)
         self.transition = transition
-        self.transition_res = Residual(d_model, dropout, pre_norm)
+        self.transition_res = Residual(s.d_model, s.dropout, pre_norm)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, pad: torch.Tensor | None) -> torch.Tensor:
-        """x (B, S, C), mask (B, 1, 1, S) or None, pad (B, S) -> (B, S, C)."""
+        """x (B, S, C), mask (B, 1, 1 or S, S) or None (attention.encoder_self_mask), pad (B, S) -> (B, S, C)."""
         h = self.self_res.before(x)
         x = self.self_res.after(x, self.self_attn(h, h, mask=mask))
         h = self.transition_res.before(x)
@@ -117,29 +124,36 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Causal self-attention, attention over the encoder output, then the transition."""
+    """Causal self-attention (restricted to the last `attention_window` positions when set), attention over the
+    encoder output, then the transition."""
 
-    def __init__(self, d_model: int, heads: int, transition: Transition, dropout: float,
-                 attention_dropout: float, pre_norm: bool):
+    def __init__(self, s: CommonSettings, transition: Transition):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, heads, attention_dropout)
-        self.self_res = Residual(d_model, dropout, pre_norm)
-        self.cross_attn = MultiHeadAttention(d_model, heads, attention_dropout)
-        self.cross_res = Residual(d_model, dropout, pre_norm)
+        pre_norm = s.norm == "pre"
+        self.window = s.attention_window
+        self.self_attn = multi_head(s)
+        self.self_res = Residual(s.d_model, s.dropout, pre_norm)
+        self.cross_attn = multi_head(s)
+        self.cross_res = Residual(s.d_model, s.dropout, pre_norm)
         self.transition = transition
-        self.transition_res = Residual(d_model, dropout, pre_norm)
+        self.transition_res = Residual(s.d_model, s.dropout, pre_norm)
 
     def forward(self, x: torch.Tensor, cross: tuple[torch.Tensor, torch.Tensor],
                 cross_mask: torch.Tensor | None) -> torch.Tensor:
-        """Whole target x (B, T, C); cross = encoder keys/values (B, H, S, C/H) from cross_attn.project_kv.
+        """Whole target x (B, T, C); cross = encoder keys/values (B, H, S, d_k / d_v) from cross_attn.project_kv.
 
-        Self-attention uses is_causal=True and no key padding mask. That is exact for every real position:
-        targets are right-padded, so position i has only real tokens at 0..i, and the causal mask already
-        hides every later position, padding included. Outputs at padding positions are garbage nobody reads
-        (the loss ignores them). Without a mask tensor SDPA can pick its fused kernels.
+        Self-attention uses is_causal=True (or the causal band of a restricted window) and no key padding
+        mask. That is exact for every real position: targets are right-padded, so position i has only real
+        tokens at 0..i, and the causal mask already hides every later position, padding included. Outputs at
+        padding positions are garbage nobody reads (the loss ignores them). Without a mask tensor SDPA can
+        pick its fused kernels.
         """
         h = self.self_res.before(x)
-        x = self.self_res.after(x, self.self_attn(h, h, is_causal=True))
+        if self.window:
+            band = band_mask(x.size(1), self.window, causal=True, device=x.device)  # (T, T)
+            x = self.self_res.after(x, self.self_attn(h, h, mask=band))
+        else:
+            x = self.self_res.after(x, self.self_attn(h, h, is_causal=True))
         h = self.cross_res.before(x)
         x = self.cross_res.after(x, self.cross_attn.attend(h, *cross, mask=cross_mask))
         h = self.transition_res.before(x)
@@ -154,13 +168,17 @@ class DecoderLayer(nn.Module):
         """One new position x (B, 1, C) after those in state; returns (B, 1, C) and the extended state.
 
         The new query may see every cached key, so no mask is needed (is_causal stays False: with one
-        query SDPA would align its causal mask to the first key, not the last).
+        query SDPA would align its causal mask to the first key, not the last). With a restricted window
+        the cache keeps only the last `window` keys and values besides the new one: nothing older is ever
+        attended to again, so the cache stays window + 1 positions long however long the output grows.
         """
         h = self.self_res.before(x)
-        key, value = self.self_attn.project_kv(h)  # (B, H, 1, C/H)
+        key, value = self.self_attn.project_kv(h)  # (B, H, 1, d_k / d_v)
         if state.key is not None:
-            key = torch.cat([state.key, key.to(state.key.dtype)], dim=2)  # (B, H, t+1, C/H)
+            key = torch.cat([state.key, key.to(state.key.dtype)], dim=2)  # (B, H, t+1, d_k)
             value = torch.cat([state.value, value.to(state.value.dtype)], dim=2)
+        if self.window:
+            key, value = key[:, :, -(self.window + 1):], value[:, :, -(self.window + 1):]
         x = self.self_res.after(x, self.self_attn.attend(h, key, value))
         h = self.cross_res.before(x)
         x = self.cross_res.after(x, self.cross_attn.attend(h, *cross, mask=cross_mask))

@@ -13,13 +13,19 @@ class CommonSettings(Settings):
 
     d_model: int = setting(512, help="model width C, even (paper base: 512, big: 1024)", min=2)
     d_ff: int = setting(2048, help="inner width of the position-wise feed-forward / transition (base: 2048)", min=1)
-    heads: int = setting(8, help="attention heads; d_model must be divisible by it (base: 8, big: 16)", min=1)
+    heads: int = setting(8, help="attention heads; d_model must be divisible by it unless d_k and d_v are set "
+                                 "(base: 8, big: 16)", min=1)
+    d_k: int = setting(0, help="query/key width per head (0 = d_model / heads; Table 3 rows A and B vary it)", min=0)
+    d_v: int = setting(0, help="value width per head (0 = d_model / heads; Table 3 row A varies it)", min=0)
+    attention_window: int = setting(0, help="restricted self-attention (paper sec. 4, Table 1): an encoder "
+                                            "position attends to the r positions on each side of it, a decoder "
+                                            "position to the r before it, and itself; 0 = unrestricted", min=0)
     dropout: float = setting(0.1, help="dropout on sublayer outputs and on embeddings+positions (base: 0.1)",
-                            min=0.0, max=1.0, max_exclusive=True)
+                             min=0.0, max=1.0, max_exclusive=True)
     attention_dropout: float = setting(0.0, help="dropout on attention weights (0 in the paper)", min=0.0, max=1.0,
-                                      max_exclusive=True)
+                                       max_exclusive=True)
     activation_dropout: float = setting(0.0, help="dropout after the ReLU of the feed-forward (0 in the paper)",
-                                       min=0.0, max=1.0, max_exclusive=True)
+                                        min=0.0, max=1.0, max_exclusive=True)
     norm: str = setting("post", help="post: x = LN(x + f(x)) as in the paper; pre: x = x + f(LN(x)), final LN",
                         choices=("post", "pre"))
     share_embeddings: bool = setting(True, help="one matrix for source, target and output embeddings when the "
@@ -29,7 +35,12 @@ class CommonSettings(Settings):
                                                "offset in [0, this], the same for its source and target, so "
                                                "positions past the training lengths are seen (UT paper); 0 = off",
                                       min=0)
-    max_positions: int = setting(1024, help="initial size of the sinusoid table; it grows for longer inputs", min=1)
+    positions: str = setting("sinusoid", help="position signal: sinusoid (paper sec. 3.5) or learned (one "
+                                              "trained vector per position, Table 3 row E)",
+                             choices=("sinusoid", "learned"))
+    max_positions: int = setting(1024, help="sinusoid: initial size of the table, which grows for longer inputs; "
+                                            "learned: the number of positions learned, and a longer input is an "
+                                            "error (keep train.max_*_len and decoded lengths below it)", min=1)
     init: str = setting("xavier", help="xavier: Xavier-uniform linears, N(0, d^-0.5) embeddings "
                                        "(tensor2tensor/fairseq); torch: PyTorch defaults",
                         choices=("xavier", "torch"))
@@ -38,9 +49,9 @@ class CommonSettings(Settings):
         """The widths' rules across keys (bounds are declared above)."""
         if self.d_model % 2:
             raise UserError(f"[model] d_model = {self.d_model}: use an even width (sinusoids pair up)")
-        if self.d_model % self.heads:
+        if (not self.d_k or not self.d_v) and self.d_model % self.heads:
             raise UserError(f"[model] heads = {self.heads} does not divide d_model = {self.d_model}; "
-                            "pick heads so that d_model / heads is a whole number")
+                            "pick heads so that d_model / heads is a whole number, or set d_k and d_v")
 
 
 @dataclass
@@ -50,6 +61,10 @@ class TransformerSettings(CommonSettings):
     layers: int = setting(6, help="encoder and decoder layers N (paper: 6)", min=1)
     encoder_layers: int = setting(0, help="encoder layers (0 = same as layers)", min=0)
     decoder_layers: int = setting(0, help="decoder layers (0 = same as layers)", min=0)
+
+    def decode_time_keys(self) -> set[str]:
+        """Keys `seqxduce decode --set model.KEY=...` may change: none changes the trained function."""
+        return {"max_positions"} if self.positions == "sinusoid" else set()
 
 
 @dataclass
@@ -71,6 +86,15 @@ class UniversalSettings(CommonSettings):
                                           "(depthwise-separable convolution, causal in the decoder)",
                               choices=("ffn", "sepconv"))
     conv_kernel: int = setting(3, help="kernel width of the sepconv transition", min=1)
+
+    def decode_time_keys(self) -> set[str]:
+        """Keys `seqxduce decode --set model.KEY=...` may change: the recurrence depth (the shared layer runs
+        any number of times; paper sec. 2.1), and with ACT its halting threshold. A learned timestep signal has
+        one vector per trained step, so its depth is fixed."""
+        keys = {"max_positions"} if self.positions == "sinusoid" else set()
+        if self.timestep_signal == "sinusoid":
+            keys |= {"act_max_steps", "act_epsilon"} if self.act else {"steps"}
+        return keys
 
 
 TRANSFORMER_PRESETS: dict[str, dict[str, object]] = {

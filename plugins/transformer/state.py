@@ -33,8 +33,9 @@ class Memory:
 class LayerState:
     """One decoder layer's (or one UT depth step's) incremental state."""
 
-    key: torch.Tensor | None  # (B, H, t, C/H) self-attention keys of the positions decoded so far
-    value: torch.Tensor | None  # (B, H, t, C/H)
+    # (B, H, t, d_k) self-attention keys of the positions decoded so far (the last window + 1 when restricted)
+    key: torch.Tensor | None
+    value: torch.Tensor | None  # (B, H, t, d_v)
     conv: torch.Tensor | None = None  # (B, k-1, C) last transition inputs of a causal sepconv; else None
 
     def select(self, index: torch.Tensor) -> LayerState:
@@ -46,7 +47,7 @@ class DecoderCache:
     """Per-layer (per-depth-step for the UT) self-attention state, cross-attention keys/values, position."""
 
     layers: list[LayerState]
-    # (B, H, S, C/H) encoder keys and values, projected once: one pair per Transformer layer; one pair
+    # (B, H, S, d_k / d_v) encoder keys and values, projected once: one pair per Transformer layer; one pair
     # for the Universal Transformer, whose depth steps share the layer and so the projection
     cross: list[tuple[torch.Tensor, torch.Tensor]]
     position: int  # index of the next target position (0 = the one after feeding bos)

@@ -7,6 +7,11 @@ Decoding: encode() once; init_cache() projects the memory into each layer's cros
 once; step() feeds one token per row and appends that position's self-attention keys/values to the cache,
 so no prefix is ever recomputed; reorder() selects rows of memory and cache for beam search.
 
+Table 3's variations are settings (settings.py): per-head widths d_k / d_v (attention.py), learned positions
+instead of the sinusoids (embedding.py: a position past max_positions is a UserError), and restricted
+self-attention over a window of r positions (attention_window; a band mask in training, a cache of the last
+r + 1 keys and values in step()). forward_flops_per_token() counts a token's forward FLOPs (flops.py).
+
 Random position offsets (position_offset_max > 0, the Universal Transformer paper's device for length
 generalization): in training mode forward() draws one offset per sequence in [0, position_offset_max] and
 starts both its source and its target positions there (jointly, so position i of the target still lines up
@@ -22,9 +27,10 @@ from torch import nn
 
 from seqxduce.api import AttentionWeights, Model, ModelOutput, VocabInfo
 
-from .attention import key_padding_mask
+from .attention import encoder_self_mask, key_padding_mask
 from .attention_maps import record_attention
-from .embedding import Embeddings, SinusoidalPositions, init_xavier, training_offsets
+from .embedding import Embeddings, init_xavier, make_positions, training_offsets
+from .flops import forward_flops
 from .layers import DecoderLayer, EncoderLayer, FeedForward
 from .settings import TransformerSettings
 from .state import DecoderCache, Memory
@@ -45,16 +51,14 @@ class Transformer(nn.Module, Model):
         self.vocab = vocab
         pre_norm = s.norm == "pre"
         self.embeddings = Embeddings(vocab, s.d_model, s.share_embeddings, s.tie_output)
-        self.positions = SinusoidalPositions(s.d_model, s.max_positions)
+        self.positions = make_positions(s.positions, s.d_model, s.max_positions)
         self.embed_drop = nn.Dropout(s.dropout)
         self.encoder = nn.ModuleList(
-            EncoderLayer(s.d_model, s.heads, FeedForward(s.d_model, s.d_ff, s.activation_dropout),
-                         s.dropout, s.attention_dropout, pre_norm)
+            EncoderLayer(s, FeedForward(s.d_model, s.d_ff, s.activation_dropout))
             for _ in range(s.encoder_layers or s.layers)
         )
         self.decoder = nn.ModuleList(
-            DecoderLayer(s.d_model, s.heads, FeedForward(s.d_model, s.d_ff, s.activation_dropout),
-                         s.dropout, s.attention_dropout, pre_norm)
+            DecoderLayer(s, FeedForward(s.d_model, s.d_ff, s.activation_dropout))
             for _ in range(s.decoder_layers or s.layers)
         )
         self.encoder_norm = final_norm(s.d_model, pre_norm)
@@ -76,11 +80,11 @@ class Transformer(nn.Module, Model):
     def encode(self, src: torch.Tensor, offsets: torch.Tensor | None = None) -> Memory:
         """src (B, S) -> Memory with states (B, S, C); offsets (B,): first position per row (default 0)."""
         pad = src == self.vocab.pad_id  # (B, S)
-        mask = key_padding_mask(pad)  # (B, 1, 1, S) or None
+        self_mask = encoder_self_mask(pad, self.settings.attention_window)  # (B, 1, 1 or S, S) or None
         x = self._embed(self.embeddings.embed_source(src), offsets=offsets)  # (B, S, C)
         for layer in self.encoder:
-            x = layer(x, mask, pad)
-        return Memory(self.encoder_norm(x), pad, mask)
+            x = layer(x, self_mask, pad)
+        return Memory(self.encoder_norm(x), pad, key_padding_mask(pad))
 
     def decode(self, tgt_in: torch.Tensor, memory: Memory, offsets: torch.Tensor | None = None) -> torch.Tensor:
         """Teacher-forced decoder states (B, T, C) for tgt_in (B, T); offsets as in encode()."""
@@ -112,6 +116,10 @@ class Transformer(nn.Module, Model):
             states.append(state)
         logits = self.embeddings.logits(self.decoder_norm(x[:, 0]))  # (B, V)
         return F.log_softmax(logits.float(), dim=-1), DecoderCache(states, cache.cross, cache.position + 1)
+
+    def forward_flops_per_token(self) -> tuple[int, int]:
+        """Forward FLOPs per source and per target token (see flops.py for what is counted)."""
+        return forward_flops(list(self.encoder), list(self.decoder), self.embeddings.output)
 
     def reorder(self, memory: Memory, cache: DecoderCache | None,
                 index: torch.Tensor) -> tuple[Memory, DecoderCache | None]:

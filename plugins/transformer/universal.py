@@ -31,6 +31,10 @@ state entering step n, which for a position that halted earlier is its frozen st
 computes exactly these for halted positions too, so step() and forward() agree; forward() may stop early
 only because once all positions have halted further steps change nothing.
 
+The depth is not part of the weights (with the sinusoid timestep signal): `seqxduce decode RUN --set
+model.steps=N` (with ACT, model.act_max_steps) runs the trained shared layer N times (settings.py,
+decode_time_keys). d_k / d_v, learned positions and attention_window work as in the Transformer.
+
 Random position offsets (position_offset_max > 0): as in the Transformer (transformer.py), training-mode
 forward() starts each sequence's source and target positions at one shared random offset; the timestep
 signal is not offset; eval mode and step() use positions from 0.
@@ -47,9 +51,10 @@ from torch import nn
 from seqxduce.api import AttentionWeights, Model, ModelOutput, VocabInfo
 
 from .act import Halting
-from .attention import key_padding_mask
+from .attention import encoder_self_mask, key_padding_mask
 from .attention_maps import record_attention
-from .embedding import Embeddings, SinusoidalPositions, init_xavier, sinusoid_table, training_offsets
+from .embedding import Embeddings, init_xavier, make_positions, sinusoid_table, training_offsets
+from .flops import forward_flops
 from .layers import DecoderLayer, EncoderLayer, FeedForward, SepConvTransition, Transition
 from .settings import UniversalSettings
 from .state import DecoderCache, LayerState, Memory
@@ -90,13 +95,11 @@ class UniversalTransformer(nn.Module, Model):
         self.depth = s.act_max_steps if s.act else s.steps
         pre_norm = s.norm == "pre"
         self.embeddings = Embeddings(vocab, s.d_model, s.share_embeddings, s.tie_output)
-        self.positions = SinusoidalPositions(s.d_model, s.max_positions)
+        self.positions = make_positions(s.positions, s.d_model, s.max_positions)
         self.timesteps = TimestepSignal(s.timestep_signal, s.d_model, self.depth)
         self.embed_drop = nn.Dropout(s.dropout)
-        self.encoder_layer = EncoderLayer(s.d_model, s.heads, make_transition(s), s.dropout,
-                                          s.attention_dropout, pre_norm)
-        self.decoder_layer = DecoderLayer(s.d_model, s.heads, make_transition(s), s.dropout,
-                                          s.attention_dropout, pre_norm)
+        self.encoder_layer = EncoderLayer(s, make_transition(s))
+        self.decoder_layer = DecoderLayer(s, make_transition(s))
         self.encoder_halting = nn.Linear(s.d_model, 1) if s.act else None
         self.decoder_halting = nn.Linear(s.d_model, 1) if s.act else None
         self.encoder_norm = final_norm(s.d_model, pre_norm)
@@ -135,12 +138,12 @@ class UniversalTransformer(nn.Module, Model):
 
     def _encode(self, src: torch.Tensor, offsets: torch.Tensor | None = None) -> tuple[Memory, Halting | None]:
         pad = src == self.vocab.pad_id  # (B, S)
-        mask = key_padding_mask(pad)  # (B, 1, 1, S) or None
+        self_mask = encoder_self_mask(pad, self.settings.attention_window)  # (B, 1, 1 or S, S) or None
         x = self.embed_drop(self.embeddings.embed_source(src))  # (B, S, C)
-        x, halting = self._recur(x, pad, lambda h, _: self.encoder_layer(h, mask, pad), self.encoder_halting,
+        x, halting = self._recur(x, pad, lambda h, _: self.encoder_layer(h, self_mask, pad), self.encoder_halting,
                                  offsets=offsets)
         ponder = None if halting is None else halting.updates
-        return Memory(self.encoder_norm(x), pad, mask, ponder), halting
+        return Memory(self.encoder_norm(x), pad, key_padding_mask(pad), ponder), halting
 
     @property
     def schedule_width(self) -> int:
@@ -199,6 +202,12 @@ class UniversalTransformer(nn.Module, Model):
         x, _ = self._recur(x, pad, run, self.decoder_halting, offset=cache.position, stop_early=False)
         logits = self.embeddings.logits(self.decoder_norm(x[:, 0]))  # (B, V)
         return F.log_softmax(logits.float(), dim=-1), DecoderCache(states, cache.cross, cache.position + 1)
+
+    def forward_flops_per_token(self) -> tuple[int, int]:
+        """Forward FLOPs per source and per target token at the full depth (with ACT an upper bound; flops.py)."""
+        encoder = [m for m in (self.encoder_layer, self.encoder_halting) if m is not None]
+        decoder = [m for m in (self.decoder_layer, self.decoder_halting) if m is not None]
+        return forward_flops(encoder, decoder, self.embeddings.output, repeat=self.depth)
 
     def reorder(self, memory: Memory, cache: DecoderCache | None,
                 index: torch.Tensor) -> tuple[Memory, DecoderCache | None]:
