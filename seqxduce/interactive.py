@@ -86,7 +86,7 @@ def nbest_texts(output: Output, run: LoadedRun) -> list[tuple[float, str]]:
     if not output.nbest:
         return [(0.0, output.text)]
     texts = [(output.nbest[0][1].score, output.text)]
-    texts += [(hyp.score, run.task.postprocess(text, output.source)) for text, hyp in output.nbest[1:]]
+    texts += [(hyp.score, run.task.postprocess(text, output.source).text) for text, hyp in output.nbest[1:]]
     return texts
 
 

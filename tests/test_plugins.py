@@ -67,10 +67,24 @@ class Misspelled:
         pass
 
 
-def test_misspelled_hook_is_one_user_error_naming_the_plugin_and_the_hooks():
+class Unrelated:
+    @hookimpl
+    def make_everything(self, register):  # close to no hook at all
+        pass
+
+
+def test_misspelled_hook_is_one_user_error_naming_the_plugin_and_the_closest_hook():
     pm = new_manager(entry_points=False)
     pm.register(Misspelled(), name="misspelled")
-    with pytest.raises(UserError, match=r"^plugin 'misspelled': .*register_model.*; the hooks are register_commands, "
+    with pytest.raises(UserError, match=r"^plugin 'misspelled': it implements register_model, which is no seqxduce "
+                                        r"hook; did you mean register_models\?$"):
+        check_hooks(pm)
+
+
+def test_unknown_hook_far_from_any_names_every_hook():
+    pm = new_manager(entry_points=False)
+    pm.register(Unrelated(), name="unrelated")
+    with pytest.raises(UserError, match=r"^plugin 'unrelated': .*make_everything.*; the hooks are register_commands, "
                                         r"register_decoders, register_models, register_tasks, register_tokenizers$"):
         check_hooks(pm)
 

@@ -82,7 +82,7 @@ def test_info_without_average_uses_the_latest_step(tiny_run, tmp_path):
                 target.write_bytes(item.read_bytes())
     facts = run_info(copy)
     assert facts.checkpoint.endswith("step_00000006.pt")
-    assert "latest step checkpoint" in facts.checkpoint_reason
+    assert "newest readable step checkpoint" in facts.checkpoint_reason
 
 
 def test_info_on_a_folder_that_is_no_run_is_one_line(tmp_path):
