@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
-from seqxduce_transformer.embedding import SinusoidalPositions, sinusoid_table, training_offsets
+from seqxduce_transformer.embedding import SinusoidalPositions, sinusoid_table, training_offset_pair, training_offsets
 from seqxduce_transformer.ponder import ponder_counts
 from seqxduce_transformer.settings import TransformerSettings, UniversalSettings
 from seqxduce_transformer.transformer import Transformer
@@ -99,6 +99,35 @@ def test_transformer_training_forward_equals_eval_with_the_drawn_offsets():
     model.eval()
     expected = model.embeddings.logits(model.decode(tgt, model.encode(src, offsets), offsets))
     assert torch.allclose(trained, expected, atol=1e-6)
+
+
+def test_offset_pair_is_one_draw_when_shared_and_two_when_independent():
+    module = torch.nn.Linear(1, 1)
+    assert training_offset_pair(module.eval(), 7, "independent", 4, torch.device("cpu")) == (None, None)
+    source, target = training_offset_pair(module.train(), 7, "shared", 4, torch.device("cpu"))
+    assert source is target
+    torch.manual_seed(0)
+    source, target = training_offset_pair(module.train(), 400, "independent", 1000, torch.device("cpu"))
+    assert not torch.equal(source, target)
+    assert int(target.min()) >= 0 and int(target.max()) <= 400
+
+
+@pytest.mark.parametrize("kind", ("transformer", "ut"))
+def test_independent_offsets_start_source_and_target_at_their_own_draws(kind):
+    src, tgt = batch()
+    model = build(kind, 50)
+    model.settings.position_offsets = "independent"
+    torch.manual_seed(3)
+    trained = model.train()(src, tgt).logits
+    torch.manual_seed(3)
+    source, target = torch.randint(0, 51, (2,)), torch.randint(0, 51, (2,))  # the draws training makes
+    assert not torch.equal(source, target)
+    model.eval()
+    if kind == "transformer":
+        states = model.decode(tgt, model.encode(src, source), target)
+    else:
+        states, _ = model._decode(tgt, model._encode(src, source)[0], target)
+    assert torch.allclose(trained, model.embeddings.logits(states), atol=1e-6)
 
 
 @pytest.mark.parametrize("kind", KINDS)

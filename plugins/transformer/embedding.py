@@ -55,6 +55,16 @@ def training_offsets(module: nn.Module, offset_max: int, batch: int, device: tor
     return torch.randint(0, offset_max + 1, (batch,), device=device)
 
 
+def training_offset_pair(module: nn.Module, offset_max: int, mode: str, batch: int, device: torch.device
+                         ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(source, target) first positions (B,) each while `module` trains: one draw for both when mode is
+    "shared", two independent draws when "independent"; (None, None) in eval mode or with offset_max 0."""
+    source = training_offsets(module, offset_max, batch, device)
+    if source is None or mode == "shared":
+        return source, source
+    return source, training_offsets(module, offset_max, batch, device)
+
+
 class Embeddings(nn.Module):
     """Source and target embeddings scaled by sqrt(d_model), and the output projection to target logits.
 

@@ -25,6 +25,10 @@ class CommonSettings:
     position_offset_max: int = setting(0, help="training only: each sequence's positions start at a random "
                                                "offset in [0, this], the same for its source and target, so "
                                                "positions past the training lengths are seen (UT paper); 0 = off")
+    position_offsets: str = setting("shared", help="with position_offset_max: shared = one offset per pair for "
+                                                   "source and target; independent = one each, so training also "
+                                                   "sees source-target position distances beyond its lengths",
+                                    choices=("shared", "independent"))
     max_positions: int = setting(1024, help="initial size of the sinusoid table; it grows for longer inputs")
     init: str = setting("xavier", help="xavier: Xavier-uniform linears, N(0, d^-0.5) embeddings "
                                        "(tensor2tensor/fairseq); torch: PyTorch defaults",

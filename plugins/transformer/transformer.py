@@ -10,7 +10,8 @@ so no prefix is ever recomputed; reorder() selects rows of memory and cache for 
 Random position offsets (position_offset_max > 0, the Universal Transformer paper's device for length
 generalization): in training mode forward() draws one offset per sequence in [0, position_offset_max] and
 starts both its source and its target positions there (jointly, so position i of the target still lines up
-with position i of the source); encode()/decode() take those offsets. In eval mode, and in step(), positions
+with position i of the source; position_offsets = "independent" draws one for each side instead);
+encode()/decode() take those offsets. In eval mode, and in step(), positions
 start at 0, so decoding is unaffected.
 """
 
@@ -23,7 +24,7 @@ from torch import nn
 from seqxduce.api import Model, ModelOutput, VocabInfo
 
 from .attention import key_padding_mask
-from .embedding import Embeddings, SinusoidalPositions, init_xavier, training_offsets
+from .embedding import Embeddings, SinusoidalPositions, init_xavier, training_offset_pair
 from .layers import DecoderLayer, EncoderLayer, FeedForward
 from .settings import TransformerSettings, check_transformer
 from .state import DecoderCache, Memory
@@ -86,8 +87,11 @@ class Transformer(nn.Module, Model):
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> ModelOutput:
         """Logits (B, T, V) for next-token prediction; in training, positions may start at random offsets."""
-        offsets = training_offsets(self, self.settings.position_offset_max, src.size(0), src.device)  # (B,)
-        return ModelOutput(logits=self.embeddings.logits(self.decode(tgt_in, self.encode(src, offsets), offsets)))
+        s = self.settings
+        src_offsets, tgt_offsets = training_offset_pair(self, s.position_offset_max, s.position_offsets,
+                                                        src.size(0), src.device)  # (B,) each
+        memory = self.encode(src, src_offsets)
+        return ModelOutput(logits=self.embeddings.logits(self.decode(tgt_in, memory, tgt_offsets)))
 
     def init_cache(self, memory: Memory) -> DecoderCache:
         """Empty self-attention state per layer, and each layer's cross-attention keys/values, projected once."""

@@ -33,7 +33,8 @@ computes exactly these for halted positions too, so step() and forward() agree; 
 only because once all positions have halted further steps change nothing.
 
 Random position offsets (position_offset_max > 0): as in the Transformer (transformer.py), training-mode
-forward() starts each sequence's source and target positions at one shared random offset; the timestep
+forward() starts each sequence's source and target positions at one shared random offset (or one each,
+position_offsets = "independent"); the timestep
 signal is not offset; eval mode and step() use positions from 0.
 """
 
@@ -49,7 +50,7 @@ from seqxduce.api import Model, ModelOutput, VocabInfo
 
 from .act import Halting
 from .attention import key_padding_mask
-from .embedding import Embeddings, SinusoidalPositions, init_xavier, sinusoid_table, training_offsets
+from .embedding import Embeddings, SinusoidalPositions, init_xavier, sinusoid_table, training_offset_pair
 from .layers import DecoderLayer, EncoderLayer, FeedForward, SepConvTransition, Transition
 from .settings import UniversalSettings, check_universal
 from .state import DecoderCache, LayerState, Memory
@@ -171,10 +172,13 @@ class UniversalTransformer(nn.Module, Model):
         """Logits (B, T, V); with ACT also the ponder cost (aux_loss) and ponder stats.
 
         In training, with position_offset_max > 0, each sequence's source and target positions start at one
-        random offset (the same for both, so that source and target positions stay aligned)."""
-        offsets = training_offsets(self, self.settings.position_offset_max, src.size(0), src.device)  # (B,)
-        memory, encoder_halting = self._encode(src, offsets)
-        x, decoder_halting = self._decode(tgt_in, memory, offsets)
+        random offset (the same for both, so that source and target positions stay aligned), or at one each
+        with position_offsets = "independent"."""
+        s = self.settings
+        src_offsets, tgt_offsets = training_offset_pair(self, s.position_offset_max, s.position_offsets,
+                                                        src.size(0), src.device)  # (B,) each
+        memory, encoder_halting = self._encode(src, src_offsets)
+        x, decoder_halting = self._decode(tgt_in, memory, tgt_offsets)
         output = ModelOutput(logits=self.embeddings.logits(x))
         if encoder_halting is not None and decoder_halting is not None:
             cost = encoder_halting.cost() + decoder_halting.cost()
