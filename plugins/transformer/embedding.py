@@ -44,6 +44,21 @@ class SinusoidalPositions(nn.Module):
         index = offsets.to(self.table.device).unsqueeze(1) + torch.arange(length, device=self.table.device)  # (B, L)
         return self.table[index]
 
+    def backward_rows(self, pad: torch.Tensor, offsets: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, L, dim) position signal counting down to each row's last real token, which gets offsets[b]
+        (0 without offsets); pad (B, L) marks right padding, whose positions are clamped to that last one."""
+        real = (~pad).sum(dim=1, keepdim=True)  # (B, 1)
+        index = (real - 1 - torch.arange(pad.size(1), device=pad.device)).clamp(min=0)  # (B, L)
+        if offsets is not None:
+            index = index + offsets.to(pad.device).unsqueeze(1)
+        self._grow(int(index.max()) + 1)
+        return self.table[index.to(self.table.device)]
+
+
+def prepend_bos(src: torch.Tensor, bos_id: int) -> torch.Tensor:
+    """src (B, S) -> (B, S + 1) with bos_id in front of every row."""
+    return torch.cat([torch.full_like(src[:, :1], bos_id), src], dim=1)
+
 
 def training_offsets(module: nn.Module, offset_max: int, batch: int, device: torch.device) -> torch.Tensor | None:
     """(B,) random first positions in [0, offset_max], one per sequence, while `module` trains; else None.

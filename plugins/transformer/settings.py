@@ -29,6 +29,14 @@ class CommonSettings:
                                                    "source and target; independent = one each, so training also "
                                                    "sees source-target position distances beyond its lengths",
                                     choices=("shared", "independent"))
+    source_positions: str = setting("forward", help="forward: source positions count up from the first token; "
+                                                    "backward: they count down to the source's eos (0 there, "
+                                                    "plus any offset), so the end of every source sits at the "
+                                                    "same positions whatever its length",
+                                    choices=("forward", "backward"))
+    source_bos: bool = setting(False, help="start every source with the bos token inside the encoder, so its "
+                                           "first position is marked as its eos marks the last (a reversing "
+                                           "model sees where to stop)")
     max_positions: int = setting(1024, help="initial size of the sinusoid table; it grows for longer inputs")
     init: str = setting("xavier", help="xavier: Xavier-uniform linears, N(0, d^-0.5) embeddings "
                                        "(tensor2tensor/fairseq); torch: PyTorch defaults",

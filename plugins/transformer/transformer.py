@@ -12,7 +12,8 @@ generalization): in training mode forward() draws one offset per sequence in [0,
 starts both its source and its target positions there (jointly, so position i of the target still lines up
 with position i of the source; position_offsets = "independent" draws one for each side instead);
 encode()/decode() take those offsets. In eval mode, and in step(), positions
-start at 0, so decoding is unaffected.
+start at 0, so decoding is unaffected. With source_positions = "backward" the source's positions count down
+to its eos (position 0, plus the offset), in training and decoding alike.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from torch import nn
 from seqxduce.api import Model, ModelOutput, VocabInfo
 
 from .attention import key_padding_mask
-from .embedding import Embeddings, SinusoidalPositions, init_xavier, training_offset_pair
+from .embedding import Embeddings, SinusoidalPositions, init_xavier, prepend_bos, training_offset_pair
 from .layers import DecoderLayer, EncoderLayer, FeedForward
 from .settings import TransformerSettings, check_transformer
 from .state import DecoderCache, Memory
@@ -70,10 +71,17 @@ class Transformer(nn.Module, Model):
         return self.embed_drop(x + self.positions(x.size(1), offset))
 
     def encode(self, src: torch.Tensor, offsets: torch.Tensor | None = None) -> Memory:
-        """src (B, S) -> Memory with states (B, S, C); offsets (B,): first position per row (default 0)."""
+        """src (B, S) -> Memory with states (B, S, C) (S + 1 with source_bos); offsets (B,): first position
+        per row (default 0)."""
+        if self.settings.source_bos:
+            src = prepend_bos(src, self.vocab.bos_id)
         pad = src == self.vocab.pad_id  # (B, S)
         mask = key_padding_mask(pad)  # (B, 1, 1, S) or None
-        x = self._embed(self.embeddings.embed_source(src), offsets=offsets)  # (B, S, C)
+        x = self.embeddings.embed_source(src)  # (B, S, C)
+        if self.settings.source_positions == "backward":
+            x = self.embed_drop(x + self.positions.backward_rows(pad, offsets))
+        else:
+            x = self._embed(x, offsets=offsets)
         for layer in self.encoder:
             x = layer(x, mask, pad)
         return Memory(self.encoder_norm(x), pad, mask)

@@ -35,7 +35,8 @@ only because once all positions have halted further steps change nothing.
 Random position offsets (position_offset_max > 0): as in the Transformer (transformer.py), training-mode
 forward() starts each sequence's source and target positions at one shared random offset (or one each,
 position_offsets = "independent"); the timestep
-signal is not offset; eval mode and step() use positions from 0.
+signal is not offset; eval mode and step() use positions from 0. With source_positions = "backward" the
+source's positions count down to its eos (position 0, plus the offset).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from seqxduce.api import Model, ModelOutput, VocabInfo
 
 from .act import Halting
 from .attention import key_padding_mask
-from .embedding import Embeddings, SinusoidalPositions, init_xavier, sinusoid_table, training_offset_pair
+from .embedding import Embeddings, SinusoidalPositions, init_xavier, prepend_bos, sinusoid_table, training_offset_pair
 from .layers import DecoderLayer, EncoderLayer, FeedForward, SepConvTransition, Transition
 from .settings import UniversalSettings, check_universal
 from .state import DecoderCache, LayerState, Memory
@@ -110,26 +111,28 @@ class UniversalTransformer(nn.Module, Model):
                 nn.init.constant_(unit.bias, s.act_halting_bias_init)
         self.last_ponder: torch.Tensor | None = None
 
-    def coordinates(self, length: int, step: int, offset: int = 0,
-                    offsets: torch.Tensor | None = None) -> torch.Tensor:
+    def coordinates(self, length: int, step: int, offset: int = 0, offsets: torch.Tensor | None = None,
+                    positions: torch.Tensor | None = None) -> torch.Tensor:
         """P^t for positions offset..offset+length-1 at depth step `step`: (L, C); with offsets (B,), row b
-        starts at offsets[b]: (B, L, C)."""
-        positions = self.positions(length, offset) if offsets is None else self.positions.rows(length, offsets)
+        starts at offsets[b]: (B, L, C); with positions (B, L, C) given, those positions."""
+        if positions is None:
+            positions = self.positions(length, offset) if offsets is None else self.positions.rows(length, offsets)
         return positions + self.timesteps(step)
 
     def _recur(self, x: torch.Tensor, pad: torch.Tensor, run: Callable[[torch.Tensor, int], torch.Tensor],
                unit: nn.Module | None, offset: int = 0, stop_early: bool = True,
-               offsets: torch.Tensor | None = None) -> tuple[torch.Tensor, Halting | None]:
+               offsets: torch.Tensor | None = None, positions: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, Halting | None]:
         """Apply run(H + P^t, t) for t = 1..depth to x (B, L, C); with a halting unit, under ACT."""
         if unit is None:
             for step in range(1, self.depth + 1):
-                x = run(x + self.coordinates(x.size(1), step, offset, offsets), step)
+                x = run(x + self.coordinates(x.size(1), step, offset, offsets, positions), step)
             return x, None
         halting = Halting(pad, x, self.settings.act_epsilon, self.depth)
         for step in range(1, self.depth + 1):
             if stop_early and halting.done():
                 break
-            inputs = x + self.coordinates(x.size(1), step, offset, offsets)  # (B, L, C)
+            inputs = x + self.coordinates(x.size(1), step, offset, offsets, positions)  # (B, L, C)
             p = torch.sigmoid(unit(inputs)).squeeze(-1)  # (B, L)
             new = run(inputs, step)
             ran = halting.update(p, new, step)
@@ -137,12 +140,15 @@ class UniversalTransformer(nn.Module, Model):
         return halting.output.to(x.dtype), halting
 
     def _encode(self, src: torch.Tensor, offsets: torch.Tensor | None = None) -> tuple[Memory, Halting | None]:
+        if self.settings.source_bos:
+            src = prepend_bos(src, self.vocab.bos_id)  # (B, S + 1); the bos column is dropped from ponder counts
         pad = src == self.vocab.pad_id  # (B, S)
         mask = key_padding_mask(pad)  # (B, 1, 1, S) or None
         x = self.embed_drop(self.embeddings.embed_source(src))  # (B, S, C)
+        backward = self.positions.backward_rows(pad, offsets) if self.settings.source_positions == "backward" else None
         x, halting = self._recur(x, pad, lambda h, _: self.encoder_layer(h, mask, pad), self.encoder_halting,
-                                 offsets=offsets)
-        ponder = None if halting is None else halting.updates
+                                 offsets=offsets, positions=backward)
+        ponder = None if halting is None else self._source_columns(halting.updates)
         return Memory(self.encoder_norm(x), pad, mask, ponder), halting
 
     def encode(self, src: torch.Tensor) -> Memory:
@@ -157,7 +163,11 @@ class UniversalTransformer(nn.Module, Model):
         memory = self.encode(src)
         if memory.ponder is not None:
             return memory.ponder
-        return (~memory.pad).float() * self.depth
+        return self._source_columns(~memory.pad).float() * self.depth
+
+    def _source_columns(self, per_position: torch.Tensor) -> torch.Tensor:
+        """(B, S) figures of the source's own positions: without the bos column source_bos adds."""
+        return per_position[:, 1:] if self.settings.source_bos else per_position
 
     def _decode(self, tgt_in: torch.Tensor, memory: Memory,
                 offsets: torch.Tensor | None = None) -> tuple[torch.Tensor, Halting | None]:
@@ -224,9 +234,9 @@ class UniversalTransformer(nn.Module, Model):
         memory, encoder = self._encode(src)
         _, decoder = self._decode(tgt_in, memory)
         if encoder is None or decoder is None:  # without ACT every real position takes every step
-            return {"source_ponder": (~memory.pad).float() * self.depth,
+            return {"source_ponder": self._source_columns(~memory.pad).float() * self.depth,
                     "target_ponder": (tgt_in != self.vocab.pad_id).float() * self.depth}
-        return {"source_ponder": encoder.updates, "target_ponder": decoder.updates}
+        return {"source_ponder": self._source_columns(encoder.updates), "target_ponder": decoder.updates}
 
 
 @torch.no_grad()
