@@ -29,13 +29,13 @@ VOCAB = VocabInfo(src_size=20, tgt_size=20, pad_id=PAD, bos_id=BOS, eos_id=EOS, 
 WIDTH = dict(d_model=16, d_ff=32, heads=2, dropout=0.0)
 
 
-def build(kind: str, offset_max: int, seed: int = 0):
+def build(kind: str, offset_max: int, seed: int = 0, **extra):
     """A tiny Transformer or UT (+ACT) without dropout, so train and eval mode differ only in positions."""
     torch.manual_seed(seed)
     if kind == "transformer":
-        return Transformer(TransformerSettings(layers=2, position_offset_max=offset_max, **WIDTH), VOCAB)
+        return Transformer(TransformerSettings(layers=2, position_offset_max=offset_max, **WIDTH, **extra), VOCAB)
     settings = UniversalSettings(steps=2, act=kind == "ut_act", act_max_steps=3, position_offset_max=offset_max,
-                                 **WIDTH)
+                                 **WIDTH, **extra)
     return UniversalTransformer(settings, VOCAB)
 
 
@@ -146,6 +146,53 @@ def test_offsets_differ_per_sequence(kind):
 def test_incremental_decoding_is_unaffected_by_offsets(kind):
     src, tgt = batch()
     model = build(kind, 50).eval()
+    full = torch.log_softmax(model(src, tgt).logits, dim=-1)  # (B, T, V)
+    memory = model.encode(src)
+    cache = model.init_cache(memory)
+    for t in range(tgt.size(1)):
+        logprobs, cache = model.step(tgt[:, t], memory, cache)
+        assert torch.allclose(logprobs, full[:, t], atol=1e-5)
+
+
+def test_backward_rows_count_down_to_each_rows_last_real_token():
+    positions = SinusoidalPositions(8, 4)
+    pad = torch.tensor([[False] * 5, [False, False, False, True, True]])
+    table = sinusoid_table(64, 8)
+    rows = positions.backward_rows(pad)
+    assert torch.allclose(rows[0], table[[4, 3, 2, 1, 0]])
+    assert torch.allclose(rows[1], table[[2, 1, 0, 0, 0]])  # padding clamped to the last real position
+    shifted = positions.backward_rows(pad, torch.tensor([10, 40]))
+    assert torch.allclose(shifted[1, :3], table[[42, 41, 40]])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_source_bos_equals_the_bos_written_into_the_source(kind):
+    src, tgt = batch()
+    marked, plain = build(kind, 0, source_bos=True).eval(), build(kind, 0).eval()
+    plain.load_state_dict(marked.state_dict())
+    with_bos = torch.cat([torch.full((2, 1), BOS), src], dim=1)
+    assert marked.encode(src).states.shape[1] == src.size(1) + 1
+    assert torch.allclose(marked(src, tgt).logits, plain(with_bos, tgt).logits, atol=1e-6)
+    if kind != "transformer":  # ponder counts stay one per source position
+        assert marked.ponder_counts(src).shape == src.shape
+        assert marked.annotate(src, tgt)["source_ponder"].shape == src.shape
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_backward_source_positions_change_the_encoder_only(kind):
+    src, tgt = batch()
+    backward, forward = build(kind, 0, source_positions="backward").eval(), build(kind, 0).eval()
+    forward.load_state_dict(backward.state_dict())
+    assert not torch.allclose(backward(src, tgt).logits, forward(src, tgt).logits, atol=1e-4)
+    # right padding does not move a row's positions: they count from its own last real token
+    one = src[1:, :3]
+    assert torch.allclose(backward.encode(one).states, backward.encode(src[1:]).states[:, :3], atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_incremental_decoding_matches_forward_with_backward_positions_and_source_bos(kind):
+    src, tgt = batch()
+    model = build(kind, 50, source_positions="backward", source_bos=True).eval()
     full = torch.log_softmax(model(src, tgt).logits, dim=-1)  # (B, T, V)
     memory = model.encode(src)
     cache = model.init_cache(memory)
