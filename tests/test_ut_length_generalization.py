@@ -142,10 +142,11 @@ def test_offsets_differ_per_sequence(kind):
     assert torch.allclose(*model.eval()(src, tgt).logits[:2])  # in eval they are the same again
 
 
+@pytest.mark.parametrize("extra", ({}, {"source_positions": "backward", "source_bos": True}))
 @pytest.mark.parametrize("kind", KINDS)
-def test_incremental_decoding_is_unaffected_by_offsets(kind):
+def test_incremental_decoding_is_unaffected_by_offsets(kind, extra):
     src, tgt = batch()
-    model = build(kind, 50).eval()
+    model = build(kind, 50, **extra).eval()
     full = torch.log_softmax(model(src, tgt).logits, dim=-1)  # (B, T, V)
     memory = model.encode(src)
     cache = model.init_cache(memory)
@@ -187,18 +188,6 @@ def test_backward_source_positions_change_the_encoder_only(kind):
     # right padding does not move a row's positions: they count from its own last real token
     one = src[1:, :3]
     assert torch.allclose(backward.encode(one).states, backward.encode(src[1:]).states[:, :3], atol=1e-5)
-
-
-@pytest.mark.parametrize("kind", KINDS)
-def test_incremental_decoding_matches_forward_with_backward_positions_and_source_bos(kind):
-    src, tgt = batch()
-    model = build(kind, 50, source_positions="backward", source_bos=True).eval()
-    full = torch.log_softmax(model(src, tgt).logits, dim=-1)  # (B, T, V)
-    memory = model.encode(src)
-    cache = model.init_cache(memory)
-    for t in range(tgt.size(1)):
-        logprobs, cache = model.step(tgt[:, t], memory, cache)
-        assert torch.allclose(logprobs, full[:, t], atol=1e-5)
 
 
 def test_negative_offset_max_is_a_user_error():
@@ -395,10 +384,14 @@ def bench_module():
 @pytest.mark.parametrize("size", ["cpu", "paper"])
 def test_bench_builds_a_valid_recipe_for_every_model_and_task(size):
     bench = bench_module()
-    args = argparse.Namespace(offset_max=400, test_len=400, device="cpu", seed=1)
+    args = argparse.Namespace(offset_max=400, test_len=400, device="cpu", seed=1, set=["train.lr=0.002"])
     for task in bench.TASKS:
         for kind in bench.MODELS:
             recipe = bench.recipe_for(task, kind, bench.SIZES[size], args)
+            assert recipe.train.lr == 0.002  # --set comes last
+            # every model keeps the recipe's position handling
+            assert recipe.model.settings.source_bos is (task != "copy")
+            assert recipe.model.settings.source_positions == ("backward" if task == "reverse" else "forward")
             assert recipe.task.settings.kind == task
             assert recipe.task.settings.test_min_len == recipe.task.settings.test_max_len == 400
             assert recipe.train.max_steps == bench.SIZES[size]["steps"]
