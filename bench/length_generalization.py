@@ -12,7 +12,8 @@ as tensor2tensor's data). Test sources have test_min_len..test_max_len symbols (
 sources 'a + b' count the '+'); decoding is greedy with outputs up to len(source) + 10 tokens (max_len_a 1.0,
 max_len_b 10). The table gives char-acc / seq-acc (the task plugin's char_accuracy and sequence_accuracy)
 beside the paper's figures. Run settings start from recipes/ut_<task>.toml; the [model] table is replaced
-per model and the size's overrides are applied on top.
+per model (keeping the recipe's position handling, POSITION_KEYS, so all three models share it), the size's
+overrides are applied on top, and then any --set section.key=value.
 """
 
 from __future__ import annotations
@@ -39,21 +40,26 @@ PAPER = {
     "ut": {"copy": (0.91, 0.35), "reverse": (0.96, 0.46), "addition": (0.34, 0.02)},
 }
 
+# the recipe's [model] keys every model keeps: how positions are handled is part of the protocol, not of a model
+POSITION_KEYS = ("position_offsets", "source_positions", "source_bos")
+
 # Sizes: widths, depth, and the training budget. "paper" is the paper's base width (for a GPU; the recipes
 # recipes/ut_*.toml allow ACT up to 8 steps as this does, with a fixed depth of 8 for the UT without ACT);
 # "cpu" fits one run in about four minutes on one CPU thread.
 SIZES: dict[str, dict[str, Any]] = {
     "paper": dict(d_model=512, d_ff=2048, heads=8, depth=6, act_max_steps=8, steps=50000, max_tokens=8192,
-                  warmup_steps=4000, lr_scale=1.0, train_size=100000, test_size=500, batch_size=50),
+                  warmup_steps=4000, lr_scale=1.0, train_size=100000, test_size=500, batch_size=50,
+                  curriculum_steps=10000),
     "cpu": dict(d_model=64, d_ff=256, heads=4, depth=4, act_max_steps=4, steps=1000, max_tokens=1536,
-                warmup_steps=400, lr_scale=1.0, train_size=30000, test_size=100, batch_size=50),
+                warmup_steps=400, lr_scale=1.0, train_size=30000, test_size=100, batch_size=50,
+                curriculum_steps=1500),
 }
 
 
-def model_table(kind: str, size: dict[str, Any], offset_max: int) -> dict[str, Any]:
-    """The [model] table of one of the three models at a size."""
+def model_table(kind: str, size: dict[str, Any], offset_max: int, recipe_model: dict[str, Any]) -> dict[str, Any]:
+    """The [model] table of one of the three models at a size, with the recipe's position handling."""
     common = dict(d_model=size["d_model"], d_ff=size["d_ff"], heads=size["heads"], dropout=0.1,
-                  position_offset_max=offset_max)
+                  position_offset_max=offset_max, **{k: v for k, v in recipe_model.items() if k in POSITION_KEYS})
     if kind == "transformer":
         return dict(name="transformer", layers=size["depth"], **common)
     act = kind == "ut_act"
@@ -65,16 +71,16 @@ def recipe_for(task: str, kind: str, size: dict[str, Any], args: argparse.Namesp
     """recipes/ut_<task>.toml with this model, budget and test lengths."""
     path = RECIPES / f"ut_{task}.toml"
     data = read_toml(path)
-    data["model"] = model_table(kind, size, args.offset_max)
+    data["model"] = model_table(kind, size, args.offset_max, data["model"])
     data["task"].update(test_min_len=args.test_len, test_max_len=args.test_len, test_size=size["test_size"],
                         train_size=size["train_size"], valid_size=100)
     data["train"].update(device=args.device, max_steps=size["steps"], max_tokens=size["max_tokens"],
                          warmup_steps=size["warmup_steps"], lr_scale=size["lr_scale"], validate_every=0,
                          valid_decode_examples=50, checkpoint_every=size["steps"], keep_checkpoints=1,
                          log_every=100, max_source_len=args.test_len + 2, max_target_len=args.test_len + 2,
-                         seed=args.seed)
+                         seed=args.seed, curriculum_steps=size["curriculum_steps"])
     data["decode"].update(name="greedy", max_len_a=1.0, max_len_b=10, batch_size=size["batch_size"])
-    return build_recipe(data, source=str(path), base_dir=RECIPES)
+    return build_recipe(data, source=str(path), base_dir=RECIPES, overrides=args.set)
 
 
 def run_one(task: str, kind: str, size: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
@@ -144,6 +150,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--lr-scale", type=float, help="factor on the inverse-sqrt schedule (default: the size's)")
     parser.add_argument("--offset-max", type=int, default=400,
                         help="training positions start at a random offset in [0, this] (0 = off)")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override a run setting for every run, last (e.g. --set train.lr=0.001); repeatable")
     parser.add_argument("--tasks", nargs="+", choices=TASKS, default=list(TASKS))
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
     parser.add_argument("--device", default="cpu", help="cpu, cuda, auto")
@@ -159,8 +167,8 @@ def main() -> None:
     size = dict(SIZES[args.size])
     chosen = (("steps", args.steps), ("test_size", args.test_size), ("lr_scale", args.lr_scale))
     size.update({k: v for k, v in chosen if v is not None})
-    print(f"size {args.size}: {json.dumps(size)}; test length {args.test_len}; offsets up to {args.offset_max}",
-          flush=True)
+    print(f"size {args.size}: {json.dumps(size)}; test length {args.test_len}; offsets up to {args.offset_max}; "
+          f"overrides {args.set}", flush=True)
     results = []
     for task in args.tasks:
         for kind in args.models:

@@ -54,15 +54,27 @@ def encode_pairs(
     return pairs, skipped
 
 
+def curriculum_cap(step: int, start_len: int, steps: int, longest: int) -> int | None:
+    """The longest source (tokens) a length curriculum lets train at `step`, or None once it is over.
+
+    The cap grows linearly from start_len at step 0 to the longest source at step `steps`, so short
+    pairs, which a model learns first, come alone at the start and long ones join gradually.
+    """
+    if start_len <= 0 or step >= steps or start_len >= longest:
+        return None
+    return start_len + (longest - start_len) * step // steps
+
+
 def token_batches(pairs: Sequence[Pair], max_tokens: int, seed: int, epoch: int,
-                  shuffle: bool = True) -> list[list[int]]:
+                  shuffle: bool = True, max_source: int | None = None) -> list[list[int]]:
     """Group pair indices by length into batches whose padded source+target size stays within max_tokens.
 
     Sorting by length keeps padding small; ties are broken randomly per epoch and the batch order is
     shuffled, both from (seed, epoch), so any process can rebuild the same epoch without state.
+    With max_source, only pairs whose source has at most that many tokens are batched.
     """
     rng = random.Random(seed * 100_003 + epoch)
-    order = list(range(len(pairs)))
+    order = [i for i, p in enumerate(pairs) if max_source is None or len(p.src) <= max_source]
     if shuffle:
         rng.shuffle(order)
     order.sort(key=lambda i: (len(pairs[i].src), len(pairs[i].tgt)))

@@ -67,6 +67,10 @@ class TrainSettings(Settings):
                                      max_exclusive=True)
     max_source_len: int = setting(1024, help="training pairs with a longer source (in tokens) are skipped", min=1)
     max_target_len: int = setting(1024, help="training pairs with a longer target (in tokens) are skipped", min=1)
+    curriculum_start_len: int = setting(0, help="length curriculum: at step 0 train only on pairs whose source "
+                                                "has at most this many tokens (eos included); 0 = off", min=0)
+    curriculum_steps: int = setting(0, help="steps over which the curriculum's source cap grows linearly to "
+                                            "the longest training source", min=0)
     log_every: int = setting(50, help="steps between progress lines in the metrics log", min=1)
     validate_every: int = setting(500, help="steps between validations (loss, ppl, task metric); 0 = only at end",
                                   min=0)
@@ -89,3 +93,6 @@ class TrainSettings(Settings):
         """Rules that bounds cannot express."""
         if len(self.betas) != 2:
             raise UserError(f"[train] betas = {self.betas!r}: give two numbers, beta1 and beta2, e.g. [0.9, 0.98]")
+        if self.curriculum_start_len and not self.curriculum_steps:
+            raise UserError(f"[train] curriculum_start_len = {self.curriculum_start_len} needs curriculum_steps > 0 "
+                            "(the steps over which long sources join); set it, or curriculum_start_len = 0")

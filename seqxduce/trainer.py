@@ -19,7 +19,7 @@ from seqxduce import checkpoint as ckpt
 from seqxduce import components, distributed
 from seqxduce.api import TrainingStopped, UserError
 from seqxduce.console import MetricsLog, TrainProgress, console, format_figures
-from seqxduce.data import Pair, batches_for_step, collate, encode_pairs, steps_in_epoch, token_batches
+from seqxduce.data import Pair, batches_for_step, collate, curriculum_cap, encode_pairs, steps_in_epoch, token_batches
 from seqxduce.device import autocast_context, resolve_device
 from seqxduce.recipe import Recipe
 from seqxduce.run_readme import write_run_readme
@@ -113,6 +113,7 @@ class Trainer:
         self.pad_id, self.bos_id, self.eos_id = vocab.pad_id, vocab.bos_id, vocab.eos_id
         self.train_pairs = self._encode(self.train_examples, "train")
         self.valid_pairs = self._encode(self.valid_examples, "valid") if self.valid_examples else []
+        self.longest_source = max(len(p.src) for p in self.train_pairs)
         self.model = built.model.to(self.device)
         self.d_model = self.model.schedule_width
         self.wrapped = self.dist.wrap(self.model)
@@ -226,8 +227,15 @@ class Trainer:
 
     # ------------------------------------------------------------ the loop
 
-    def _epoch_batches(self, epoch: int) -> list[list[int]]:
-        return token_batches(self.train_pairs, self.settings.max_tokens, self.settings.seed, epoch)
+    def _source_cap(self, step: int) -> int | None:
+        """The length curriculum's source cap at `step` (None: every pair trains)."""
+        s = self.settings
+        return curriculum_cap(step, s.curriculum_start_len, s.curriculum_steps, self.longest_source)
+
+    def _epoch_batches(self, epoch: int, cap: int | None) -> list[list[int]]:
+        # a function of (epoch, cap) only, so --resume rebuilds the same batches
+        return token_batches(self.train_pairs, self.settings.max_tokens, self.settings.seed, epoch,
+                             max_source=cap)
 
     def run(self) -> TrainResult:
         """Train to max_steps. A first Ctrl-C or SIGTERM finishes the current step and saves it, so that --resume
@@ -284,8 +292,13 @@ class Trainer:
 
     def _run(self) -> TrainResult:
         s = self.settings
-        batches = self._epoch_batches(self.state.epoch)
+        cap = self._source_cap(self.state.step)
+        batches = self._epoch_batches(self.state.epoch, cap)
         per_epoch = steps_in_epoch(len(batches), self.dist.world_size, s.update_freq)
+        if per_epoch == 0 and cap is not None:
+            raise UserError(f"[train] curriculum_start_len = {s.curriculum_start_len} leaves no training pair "
+                            f"(sources here have at least {min(len(p.src) for p in self.train_pairs)} tokens, "
+                            "eos included); raise it")
         if per_epoch == 0:
             raise UserError(
                 f"the training data fill {len(batches)} batches, fewer than world_size * update_freq = "
@@ -297,12 +310,16 @@ class Trainer:
         window = Window()
         with TrainProgress(s.max_steps, self.state.step, enabled=self.is_main) as progress:
             while self.state.step < s.max_steps:
+                if self._source_cap(self.state.step) != cap:  # the curriculum admits longer sources
+                    cap = self._source_cap(self.state.step)
+                    batches = self._epoch_batches(self.state.epoch, cap)
+                    per_epoch = steps_in_epoch(len(batches), self.dist.world_size, s.update_freq)
                 if self.state.step_in_epoch >= per_epoch:
                     if s.max_epochs and self.state.epoch >= s.max_epochs:
                         break
                     self.state.epoch += 1
                     self.state.step_in_epoch = 0
-                    batches = self._epoch_batches(self.state.epoch)
+                    batches = self._epoch_batches(self.state.epoch, cap)
                     per_epoch = steps_in_epoch(len(batches), self.dist.world_size, s.update_freq)
                 group = batches_for_step(batches, self.state.step_in_epoch, self.dist.rank, self.dist.world_size,
                                          s.update_freq)

@@ -44,6 +44,21 @@ class SinusoidalPositions(nn.Module):
         index = offsets.to(self.table.device).unsqueeze(1) + torch.arange(length, device=self.table.device)  # (B, L)
         return self.table[index]
 
+    def backward_rows(self, pad: torch.Tensor, offsets: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, L, dim) position signal counting down to each row's last real token, which gets offsets[b]
+        (0 without offsets); pad (B, L) marks right padding, whose positions are clamped to that last one."""
+        real = (~pad).sum(dim=1, keepdim=True)  # (B, 1)
+        index = (real - 1 - torch.arange(pad.size(1), device=pad.device)).clamp(min=0)  # (B, L)
+        if offsets is not None:
+            index = index + offsets.to(pad.device).unsqueeze(1)
+        self._grow(int(index.max()) + 1)
+        return self.table[index.to(self.table.device)]
+
+
+def prepend_bos(src: torch.Tensor, bos_id: int) -> torch.Tensor:
+    """src (B, S) -> (B, S + 1) with bos_id in front of every row."""
+    return torch.cat([torch.full_like(src[:, :1], bos_id), src], dim=1)
+
 
 class LearnedPositions(nn.Module):
     """One trained vector per position 0..size-1 (Table 3 row E); a position past the table is a UserError.
@@ -90,6 +105,16 @@ def training_offsets(module: nn.Module, offset_max: int, batch: int, device: tor
     if not module.training or offset_max <= 0:
         return None
     return torch.randint(0, offset_max + 1, (batch,), device=device)
+
+
+def training_offset_pair(module: nn.Module, offset_max: int, mode: str, batch: int, device: torch.device
+                         ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(source, target) first positions (B,) each while `module` trains: one draw for both when mode is
+    "shared", two independent draws when "independent"; (None, None) in eval mode or with offset_max 0."""
+    source = training_offsets(module, offset_max, batch, device)
+    if source is None or mode == "shared":
+        return source, source
+    return source, training_offsets(module, offset_max, batch, device)
 
 
 class Embeddings(nn.Module):

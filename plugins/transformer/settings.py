@@ -35,6 +35,19 @@ class CommonSettings(Settings):
                                                "offset in [0, this], the same for its source and target, so "
                                                "positions past the training lengths are seen (UT paper); 0 = off",
                                       min=0)
+    position_offsets: str = setting("shared", help="with position_offset_max: shared = one offset per pair for "
+                                                   "source and target; independent = one each, so training also "
+                                                   "sees source-target position distances beyond its lengths",
+                                    choices=("shared", "independent"))
+    source_positions: str = setting("forward", help="forward: source positions count up from the first token; "
+                                                    "backward: they count down to the source's eos (0 there, "
+                                                    "plus any offset), so the end of every source sits at the "
+                                                    "same positions whatever its length (needs positions = "
+                                                    "sinusoid)",
+                                    choices=("forward", "backward"))
+    source_bos: bool = setting(False, help="start every source with the bos token inside the encoder, so its "
+                                           "first position is marked as its eos marks the last (a reversing "
+                                           "model sees where to stop)")
     positions: str = setting("sinusoid", help="position signal: sinusoid (paper sec. 3.5) or learned (one "
                                               "trained vector per position, Table 3 row E)",
                              choices=("sinusoid", "learned"))
@@ -52,6 +65,9 @@ class CommonSettings(Settings):
         if (not self.d_k or not self.d_v) and self.d_model % self.heads:
             raise UserError(f"[model] heads = {self.heads} does not divide d_model = {self.d_model}; "
                             "pick heads so that d_model / heads is a whole number, or set d_k and d_v")
+        if self.source_positions == "backward" and self.positions != "sinusoid":
+            raise UserError(f"[model] source_positions = \"backward\" needs positions = \"sinusoid\" (a learned "
+                            f"table has no rows to count down from); positions = {self.positions!r} given")
 
 
 @dataclass

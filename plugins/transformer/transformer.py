@@ -15,8 +15,10 @@ r + 1 keys and values in step()). forward_flops_per_token() counts a token's for
 Random position offsets (position_offset_max > 0, the Universal Transformer paper's device for length
 generalization): in training mode forward() draws one offset per sequence in [0, position_offset_max] and
 starts both its source and its target positions there (jointly, so position i of the target still lines up
-with position i of the source); encode()/decode() take those offsets. In eval mode, and in step(), positions
-start at 0, so decoding is unaffected.
+with position i of the source; position_offsets = "independent" draws one for each side instead);
+encode()/decode() take those offsets. In eval mode, and in step(), positions
+start at 0, so decoding is unaffected. With source_positions = "backward" the source's positions count down
+to its eos (position 0, plus the offset), in training and decoding alike.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from seqxduce.api import AttentionWeights, Model, ModelOutput, VocabInfo
 
 from .attention import encoder_self_mask, key_padding_mask
 from .attention_maps import record_attention
-from .embedding import Embeddings, init_xavier, make_positions, training_offsets
+from .embedding import Embeddings, init_xavier, make_positions, prepend_bos, training_offset_pair
 from .flops import forward_flops
 from .layers import DecoderLayer, EncoderLayer, FeedForward
 from .settings import TransformerSettings
@@ -78,10 +80,17 @@ class Transformer(nn.Module, Model):
         return self.embed_drop(x + self.positions(x.size(1), offset))
 
     def encode(self, src: torch.Tensor, offsets: torch.Tensor | None = None) -> Memory:
-        """src (B, S) -> Memory with states (B, S, C); offsets (B,): first position per row (default 0)."""
+        """src (B, S) -> Memory with states (B, S, C) (S + 1 with source_bos); offsets (B,): first position
+        per row (default 0)."""
+        if self.settings.source_bos:
+            src = prepend_bos(src, self.vocab.bos_id)
         pad = src == self.vocab.pad_id  # (B, S)
         self_mask = encoder_self_mask(pad, self.settings.attention_window)  # (B, 1, 1 or S, S) or None
-        x = self._embed(self.embeddings.embed_source(src), offsets=offsets)  # (B, S, C)
+        x = self.embeddings.embed_source(src)  # (B, S, C)
+        if self.settings.source_positions == "backward":
+            x = self.embed_drop(x + self.positions.backward_rows(pad, offsets))
+        else:
+            x = self._embed(x, offsets=offsets)
         for layer in self.encoder:
             x = layer(x, self_mask, pad)
         return Memory(self.encoder_norm(x), pad, key_padding_mask(pad))
@@ -95,8 +104,11 @@ class Transformer(nn.Module, Model):
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> ModelOutput:
         """Logits (B, T, V) for next-token prediction; in training, positions may start at random offsets."""
-        offsets = training_offsets(self, self.settings.position_offset_max, src.size(0), src.device)  # (B,)
-        return ModelOutput(logits=self.embeddings.logits(self.decode(tgt_in, self.encode(src, offsets), offsets)))
+        s = self.settings
+        src_offsets, tgt_offsets = training_offset_pair(self, s.position_offset_max, s.position_offsets,
+                                                        src.size(0), src.device)  # (B,) each
+        memory = self.encode(src, src_offsets)
+        return ModelOutput(logits=self.embeddings.logits(self.decode(tgt_in, memory, tgt_offsets)))
 
     def init_cache(self, memory: Memory) -> DecoderCache:
         """Empty self-attention state per layer, and each layer's cross-attention keys/values, projected once."""

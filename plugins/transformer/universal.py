@@ -36,8 +36,10 @@ model.steps=N` (with ACT, model.act_max_steps) runs the trained shared layer N t
 decode_time_keys). d_k / d_v, learned positions and attention_window work as in the Transformer.
 
 Random position offsets (position_offset_max > 0): as in the Transformer (transformer.py), training-mode
-forward() starts each sequence's source and target positions at one shared random offset; the timestep
-signal is not offset; eval mode and step() use positions from 0.
+forward() starts each sequence's source and target positions at one shared random offset (or one each,
+position_offsets = "independent"); the timestep
+signal is not offset; eval mode and step() use positions from 0. With source_positions = "backward" the
+source's positions count down to its eos (position 0, plus the offset).
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from seqxduce.api import AttentionWeights, Model, ModelOutput, VocabInfo
 from .act import Halting
 from .attention import encoder_self_mask, key_padding_mask
 from .attention_maps import record_attention
-from .embedding import Embeddings, init_xavier, make_positions, sinusoid_table, training_offsets
+from .embedding import Embeddings, init_xavier, make_positions, prepend_bos, sinusoid_table, training_offset_pair
 from .flops import forward_flops
 from .layers import DecoderLayer, EncoderLayer, FeedForward, SepConvTransition, Transition
 from .settings import UniversalSettings
@@ -110,26 +112,28 @@ class UniversalTransformer(nn.Module, Model):
             if unit is not None:
                 nn.init.constant_(unit.bias, s.act_halting_bias_init)
 
-    def coordinates(self, length: int, step: int, offset: int = 0,
-                    offsets: torch.Tensor | None = None) -> torch.Tensor:
+    def coordinates(self, length: int, step: int, offset: int = 0, offsets: torch.Tensor | None = None,
+                    positions: torch.Tensor | None = None) -> torch.Tensor:
         """P^t for positions offset..offset+length-1 at depth step `step`: (L, C); with offsets (B,), row b
-        starts at offsets[b]: (B, L, C)."""
-        positions = self.positions(length, offset) if offsets is None else self.positions.rows(length, offsets)
+        starts at offsets[b]: (B, L, C); with positions (B, L, C) given, those positions."""
+        if positions is None:
+            positions = self.positions(length, offset) if offsets is None else self.positions.rows(length, offsets)
         return positions + self.timesteps(step)
 
     def _recur(self, x: torch.Tensor, pad: torch.Tensor, run: Callable[[torch.Tensor, int], torch.Tensor],
                unit: nn.Module | None, offset: int = 0, stop_early: bool = True,
-               offsets: torch.Tensor | None = None) -> tuple[torch.Tensor, Halting | None]:
+               offsets: torch.Tensor | None = None, positions: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, Halting | None]:
         """Apply run(H + P^t, t) for t = 1..depth to x (B, L, C); with a halting unit, under ACT."""
         if unit is None:
             for step in range(1, self.depth + 1):
-                x = run(x + self.coordinates(x.size(1), step, offset, offsets), step)
+                x = run(x + self.coordinates(x.size(1), step, offset, offsets, positions), step)
             return x, None
         halting = Halting(pad, x, self.settings.act_epsilon, self.depth)
         for step in range(1, self.depth + 1):
             if stop_early and halting.done():
                 break
-            inputs = x + self.coordinates(x.size(1), step, offset, offsets)  # (B, L, C)
+            inputs = x + self.coordinates(x.size(1), step, offset, offsets, positions)  # (B, L, C)
             p = torch.sigmoid(unit(inputs)).squeeze(-1)  # (B, L)
             new = run(inputs, step)
             ran = halting.update(p, new, step)
@@ -137,12 +141,15 @@ class UniversalTransformer(nn.Module, Model):
         return halting.output.to(x.dtype), halting
 
     def _encode(self, src: torch.Tensor, offsets: torch.Tensor | None = None) -> tuple[Memory, Halting | None]:
+        if self.settings.source_bos:
+            src = prepend_bos(src, self.vocab.bos_id)  # (B, S + 1); the bos column is dropped from ponder counts
         pad = src == self.vocab.pad_id  # (B, S)
         self_mask = encoder_self_mask(pad, self.settings.attention_window)  # (B, 1, 1 or S, S) or None
         x = self.embed_drop(self.embeddings.embed_source(src))  # (B, S, C)
+        backward = self.positions.backward_rows(pad, offsets) if self.settings.source_positions == "backward" else None
         x, halting = self._recur(x, pad, lambda h, _: self.encoder_layer(h, self_mask, pad), self.encoder_halting,
-                                 offsets=offsets)
-        ponder = None if halting is None else halting.updates
+                                 offsets=offsets, positions=backward)
+        ponder = None if halting is None else self._source_columns(halting.updates)
         return Memory(self.encoder_norm(x), pad, key_padding_mask(pad), ponder), halting
 
     @property
@@ -154,6 +161,10 @@ class UniversalTransformer(nn.Module, Model):
         """src (B, S) -> Memory (states (B, S, C)); with ACT, Memory.ponder holds N (B, S)."""
         memory, _ = self._encode(src)
         return memory
+
+    def _source_columns(self, per_position: torch.Tensor) -> torch.Tensor:
+        """(B, S) figures of the source's own positions: without the bos column source_bos adds."""
+        return per_position[:, 1:] if self.settings.source_bos else per_position
 
     def _decode(self, tgt_in: torch.Tensor, memory: Memory,
                 offsets: torch.Tensor | None = None) -> tuple[torch.Tensor, Halting | None]:
@@ -168,10 +179,13 @@ class UniversalTransformer(nn.Module, Model):
         """Logits (B, T, V); with ACT also the ponder cost (aux_loss) and ponder stats.
 
         In training, with position_offset_max > 0, each sequence's source and target positions start at one
-        random offset (the same for both, so that source and target positions stay aligned)."""
-        offsets = training_offsets(self, self.settings.position_offset_max, src.size(0), src.device)  # (B,)
-        memory, encoder_halting = self._encode(src, offsets)
-        x, decoder_halting = self._decode(tgt_in, memory, offsets)
+        random offset (the same for both, so that source and target positions stay aligned), or at one each
+        with position_offsets = "independent"."""
+        s = self.settings
+        src_offsets, tgt_offsets = training_offset_pair(self, s.position_offset_max, s.position_offsets,
+                                                        src.size(0), src.device)  # (B,) each
+        memory, encoder_halting = self._encode(src, src_offsets)
+        x, decoder_halting = self._decode(tgt_in, memory, tgt_offsets)
         output = ModelOutput(logits=self.embeddings.logits(x))
         if encoder_halting is not None and decoder_halting is not None:
             cost = encoder_halting.cost() + decoder_halting.cost()
@@ -223,9 +237,9 @@ class UniversalTransformer(nn.Module, Model):
         memory, encoder = self._encode(src)
         _, decoder = self._decode(tgt_in, memory)
         if encoder is None or decoder is None:  # without ACT every real position takes every step
-            return {"source_ponder": (~memory.pad).float() * self.depth,
+            return {"source_ponder": self._source_columns(~memory.pad).float() * self.depth,
                     "target_ponder": (tgt_in != self.vocab.pad_id).float() * self.depth}
-        return {"source_ponder": encoder.updates, "target_ponder": decoder.updates}
+        return {"source_ponder": self._source_columns(encoder.updates), "target_ponder": decoder.updates}
 
     def attention_weights(self, src: torch.Tensor, tgt_in: torch.Tensor) -> AttentionWeights:
         """Each depth step's attention probabilities over one teacher-forced pass (see seqxduce.api.Model).

@@ -1,0 +1,66 @@
+"""The length curriculum ([train] curriculum_start_len / curriculum_steps): short sources first."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from seqxduce import engine
+from seqxduce.api import UserError
+from seqxduce.data import Pair, curriculum_cap, token_batches
+from seqxduce.recipe import load_recipe
+from seqxduce.trainer import Trainer
+
+RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
+CURRICULUM = ["train.curriculum_start_len=3", "train.curriculum_steps=8", "train.validate_every=0",
+              "train.max_tokens=60"]
+
+
+def test_cap_grows_linearly_from_the_start_to_the_longest_source_then_is_off():
+    caps = [curriculum_cap(step, 3, 8, 11) for step in range(10)]
+    assert caps == [3, 4, 5, 6, 7, 8, 9, 10, None, None]
+    assert curriculum_cap(0, 0, 8, 11) is None  # off
+    assert curriculum_cap(0, 11, 8, 11) is None  # nothing longer to hold back
+
+
+def test_token_batches_keep_only_sources_within_the_cap():
+    pairs = [Pair([5] * n, [6] * n) for n in (1, 2, 3, 4, 5, 6, 2, 3)]
+    batches = token_batches(pairs, max_tokens=20, seed=0, epoch=0, max_source=3)
+    kept = sorted(i for batch in batches for i in batch)
+    assert kept == [i for i, p in enumerate(pairs) if len(p.src) <= 3]
+
+
+def test_training_sees_only_short_sources_early_and_every_length_later(tmp_path, monkeypatch):
+    trainer = Trainer(load_recipe(RECIPE, CURRICULUM + ["train.max_steps=12"]), tmp_path / "run")
+    longest_per_step = []
+    real_step = trainer.train_step
+
+    def record(group):
+        longest_per_step.append(max(len(trainer.train_pairs[i].src) for batch in group for i in batch))
+        return real_step(group)
+
+    monkeypatch.setattr(trainer, "train_step", record)
+    trainer.run()
+    assert trainer.longest_source == 7  # sources of up to 6 symbols, plus eos
+    caps = [curriculum_cap(step, 3, 8, 7) or 7 for step in range(12)]
+    assert all(longest <= cap for longest, cap in zip(longest_per_step, caps)), (longest_per_step, caps)
+    assert longest_per_step[0] <= 3 and max(longest_per_step[8:]) == 7
+
+
+def test_resume_inside_the_curriculum_continues_exactly(tmp_path):
+    whole = engine.train(RECIPE, tmp_path / "whole", overrides=CURRICULUM + ["train.max_steps=12"])
+    engine.train(RECIPE, tmp_path / "split", overrides=CURRICULUM + ["train.max_steps=5"])
+    resumed = engine.train(engine.load_run_recipe(tmp_path / "split", ["train.max_steps=12"]), tmp_path / "split",
+                           resume=True)
+    assert whole.step == resumed.step == 12
+    a = torch.load(sorted((tmp_path / "whole" / "checkpoints").glob("*.pt"))[-1], weights_only=True)["model"]
+    b = torch.load(sorted((tmp_path / "split" / "checkpoints").glob("*.pt"))[-1], weights_only=True)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_start_without_steps_or_below_every_source_is_a_clear_error(tmp_path):
+    with pytest.raises(UserError, match="curriculum_steps"):
+        load_recipe(RECIPE, ["train.curriculum_start_len=3"])
+    with pytest.raises(UserError, match="curriculum_start_len = 1 leaves no training pair"):
+        Trainer(load_recipe(RECIPE, ["train.curriculum_start_len=1", "train.curriculum_steps=4"]),
+                tmp_path / "run").run()
