@@ -32,7 +32,7 @@ class CommonSettings(Settings):
                                                 "vocabulary is shared")
     tie_output: bool = setting(True, help="tie the output projection to the target embedding (paper, sec. 3.4)")
     position_offset_max: int = setting(0, help="training only: each sequence's positions start at a random "
-                                               "offset in [0, this], the same for its source and target, so "
+                                               "offset in [0, this] (see position_offsets), so "
                                                "positions past the training lengths are seen (UT paper); 0 = off",
                                       min=0)
     position_offsets: str = setting("shared", help="with position_offset_max: shared = one offset per pair for "
