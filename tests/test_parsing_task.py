@@ -45,6 +45,25 @@ def test_keep_pos_tags_puts_the_tags_in_the_target():
     assert target.endswith(". )S")
 
 
+@pytest.mark.parametrize("settings", [dict(keep_pos_tags=True, words_in_target="after_leaf"),
+                                      dict(words_in_target="as_leaf")])
+def test_targets_with_words_score_100_and_carry_the_source_words(settings):
+    task = PtbTask(PtbSettings(valid_files="0160", **settings))
+    examples = task.examples("valid", SAMPLE)
+    first = examples[0]
+    after_leaf = settings["words_in_target"] == "after_leaf"
+    expected = "(S (NP NNP Savin NNP Corp. )NP" if after_leaf else "(S (NP Savin Corp. )NP"
+    assert first.target.startswith(expected)
+    hyps = [task.postprocess(ex.target, ex.source) for ex in examples]
+    report = task.score(hyps, [ex.ref for ex in examples])
+    assert report.metrics["f1"] == 100.0 and report.metrics["repairs"] == 0
+
+
+def test_word_leaves_with_pos_tags_is_a_user_error():
+    with pytest.raises(UserError, match=r"\[task\] words_in_target 'as_leaf'.*after_leaf"):
+        PtbTask(PtbSettings(keep_pos_tags=True, words_in_target="as_leaf"))
+
+
 def test_train_split_size():
     assert len(PtbTask(PtbSettings()).examples("train", SAMPLE)) == 3396
 

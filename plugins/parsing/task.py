@@ -9,7 +9,7 @@ from nltk.tree import Tree
 from seqxduce.api import Example, Report, Task, UserError, read_lines
 
 from . import evalb
-from .linearize import PLACEHOLDER, delinearize, linearize
+from .linearize import PLACEHOLDER, check_word_mode, delinearize, linearize
 from .preprocess import drop_empty_root, expand_unary_chains, flat, is_preterminal, preprocess
 from .settings import PtbSettings
 from .treebank import download_sample, has_treebank, read_split
@@ -34,6 +34,10 @@ class PtbTask(Task):
 
     def __init__(self, settings: PtbSettings | None = None):
         self.settings = settings or PtbSettings()
+        try:
+            check_word_mode(self.settings.words_in_target, self.settings.keep_pos_tags)
+        except ValueError as err:
+            raise UserError(f"[task] {err}") from None
         self._reset_repairs()
 
     def _reset_repairs(self) -> None:
@@ -72,7 +76,8 @@ class PtbTask(Task):
                 continue  # nothing to parse
             processed = preprocess(gold, collapse_unary=self.settings.collapse_unary)
             out.append(Example(source=" ".join(processed.leaves()),
-                               target=linearize(processed, keep_pos_tags=self.settings.keep_pos_tags),
+                               target=linearize(processed, keep_pos_tags=self.settings.keep_pos_tags,
+                                                 words_in_target=self.settings.words_in_target),
                                reference=flat(gold)))
         return out
 
@@ -80,7 +85,7 @@ class PtbTask(Task):
 
     def postprocess(self, hypothesis: str, source: str) -> str:
         """The decoded sequence as a one-line tree with the source words at its leaves (repaired if needed)."""
-        result = delinearize(hypothesis, source.split())
+        result = delinearize(hypothesis, source.split(), self.settings.words_in_target)
         tree = expand_unary_chains(result.tree) if self.settings.collapse_unary else result.tree
         self.postprocessed += 1
         self.repaired += int(result.repairs > 0)
