@@ -27,6 +27,11 @@ from .linearize import is_close, is_open
 OTHER, OPEN, CLOSE, LEAF, EOS = range(5)  # token classes; OTHER (specials, <unk>, ...) is never allowed
 
 
+def is_unknown_class(token: str) -> bool:
+    """<unk-Cap-s> and the like: a word tokenizer's stand-in for unknown words, never a leaf label."""
+    return token.startswith("<") and token.endswith(">")
+
+
 class TreeConstraint(StepConstraint):
     """Only well-formed trees with one leaf per source word (see the module docstring)."""
 
@@ -48,7 +53,8 @@ class TreeConstraint(StepConstraint):
             if is_open(token) or is_close(token):
                 kind[i] = OPEN if is_open(token) else CLOSE
                 label[i] = labels.setdefault(token[1:], len(labels))
-            elif "(" not in token and ")" not in token and (leaves is None or token in leaves):
+            elif "(" not in token and ")" not in token and not is_unknown_class(token) \
+                    and (leaves is None or token in leaves):
                 kind[i] = LEAF
         closable = {label[i] for i in range(size) if kind[i] == CLOSE}
         for i in range(size):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from seqxduce_text.settings import VocabSettings
+from seqxduce_text.settings import VocabSettings, WordSettings
 
 from seqxduce import hookimpl
 
-__all__ = ["VocabSettings", "build_char", "build_word", "register_tokenizers"]
+__all__ = ["VocabSettings", "WordSettings", "build_char", "build_word", "register_tokenizers"]
 
 
 def build_char(settings: VocabSettings) -> Any:
@@ -18,7 +18,7 @@ def build_char(settings: VocabSettings) -> Any:
     return CharTokenizer(settings)
 
 
-def build_word(settings: VocabSettings) -> Any:
+def build_word(settings: WordSettings) -> Any:
     """Build the whitespace word tokenizer."""
     from seqxduce_text.tokenizers import WordTokenizer
 
@@ -30,5 +30,5 @@ def register_tokenizers(register):
     """Register the `char` and `word` tokenizers."""
     register("char", build_char, settings=VocabSettings,
              help="one token per character (spaces included); vocabulary from the training text")
-    register("word", build_word, settings=VocabSettings,
+    register("word", build_word, settings=WordSettings,
              help="one token per whitespace-separated word; vocabulary from the training text")
