@@ -167,7 +167,11 @@ def test_recipes_validate(name):
     assert recipe.task.component.name == "ptb" and recipe.decode.component.name == "tree_beam"
     assert recipe.tokenizer.component.name == "word" and recipe.tokenizer.core.shared is False
     assert (recipe.decode.settings.beam, recipe.decode.settings.alpha) == (21, 0.3)
-    assert (recipe.decode.settings.max_len_a, recipe.decode.settings.max_len_b) == (1.0, 300)
+    # the paper's input length + 300, plus one token per word where the target also carries the words
+    words = recipe.task.settings.words_in_target
+    assert recipe.decode.settings.words_in_target == words
+    expected_a = 2.0 if words == "after_leaf" else 1.0
+    assert (recipe.decode.settings.max_len_a, recipe.decode.settings.max_len_b) == (expected_a, 300)
 
 
 def test_the_sample_recipe_points_at_the_shared_sample():
