@@ -227,3 +227,69 @@ def test_the_tree_beam_decoder_plugin():
         assert len(nbest) == 1
         result = delinearize(tokenizer.decode(nbest[0].tokens), source.split())
         assert result.repairs == 0 and len(result.tree.leaves()) == len(source.split())
+
+
+WORD_VOCAB = VOCAB + ["NN", "John", "left"]
+
+
+def allowed_in(constraint: TreeConstraint, vocab: list[str], row: int = 0) -> dict[str, float]:
+    """Allowed tokens of a row with the score the mask gives them (input: all log-probs -1)."""
+    mask = constraint.mask(torch.full((constraint.need.numel(), len(vocab)), -1.0))
+    return {vocab[i]: float(mask[row, i]) for i in torch.isfinite(mask[row]).nonzero().flatten().tolist()}
+
+
+def feed_words(constraint: TreeConstraint, vocab: list[str], sequence: str) -> None:
+    for token in sequence.split():
+        constraint.advance(torch.arange(constraint.need.numel()), torch.tensor([vocab.index(token)]))
+
+
+def test_after_leaf_forces_each_source_word_after_its_leaf_at_no_cost():
+    c = TreeConstraint(ListTokenizer(WORD_VOCAB), words_in_target="after_leaf")
+    c.start(request_for(["John left Mary"]), torch.tensor([0]))
+    feed_words(c, WORD_VOCAB, "(S NN")
+    assert allowed_in(c, WORD_VOCAB) == {"John": 0.0}  # the word is given: its log-prob is not counted
+    feed_words(c, WORD_VOCAB, "John")
+    assert "John" in allowed_in(c, WORD_VOCAB) and "(NP" in allowed_in(c, WORD_VOCAB)  # a leaf or a bracket again
+    feed_words(c, WORD_VOCAB, "XX left NN")
+    assert allowed_in(c, WORD_VOCAB) == {"<unk>": 0.0}  # "Mary" is outside the target vocabulary
+    feed_words(c, WORD_VOCAB, "<unk>")
+    assert set(allowed_in(c, WORD_VOCAB)) == {")S"}
+
+
+def test_as_leaf_makes_the_next_source_word_the_only_leaf():
+    c = TreeConstraint(ListTokenizer(WORD_VOCAB), words_in_target="as_leaf")
+    c.start(request_for(["John left"]), torch.tensor([0]))
+    feed_words(c, WORD_VOCAB, "(S")
+    assert set(allowed_in(c, WORD_VOCAB)) == {"John", "(S", "(NP", "(VP"}
+    feed_words(c, WORD_VOCAB, "John")
+    assert set(allowed_in(c, WORD_VOCAB)) == {"left", "(S", "(NP", "(VP"}
+    feed_words(c, WORD_VOCAB, "left")
+    assert set(allowed_in(c, WORD_VOCAB)) == {")S"}
+
+
+@pytest.mark.parametrize("mode", ["after_leaf", "as_leaf"])
+def test_beam_search_with_words_in_target_writes_the_source_words(mode):
+    tokenizer = ListTokenizer(WORD_VOCAB)
+    sources = ["John", "John left", "left John Mary left", "Mary John left John left"]
+    constraint = TreeConstraint(tokenizer, max_len_a=1.0, max_len_b=16, words_in_target=mode)
+    hyps = beam_search(RandomModel(len(WORD_VOCAB), 4), request_for(sources), beam=4, alpha=0.3, max_len_a=1.0,
+                       max_len_b=16, nbest=4, constraint=constraint)
+    for source, nbest in zip(sources, hyps):
+        for hyp in nbest:
+            tokens = [WORD_VOCAB[i] for i in hyp.tokens if i != tokenizer.eos_id]
+            leaves = [t for t in tokens if not t.startswith(("(", ")"))]
+            # after_leaf: leaves and words alternate (a word may also have been chosen as a leaf)
+            written = leaves[1::2] if mode == "after_leaf" else leaves
+            assert written == [w if w in WORD_VOCAB else "<unk>" for w in source.split()], tokens
+            result = delinearize(" ".join(tokens), source.split(), mode)
+            assert result.repairs == 0 and result.tree.leaves() == source.split(), tokens
+
+
+def test_words_in_target_needs_one_target_token_per_word():
+    class CharListTokenizer(ListTokenizer):
+        def encode(self, text: str) -> list[int]:
+            return [self.unk_id] * len(text)
+
+    c = TreeConstraint(CharListTokenizer(WORD_VOCAB), words_in_target="after_leaf")
+    with pytest.raises(UserError, match="words_in_target.*one target token per source word"):
+        c.start(request_for(["John left"]), torch.tensor([0]))

@@ -28,6 +28,27 @@ def test_linearize_can_keep_the_pos_tags():
     assert linearize(TREE, keep_pos_tags=True) == "(S (NP NNP )NP (VP VBZ (NP DT NN )NP )VP . )S"
 
 
+def test_the_words_can_follow_their_leaves_or_be_the_leaves():
+    assert linearize(TREE, keep_pos_tags=True, words_in_target="after_leaf") == \
+        "(S (NP NNP John )NP (VP VBZ has (NP DT a NN dog )NP )VP . . )S"
+    assert linearize(TREE, words_in_target="after_leaf") == \
+        "(S (NP XX John )NP (VP XX has (NP XX a XX dog )NP )VP XX . )S"
+    assert linearize(TREE, words_in_target="as_leaf") == "(S (NP John )NP (VP has (NP a dog )NP )VP . )S"
+    with pytest.raises(ValueError, match="after_leaf"):
+        linearize(TREE, keep_pos_tags=True, words_in_target="as_leaf")
+
+
+def test_written_words_are_dropped_and_the_source_words_put_back():
+    # the output wrote <unk> for "dog" and "has": the tree carries the source words
+    after = delinearize("(S (NP NNP John )NP (VP VBZ <unk> (NP DT a NN <unk> )NP )VP . . )S", WORDS, "after_leaf")
+    assert (after.tree, after.repairs) == (TREE, 0)
+    as_leaf = delinearize("(S (NP John )NP (VP <unk> (NP a dog )NP )VP . )S", WORDS, "as_leaf")
+    assert (as_leaf.tree, as_leaf.repairs) == (with_placeholders(TREE), 0)
+    # a leaf without its word is one repair; the next bracket is read as a bracket, not as the word
+    missing = delinearize("(S (NP NNP )NP (VP VBZ has (NP DT a NN dog )NP )VP . . )S", WORDS, "after_leaf")
+    assert (missing.tree, missing.repairs) == (TREE, 1)
+
+
 def test_delinearize_puts_the_words_back():
     result = delinearize(SEQUENCE, WORDS)
     assert result.repairs == 0
@@ -80,6 +101,10 @@ def test_round_trip_over_every_tree_of_the_sample(sample_trees):
         assert (tagged.tree, tagged.repairs) == (gold, 0), flat(gold)
         placeholder = delinearize(linearize(gold), words)
         assert (placeholder.tree, placeholder.repairs) == (with_placeholders(gold), 0), flat(gold)
+        after = delinearize(linearize(gold, keep_pos_tags=True, words_in_target="after_leaf"), words, "after_leaf")
+        assert (after.tree, after.repairs) == (gold, 0), flat(gold)
+        as_leaf = delinearize(linearize(gold, words_in_target="as_leaf"), words, "as_leaf")
+        assert (as_leaf.tree, as_leaf.repairs) == (with_placeholders(gold), 0), flat(gold)
 
 
 def test_round_trip_with_collapsed_unary_chains(sample_trees):

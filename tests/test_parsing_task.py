@@ -44,6 +44,25 @@ def test_keep_pos_tags_puts_the_tags_in_the_target(ptb_sample):
     assert target.endswith(". )S")
 
 
+@pytest.mark.parametrize("settings", [dict(keep_pos_tags=True, words_in_target="after_leaf"),
+                                      dict(words_in_target="as_leaf")])
+def test_targets_with_words_score_100_and_carry_the_source_words(settings, ptb_sample):
+    task = PtbTask(PtbSettings(valid_files="0160", **settings))
+    examples = task.examples("valid", ptb_sample)
+    first = examples[0]
+    after_leaf = settings["words_in_target"] == "after_leaf"
+    expected = "(S (NP NNP Savin NNP Corp. )NP" if after_leaf else "(S (NP Savin Corp. )NP"
+    assert first.target.startswith(expected)
+    hyps = [task.postprocess(ex.target, ex.source) for ex in examples]
+    report = task.score_outputs(hyps, [ex.ref for ex in examples], [ex.source for ex in examples])
+    assert report.metrics["f1"] == 100.0 and report.metrics["repairs"] == 0
+
+
+def test_word_leaves_with_pos_tags_is_a_user_error():
+    with pytest.raises(UserError, match=r"\[task\] words_in_target 'as_leaf'.*after_leaf"):
+        PtbTask(PtbSettings(keep_pos_tags=True, words_in_target="as_leaf"))
+
+
 def test_train_split_size(ptb_sample):
     assert len(PtbTask(PtbSettings()).examples("train", ptb_sample)) == 3396
 
@@ -165,7 +184,11 @@ def test_recipes_validate(name):
     assert recipe.task.component.name == "ptb" and recipe.decode.component.name == "tree_beam"
     assert recipe.tokenizer.component.name == "word" and recipe.tokenizer.core.shared is False
     assert (recipe.decode.settings.beam, recipe.decode.settings.alpha) == (21, 0.3)
-    assert (recipe.decode.settings.max_len_a, recipe.decode.settings.max_len_b) == (1.0, 300)
+    # the paper's input length + 300, plus one token per word where the target also carries the words
+    words = recipe.task.settings.words_in_target
+    assert recipe.decode.settings.words_in_target == words
+    expected_a = 2.0 if words == "after_leaf" else 1.0
+    assert (recipe.decode.settings.max_len_a, recipe.decode.settings.max_len_b) == (expected_a, 300)
 
 
 def test_the_sample_recipe_points_at_the_shared_sample():

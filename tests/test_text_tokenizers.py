@@ -9,7 +9,8 @@ import sys
 
 import pytest
 import seqxduce_text
-from seqxduce_text.settings import VocabSettings
+from seqxduce_text.settings import VocabSettings, WordSettings
+from seqxduce_text.signatures import signature
 from seqxduce_text.tokenizers import CharTokenizer, WordTokenizer
 from seqxduce_text.vocab_file import escape, unescape
 
@@ -154,8 +155,35 @@ def test_using_an_untrained_tokenizer_says_what_to_do():
         WordTokenizer().encode("a")
 
 
+@pytest.mark.parametrize("word, first, expected", [
+    ("Running", False, "<unk-Cap-ing>"), ("Running", True, "<unk-INITC-ing>"), ("IBM", False, "<unk-CAPS>"),
+    ("walked", False, "<unk-lc-ed>"), ("1,987", False, "<unk-NUM>"), ("ex-wife", False, "<unk-lc-DASH>"),
+    ("cats", False, "<unk-lc-s>"), ("glass", False, "<unk-lc>"), ("electricity", False, "<unk-lc-ity>"),
+    ("...", False, "<unk>"),
+])
+def test_signatures_classify_a_word_by_shape_and_suffix(word, first, expected):
+    assert signature(word, first) == expected
+
+
+def test_signature_unknowns_read_a_rare_word_as_its_class(tmp_path):
+    tokenizer = WordTokenizer(WordSettings(min_freq=2, unknown="signature"))
+    tokenizer.train(["the cat sat", "the cat jumped", "big Dogs walked 12 days"], tmp_path)
+    ids = tokenizer.encode("the hopping cat played 1990 Cats ...")
+    # "played" is unseen but its class was learnt from "jumped" and "walked", "Cats" from "Dogs"
+    assert [tokenizer.id_to_token(i) for i in ids] == [
+        "the", "<unk>", "cat", "<unk-lc-ed>", "<unk-NUM>", "<unk-Cap-s>", "<unk>"]
+    # a class that training never saw (-ing) falls back to <unk>; so do classless words
+    tokenizer.save(tmp_path, "tgt")
+    loaded = WordTokenizer(WordSettings(min_freq=2, unknown="signature"))
+    loaded.load(tmp_path, "tgt")
+    assert loaded.encode("the hopping cat played 1990 Cats ...") == ids
+    plain = WordTokenizer(WordSettings(min_freq=2))
+    plain.train(["the cat sat", "the cat jumped", "big Dogs walked 12 days"], tmp_path)
+    assert plain.encode("played") == [plain.unk_id] and plain.vocab_size == 6
+
+
 def test_every_setting_has_help():
-    for f in dataclasses.fields(VocabSettings):
+    for f in dataclasses.fields(WordSettings):
         assert f.metadata["help"], f.name
 
 
@@ -167,9 +195,9 @@ def test_registered_through_the_plugin_manager(tmp_path):
         assert registry.names("tokenizer") == ["char", "word"]
         char = registry.get("tokenizer", "char")
         word = registry.get("tokenizer", "word")
-        assert char.settings is word.settings is VocabSettings
+        assert char.settings is VocabSettings and word.settings is WordSettings
         assert isinstance(char.factory(VocabSettings()), CharTokenizer)
-        tokenizer = word.factory(VocabSettings(max_size=1))
+        tokenizer = word.factory(WordSettings(max_size=1))
         tokenizer.train(["b a a"], tmp_path)
         assert tokenizer.vocab_size == 5
     finally:

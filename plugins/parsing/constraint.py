@@ -7,6 +7,10 @@ bracket is opened only if the tree can still be finished within it (each missing
 costs one token), so the forced eos at the limit never cuts a tree short. Each row keeps a small state (stack of
 open labels, depth, leaves placed, whether the innermost constituent is still empty), and the mask for all
 rows is built at once from per-token-class masks over the vocabulary.
+
+When the target carries the words (words_in_target, see linearize.py), the word token is forced to be the next
+source word as the target tokenizer writes it (<unk> for a word outside its vocabulary): after each leaf
+("after_leaf"; the word is then given, so it costs nothing to the score), or as the leaf itself ("as_leaf").
 """
 
 from __future__ import annotations
@@ -23,12 +27,19 @@ from .linearize import is_close, is_open
 OTHER, OPEN, CLOSE, LEAF, EOS = range(5)  # token classes; OTHER (specials, <unk>, ...) is never allowed
 
 
+def is_unknown_class(token: str) -> bool:
+    """<unk-Cap-s> and the like: a word tokenizer's stand-in for unknown words, never a leaf label."""
+    return token.startswith("<") and token.endswith(">")
+
+
 class TreeConstraint(StepConstraint):
     """Only well-formed trees with one leaf per source word (see the module docstring)."""
 
     def __init__(self, tokenizer: Tokenizer, leaf_tokens: Iterable[str] | None = None,
-                 max_len_a: float | None = None, max_len_b: int | None = None):
+                 max_len_a: float | None = None, max_len_b: int | None = None, words_in_target: str = "none"):
         self.max_len = None if max_len_a is None or max_len_b is None else (max_len_a, max_len_b)
+        self.tokenizer = tokenizer
+        self.words_in_target = words_in_target
         leaves = set(leaf_tokens) if leaf_tokens else None
         specials = {tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id, tokenizer.unk_id}
         size = tokenizer.vocab_size
@@ -42,7 +53,8 @@ class TreeConstraint(StepConstraint):
             if is_open(token) or is_close(token):
                 kind[i] = OPEN if is_open(token) else CLOSE
                 label[i] = labels.setdefault(token[1:], len(labels))
-            elif "(" not in token and ")" not in token and (leaves is None or token in leaves):
+            elif "(" not in token and ")" not in token and not is_unknown_class(token) \
+                    and (leaves is None or token in leaves):
                 kind[i] = LEAF
         closable = {label[i] for i in range(size) if kind[i] == CLOSE}
         for i in range(size):
@@ -69,6 +81,8 @@ class TreeConstraint(StepConstraint):
         words = torch.tensor([len(s.split()) for s in request.sources], dtype=torch.long, device=device)
         self.need = words[rows]  # (N,)
         n = rows.numel()
+        self.words = self._word_ids(request.sources, device)[rows] if self.words_in_target != "none" else None
+        self.expect_word = torch.zeros(n, dtype=torch.bool, device=device)  # after_leaf: a leaf awaits its word
         # the search's limit: at most `limit` tokens before eos (see seqxduce.search.max_lengths)
         self.limit = max_lengths(request, *self.max_len)[rows] if self.max_len else None
         self.steps = torch.zeros(n, dtype=torch.long, device=device)
@@ -78,8 +92,37 @@ class TreeConstraint(StepConstraint):
         self.done = torch.zeros(n, dtype=torch.bool, device=device)
         self.stack = torch.full((n, 16), -1, dtype=torch.long, device=device)  # (N, capacity) open labels
 
+    def _word_ids(self, sources: list[str], device: torch.device) -> torch.Tensor:
+        """(B, longest) target ids of each source's words, padded with -1."""
+        encoded = [self.tokenizer.encode(source) for source in sources]
+        for source, ids in zip(sources, encoded):
+            if len(ids) != len(source.split()):
+                raise UserError(f"decoder tree_beam: words_in_target = {self.words_in_target!r} needs one target token "
+                                f"per source word, but the target tokenizer writes {len(ids)} for the "
+                                f"{len(source.split())} words of {source[:60]!r}; use [tokenizer] name = 'word'")
+        out = torch.full((len(sources), max([len(ids) for ids in encoded] + [1])), -1, dtype=torch.long)
+        for i, ids in enumerate(encoded):
+            out[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        return out.to(device)
+
+    def _forced_word(self) -> torch.Tensor:
+        """(N,) the target id of the word each row writes next (the last placed leaf's, after_leaf)."""
+        index = self.placed - 1 if self.words_in_target == "after_leaf" else self.placed
+        return self.words.gather(1, index.clamp(0, self.words.size(1) - 1).unsqueeze(1)).squeeze(1)
+
     def allowed(self) -> torch.Tensor:
         """(N, V) True where a token keeps the row on the way to a well-formed tree."""
+        if self.words_in_target == "after_leaf":
+            return self._allowed_structure() & ~self.expect_word.unsqueeze(1) | self._forced_mask(self.expect_word)
+        return self._allowed_structure()
+
+    def _forced_mask(self, rows: torch.Tensor) -> torch.Tensor:
+        """(N, V) True at the forced word of each row in rows."""
+        vocab = torch.arange(self.kind.numel(), device=rows.device)
+        return rows.unsqueeze(1) & (vocab.unsqueeze(0) == self._forced_word().unsqueeze(1))
+
+    def _allowed_structure(self) -> torch.Tensor:
+        """(N, V) the brackets, leaves and eos that keep the row on the way to a well-formed tree."""
         inside = self.depth > 0
         room = self.placed < self.need  # every new constituent and leaf needs a word still unplaced
         top = self.stack.gather(1, (self.depth - 1).clamp(min=0).unsqueeze(1)).squeeze(1)  # (N,)
@@ -88,18 +131,25 @@ class TreeConstraint(StepConstraint):
         fresh_empty_source = ~inside & ~self.done & (self.need == 0)
         can_open = ~self.done & room
         if self.limit is not None:
-            # shortest completion after an open: the missing leaves, then a close per open bracket
-            can_open &= self.steps + 1 + (self.need - self.placed) + self.depth + 1 <= self.limit
+            # shortest completion after an open: the missing leaves (with their words), then a close per open bracket
+            per_leaf = 2 if self.words_in_target == "after_leaf" else 1
+            can_open &= self.steps + 1 + per_leaf * (self.need - self.placed) + self.depth + 1 <= self.limit
+        leaf = self._forced_mask(inside & room) if self.words_in_target == "as_leaf" \
+            else (inside & room).unsqueeze(1) & self.is_leaf
         return (
             can_open.unsqueeze(1) & self.is_open
-            | (inside & room).unsqueeze(1) & self.is_leaf
+            | leaf
             | can_close.unsqueeze(1) & self.is_close & (self.label.unsqueeze(0) == top.unsqueeze(1))
             | (self.done | fresh_empty_source).unsqueeze(1) & self.is_eos
         )
 
     def mask(self, logprobs: torch.Tensor) -> torch.Tensor:
-        """logprobs (N, V) with every token that would break the tree set to -inf."""
-        return logprobs.masked_fill(~self.allowed(), float("-inf"))
+        """logprobs (N, V) with every token that would break the tree set to -inf (and a forced word at 0)."""
+        masked = logprobs.masked_fill(~self.allowed(), float("-inf"))
+        if self.words_in_target == "after_leaf":
+            # the word after a leaf is the source's, not a choice: scoring it would rank trees by word frequency
+            masked = masked.masked_fill(self._forced_mask(self.expect_word), 0.0)
+        return masked
 
     def advance(self, origin: torch.Tensor, tokens: torch.Tensor) -> None:
         """Row i continues old row origin[i] with tokens[i]: push, pop, or count a leaf."""
@@ -108,11 +158,19 @@ class TreeConstraint(StepConstraint):
         self.steps = self.steps[origin] + 1
         if self.limit is not None:
             self.limit = self.limit[origin]
+        if self.words is not None:
+            self.words = self.words[origin]
         kind = self.kind[tokens]  # (N,)
-        opening = (kind == OPEN) & ~self.done
+        # a word written after its leaf is no bracket and no leaf, whatever its vocabulary entry looks like
+        structural = ~self.expect_word[origin]
+        opening = (kind == OPEN) & ~self.done & structural
         # a forbidden token only arrives on a row whose score is already -inf; keep its state sane
-        closing = (kind == CLOSE) & (self.depth > 0)
-        leaf = kind == LEAF
+        closing = (kind == CLOSE) & (self.depth > 0) & structural
+        if self.words_in_target == "as_leaf":
+            leaf = (tokens == self._forced_word()) & (kind != OPEN) & (kind != CLOSE) & (kind != EOS)
+        else:
+            leaf = (kind == LEAF) & structural
+        self.expect_word = leaf & (self.words_in_target == "after_leaf")
         if opening.any():
             if int(self.depth.max()) + 1 > self.stack.size(1):
                 self.stack = torch.cat([self.stack, torch.full_like(self.stack, -1)], dim=1)

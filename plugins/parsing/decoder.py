@@ -18,7 +18,8 @@ class TreeBeamDecoder(Decoder):
         self.constraint: TreeConstraint | None = None
         if settings.constrained:
             self.constraint = TreeConstraint(tokenizer, leaf_tokens=settings.leaf_tokens or None,
-                                             max_len_a=settings.max_len_a, max_len_b=settings.max_len_b)
+                                             max_len_a=settings.max_len_a, max_len_b=settings.max_len_b,
+                                             words_in_target=settings.words_in_target)
 
     def decode(self, model: Model, request: DecodeRequest) -> list[list[Hypothesis]]:
         return beam_search(model, request, self.settings, constraint=self.constraint)

@@ -4,6 +4,12 @@
 Every POS tag becomes the placeholder XX, punctuation included: Vinyals et al. normalise all tags, and one
 placeholder per input word keeps "leaves = words" a rule the constrained decoder can enforce. With
 keep_pos_tags the leaves are the POS tags instead.
+
+The words themselves can be written into the target too (words_in_target), so that the decoder always reads the
+word it is at, as a parsing language model does (Choe & Charniak 2016): "after_leaf" writes each word after its
+leaf, `(NP DT The NN cat )NP`; "as_leaf" makes the word the leaf, `(NP The cat )NP` (no tags). The constrained
+decoder forces the i-th word token to be the i-th source word; delinearize drops the written words again and
+puts the source words back.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from dataclasses import dataclass
 from nltk.tree import Tree
 
 from .preprocess import is_preterminal
+from .settings import WORD_MODES
 
 PLACEHOLDER = "XX"
 REPAIR_ROOT = "S"  # label of the root added when output has several top-level pieces (the commonest root)
@@ -28,13 +35,18 @@ def is_close(token: str) -> bool:
     return len(token) > 1 and token[0] == ")"
 
 
-def linearize(tree: Tree, keep_pos_tags: bool = False) -> str:
-    """The bracket sequence of a preprocessed tree; words are left out (they are the input)."""
+def linearize(tree: Tree, keep_pos_tags: bool = False, words_in_target: str = "none") -> str:
+    """The bracket sequence of a preprocessed tree; words are left out (they are the input) unless words_in_target
+    says where to write them."""
+    check_word_mode(words_in_target, keep_pos_tags)
     tokens: list[str] = []
 
     def visit(node: Tree) -> None:
         if is_preterminal(node):
-            tokens.append(node.label() if keep_pos_tags else PLACEHOLDER)
+            if words_in_target != "as_leaf":
+                tokens.append(node.label() if keep_pos_tags else PLACEHOLDER)
+            if words_in_target != "none":
+                tokens.append(node[0])
             return
         tokens.append("(" + node.label())
         for child in node:
@@ -45,6 +57,15 @@ def linearize(tree: Tree, keep_pos_tags: bool = False) -> str:
     return " ".join(tokens)
 
 
+def check_word_mode(words_in_target: str, keep_pos_tags: bool) -> None:
+    """A ValueError for an unknown mode, or for word leaves that would leave no place for the POS tags."""
+    if words_in_target not in WORD_MODES:
+        raise ValueError(f"words_in_target {words_in_target!r}: choose one of {', '.join(WORD_MODES)}")
+    if words_in_target == "as_leaf" and keep_pos_tags:
+        raise ValueError("words_in_target 'as_leaf' writes the words instead of the POS tags; with keep_pos_tags "
+                         "use 'after_leaf'")
+
+
 @dataclass
 class Delinearized:
     """A tree rebuilt from a sequence, and how many repairs it needed (0 for well-formed output)."""
@@ -53,8 +74,12 @@ class Delinearized:
     repairs: int
 
 
-def delinearize(sequence: str, words: list[str]) -> Delinearized:
+def delinearize(sequence: str, words: list[str], words_in_target: str = "none") -> Delinearized:
     """Put the words back at the leaves of a bracket sequence, repairing what is malformed.
+
+    With words_in_target "after_leaf" the token after each leaf is its written word, dropped here (a leaf with no
+    word after it is one repair); with "as_leaf" every leaf token is a written word and the leaf is tagged XX.
+    The tree always carries the source words: what the output wrote for them (<unk>, say) is not kept.
 
     Repairs, each counted once: a bare '(' is dropped; a closing bracket with no open constituent is
     dropped; a closing label that differs from the open one closes the innermost constituent anyway; a
@@ -75,7 +100,11 @@ def delinearize(sequence: str, words: list[str]) -> Delinearized:
             return
         (stack[-1] if stack else roots).append(node)
 
-    for token in sequence.split():
+    tokens = sequence.split()
+    position = 0
+    while position < len(tokens):
+        token = tokens[position]
+        position += 1
         if is_open(token):
             stack.append(Tree(token[1:], []))
         elif is_close(token) or token == ")":
@@ -88,10 +117,16 @@ def delinearize(sequence: str, words: list[str]) -> Delinearized:
         elif token == "(":  # a bare bracket is no constituent and no leaf
             repairs += 1
         elif placed < len(words):
-            (stack[-1] if stack else roots).append(Tree(token, [words[placed]]))
+            tag = PLACEHOLDER if words_in_target == "as_leaf" else token
+            (stack[-1] if stack else roots).append(Tree(tag, [words[placed]]))
             placed += 1
+            if words_in_target == "after_leaf":
+                position, missing_word = skip_written_word(tokens, position)
+                repairs += missing_word
         else:
             repairs += 1
+            if words_in_target == "after_leaf":
+                position, _ = skip_written_word(tokens, position)
     while stack:
         repairs += 1
         close()
@@ -106,3 +141,11 @@ def delinearize(sequence: str, words: list[str]) -> Delinearized:
     if len(roots) == 1 and not is_preterminal(roots[0]):
         return Delinearized(roots[0], repairs)
     return Delinearized(Tree(REPAIR_ROOT, roots), repairs + 1)
+
+
+def skip_written_word(tokens: list[str], position: int) -> tuple[int, int]:
+    """(position after the word written at position, 1 if there is none there: a bracket or the end)."""
+    if position < len(tokens) and not is_open(tokens[position]) and not is_close(tokens[position]) \
+            and tokens[position] not in ("(", ")"):
+        return position + 1, 0
+    return position, 1

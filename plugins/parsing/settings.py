@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from seqxduce.api import Settings, setting, setting_like
 from seqxduce.search_settings import BeamSettings
 
+WORD_MODES = ("none", "after_leaf", "as_leaf")  # where the linearization writes the words (linearize.py)
+
 
 @dataclass
 class PtbSettings(Settings):
@@ -24,6 +26,12 @@ class PtbSettings(Settings):
                                               "placeholder XX (Vinyals et al. 2015 normalise all tags to XX)")
     collapse_unary: bool = setting(False, help="join unary chains into one label (S+VP) before linearizing; "
                                                "outputs are expanded again before scoring")
+    words_in_target: str = setting("none", help="write the words into the target too, so the decoder reads the "
+                                                "word it is at (Choe & Charniak 2016): after_leaf = each word after "
+                                                "its leaf, '(NP DT The NN cat )NP'; as_leaf = the word is the leaf "
+                                                "(no tags); none = brackets and leaves only. Decode with tree_beam "
+                                                "and the same words_in_target, which forces the source words",
+                                   choices=WORD_MODES)
 
 
 @dataclass
@@ -39,3 +47,7 @@ class TreeBeamSettings(BeamSettings):
                                            "what it adds on one checkpoint)")
     leaf_tokens: list[str] = setting([], help="vocabulary entries allowed as leaves; empty = every entry that "
                                               "is not a bracket or a special (XX, or the POS tags)")
+    words_in_target: str = setting("none", help="the task's [task] words_in_target: after_leaf = the token after "
+                                                "each leaf is forced to be the next source word; as_leaf = each "
+                                                "leaf is; forced words cost nothing (they are given). Must match "
+                                                "the task's setting", choices=WORD_MODES)

@@ -10,7 +10,7 @@ from seqxduce.api import Example, Postprocessed, Report, Task, UserError
 from . import evalb
 from .evalb_read import ReadLine, file_lines
 from .evalb_report import LEAVES_REASON, SETTING_REASON, UNKNOWN, build_report
-from .linearize import PLACEHOLDER, delinearize, linearize
+from .linearize import PLACEHOLDER, check_word_mode, delinearize, linearize
 from .preprocess import EMPTY_ELEMENT, drop_empty_root, expand_unary_chains, flat, is_preterminal, preprocess
 from .settings import PtbSettings
 from .treebank import download_sample, has_treebank, read_split
@@ -25,6 +25,10 @@ class PtbTask(Task):
 
     def __init__(self, settings: PtbSettings | None = None):
         self.settings = settings or PtbSettings()
+        try:
+            check_word_mode(self.settings.words_in_target, self.settings.keep_pos_tags)
+        except ValueError as err:
+            raise UserError(f"[task] {err}") from None
 
     # ------------------------------------------------------------ data
 
@@ -57,7 +61,8 @@ class PtbTask(Task):
                 continue  # nothing to parse
             processed = preprocess(gold, collapse_unary=self.settings.collapse_unary)
             out.append(Example(source=" ".join(processed.leaves()),
-                               target=linearize(processed, keep_pos_tags=self.settings.keep_pos_tags),
+                               target=linearize(processed, keep_pos_tags=self.settings.keep_pos_tags,
+                                                 words_in_target=self.settings.words_in_target),
                                reference=flat(gold)))
         return out
 
@@ -66,7 +71,7 @@ class PtbTask(Task):
     def postprocess(self, hypothesis: str, source: str) -> Postprocessed:
         """The decoded sequence as a one-line tree with the source words at its leaves (repaired if needed), and
         the number of repairs it needed."""
-        result = delinearize(hypothesis, source.split())
+        result = delinearize(hypothesis, source.split(), self.settings.words_in_target)
         tree = expand_unary_chains(result.tree) if self.settings.collapse_unary else result.tree
         return Postprocessed(flat(tree), {"repairs": result.repairs})
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from seqxduce import hookimpl
 from seqxduce.api import Tokenizer
 
-from .settings import VocabSettings
+from .settings import VocabSettings, WordSettings
 
-__all__ = ["VocabSettings", "build_char", "build_word", "register_tokenizers"]
+__all__ = ["VocabSettings", "WordSettings", "build_char", "build_word", "register_tokenizers"]
 
 
 def build_char(settings: VocabSettings) -> Tokenizer:
@@ -17,7 +17,7 @@ def build_char(settings: VocabSettings) -> Tokenizer:
     return CharTokenizer(settings)
 
 
-def build_word(settings: VocabSettings) -> Tokenizer:
+def build_word(settings: WordSettings) -> Tokenizer:
     """Build the whitespace word tokenizer."""
     from .tokenizers import WordTokenizer
 
@@ -29,5 +29,5 @@ def register_tokenizers(register):
     """Register the `char` and `word` tokenizers."""
     register("char", build_char, settings=VocabSettings,
              help="one token per character (spaces included); vocabulary from the training text")
-    register("word", build_word, settings=VocabSettings,
+    register("word", build_word, settings=WordSettings,
              help="one token per whitespace-separated word; vocabulary from the training text")

@@ -12,3 +12,11 @@ class VocabSettings(Settings):
     min_freq: int = setting(1, help="keep tokens seen at least this often in the training text", min=1)
     max_size: int = setting(0, help="keep at most this many most frequent tokens, besides the 4 specials "
                                     "(0 = no limit)", min=0)
+
+
+@dataclass
+class WordSettings(VocabSettings):
+    unknown: str = setting("unk", help="what a word outside the vocabulary becomes: unk = the one <unk> id; "
+                                       "signature = its class by capitalization, digits, dashes and suffix "
+                                       "(<unk-Cap-s>, <unk-lc-ing>; Berkeley parser), each class learnt from the "
+                                       "training words below min_freq", choices=("unk", "signature"))

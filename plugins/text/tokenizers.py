@@ -9,7 +9,8 @@ from pathlib import Path
 
 from seqxduce.api import Tokenizer
 
-from .settings import VocabSettings
+from .settings import VocabSettings, WordSettings
+from .signatures import signature
 from .vocab_file import read_vocab, write_vocab
 
 SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]  # at ids pad_id, bos_id, eos_id, unk_id
@@ -33,6 +34,7 @@ class VocabTokenizer(Tokenizer):
 
     def train(self, texts: Iterable[str], workdir: Path) -> None:
         """Count units in texts and keep those above min_freq, at most max_size of them."""
+        texts = list(texts)
         counts = Counter(token for text in texts for token in self.split(text))
         for special in SPECIALS:  # the text's own "<unk>" is an unknown word, not the special id
             counts.pop(special, None)
@@ -40,7 +42,15 @@ class VocabTokenizer(Tokenizer):
         kept = sorted(frequent, key=lambda token: (-counts[token], token))
         if self.settings.max_size > 0:
             kept = kept[: self.settings.max_size]
-        self._set_tokens(SPECIALS + kept)
+        self._set_tokens(SPECIALS + kept + self._unknown_classes(texts, set(kept)))
+
+    def _unknown_classes(self, texts: Iterable[str], kept: set[str]) -> list[str]:
+        """Vocabulary entries that stand for units outside it (none: they all become <unk>)."""
+        return []
+
+    def _unknown_id(self, unit: str, position: int) -> int:
+        """The id of a unit outside the vocabulary, at its position in the text."""
+        return self.unk_id
 
     def save(self, directory: Path, prefix: str) -> None:
         """Write directory/prefix.vocab."""
@@ -53,7 +63,8 @@ class VocabTokenizer(Tokenizer):
     def encode(self, text: str) -> list[int]:
         """Text to ids; a unit outside the vocabulary (or spelled like a special token) becomes unk_id."""
         self._vocabulary()
-        return [self._ids.get(token, self.unk_id) for token in self.split(text)]
+        return [self._ids[token] if token in self._ids else self._unknown_id(token, position)
+                for position, token in enumerate(self.split(text))]
 
     def decode(self, ids: Sequence[int]) -> str:
         """Ids to text; pad, bos and eos are dropped; unk is written <unk> so outputs keep their length."""
@@ -92,7 +103,23 @@ class CharTokenizer(VocabTokenizer):
 
 
 class WordTokenizer(VocabTokenizer):
-    """One token per whitespace-separated word; decoding joins words with single spaces."""
+    """One token per whitespace-separated word; decoding joins words with single spaces. With unknown =
+    "signature", a word outside the vocabulary becomes its class (seqxduce_text.signatures), when training saw it."""
+
+    def __init__(self, settings: WordSettings | None = None):
+        super().__init__(settings or WordSettings())
+
+    def _unknown_classes(self, texts: Iterable[str], kept: set[str]) -> list[str]:
+        if getattr(self.settings, "unknown", "unk") != "signature":
+            return []
+        seen = {signature(word, position == 0) for text in texts
+                for position, word in enumerate(self.split(text)) if word not in kept}
+        return sorted(seen - kept - set(SPECIALS))
+
+    def _unknown_id(self, unit: str, position: int) -> int:
+        if getattr(self.settings, "unknown", "unk") != "signature":
+            return self.unk_id
+        return self._ids.get(signature(unit, position == 0), self.unk_id)
 
     def split(self, text: str) -> list[str]:
         return text.split()

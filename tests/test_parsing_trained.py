@@ -1,0 +1,46 @@
+"""A tiny parser trained on a slice of the sample, with the words in the target: tree_beam writes only
+well-formed trees that carry the source words, each written word forced to be the source's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from nltk.tree import Tree
+
+import seqxduce
+from seqxduce import components
+from seqxduce.decoding import decode_split, load_run
+
+RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "ptb_sample.toml"
+SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "ptb_sample"
+SETTINGS = [f"task.data_dir={SAMPLE}", "task.train_files=0001-0012", "task.valid_files=0160",
+            "task.words_in_target=after_leaf", "decode.words_in_target=after_leaf", "tokenizer.unknown=signature",
+            "model.layers=1", "model.d_model=32", "model.d_ff=64", "model.heads=2", "train.max_steps=80",
+            "train.max_tokens=1024", "train.warmup_steps=40", "train.validate_every=0", "train.checkpoint_every=80",
+            "train.average_last=1", "decode.beam=3"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    if not SAMPLE.is_dir():
+        pytest.skip(f"{SAMPLE} is missing: the test needs the shared PTB sample")
+    out = tmp_path_factory.mktemp("parsing") / "run"
+    seqxduce.train(seqxduce.load_recipe(RECIPE, SETTINGS), out=out)
+    return load_run(out)
+
+
+def test_a_trained_parser_with_words_in_the_target_writes_well_formed_trees_over_the_source(trained):
+    outputs, report = decode_split(trained, "valid")
+    assert len(outputs) == 5
+    assert report.metrics["repaired"] == 0 and report.metrics["f1"] > 0
+    target = trained.tokenizers.tgt
+    for output in outputs:
+        assert Tree.fromstring(output.text).leaves() == output.source.split()
+        tokens = [target.id_to_token(i) for i in output.nbest[0][1].tokens if i != target.eos_id]
+        leaves = [i for i, t in enumerate(tokens) if not t.startswith(("(", ")"))][::2]  # leaf, word, leaf, ...
+        written = [tokens[i + 1] for i in leaves]
+        assert written == [target.id_to_token(i) for i in target.encode(output.source)], tokens
+    # rare words were written as their classes, not all as <unk>
+    assert any(t.startswith("<unk-") for t in components.load_tokenizers(trained.recipe, trained.run_dir).tgt
+               .decode(range(target.vocab_size)).split())
