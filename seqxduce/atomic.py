@@ -50,18 +50,21 @@ def atomic_write(path: Path | str, mode: str = "wb", encoding: str | None = None
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_name(path)
     recorder = None
+    in_body = False  # an error of the caller's own (e.g. a bad gzip it reads) is its to report
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with os.fdopen(fd, mode, encoding=encoding) as handle:
             recorder = _Recorder(handle)
+            in_body = True
             yield recorder  # type: ignore[misc]
+            in_body = False
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException as err:
         tmp.unlink(missing_ok=True)
         cause = recorder.error if recorder is not None and recorder.error is not None else err
-        if isinstance(cause, OSError):
+        if isinstance(cause, OSError) and (cause is not err or not in_body):
             raise UserError(f"{path}: not written ({cause.strerror or cause}); "
                             "any earlier file of that name is unchanged") from None
         raise

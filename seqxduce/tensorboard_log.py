@@ -14,15 +14,21 @@ TENSORBOARD_DIR = "tensorboard"
 NOT_FIGURES = {"step", "epoch", "time"}
 
 
+def summary_writer_class() -> Any:
+    """torch's SummaryWriter, or one UserError saying how to get it (checked before a run folder is touched)."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise UserError("[train] tensorboard = true needs the tensorboard package: "
+                        "pip install 'seqxduce[tensorboard]', or set tensorboard = false") from None
+    return SummaryWriter
+
+
 class TensorBoardLog:
     """Writes each metrics record's numbers as scalars named kind/figure (train/loss, valid/valid_bleu)."""
 
     def __init__(self, directory: Path):
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:
-            raise UserError("[train] tensorboard = true needs the tensorboard package: "
-                            "pip install 'seqxduce[tensorboard]', or set tensorboard = false") from None
+        SummaryWriter = summary_writer_class()
         self.directory = Path(directory)
         self.writer = SummaryWriter(log_dir=str(self.directory))
 

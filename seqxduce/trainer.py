@@ -26,7 +26,7 @@ from seqxduce.run_readme import write_run_readme
 from seqxduce.rundir import RunDir, prune
 from seqxduce.settings import TrainSettings
 from seqxduce.stopping import StopRequest, signal_name, stop_on_signals
-from seqxduce.tensorboard_log import TENSORBOARD_DIR
+from seqxduce.tensorboard_log import TENSORBOARD_DIR, summary_writer_class
 from seqxduce.train_figures import Window, reduce_stats
 
 
@@ -92,6 +92,8 @@ class Trainer:
         self.dist = distributed.setup(recipe.train.device, recipe.train.collective_timeout)
         self.device = self.dist.device or resolve_device(recipe.train.device)
         self.is_main = self.dist.rank == 0
+        if self.is_main and self.settings.tensorboard:
+            summary_writer_class()  # a missing package is one line before the run folder is touched
         self._open_run_dir(resume, overwrite)
         # read before any heavy work, so that a checkpoint that cannot be resumed is one line at once
         resume_from = self.rundir.resume_state() if resume else None

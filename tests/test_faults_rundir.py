@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 
@@ -172,7 +173,12 @@ def test_a_checkpoint_that_is_a_folder_is_one_line(cli, finished, tmp_path):
 
 
 def test_a_checkpoint_from_a_model_of_another_shape_names_the_tensor(cli, finished, tmp_path):
-    line = one_error_line(invoke(cli, "decode", finished, "--input", "-", "--set", "model.d_ff=48", input="1 2\n"))
+    run_dir = copy_run(finished, tmp_path)  # its recipe edited after training (decode refuses --set model.d_ff)
+    recipe = run_dir / "recipe.toml"
+    edited = re.sub(r"(?m)^d_ff = 32\b", "d_ff = 48", recipe.read_text())
+    assert edited != recipe.read_text()
+    recipe.write_text(edited)
+    line = one_error_line(invoke(cli, "decode", run_dir, "--input", "-", input="1 2\n"))
     assert "from a model of another shape:" in line and "is (32, 16) in it but (48, 16) in the model" in line
 
 

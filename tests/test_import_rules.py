@@ -10,7 +10,8 @@ from pathlib import Path
 import seqxduce
 
 ROOT = Path(__file__).resolve().parents[1]
-PUBLIC = {"seqxduce", "seqxduce.api", "seqxduce.search", "seqxduce.search_settings", "seqxduce.atomic"}
+PUBLIC = {"seqxduce", "seqxduce.api", "seqxduce.search", "seqxduce.search_settings", "seqxduce.atomic",
+          "seqxduce.interactive"}
 PACKAGE = {f"seqxduce.{name}" for name in seqxduce.__all__}  # from seqxduce import hookimpl, Task, ...
 
 

@@ -44,8 +44,6 @@ def test_beam_scores_at_least_greedy_on_a_trained_model(trained, alpha):
     # beam search is not exhaustive, so a rare source may still lose to greedy
     worse = losses(greedy, beam, alpha)
     assert worse <= len(examples) // 20, f"beam scored below greedy on {worse} of {len(examples)} sources"
-    # this half-trained model is one on which fairseq's early stop loses to greedy often
-    assert losses(greedy, early, alpha) > len(examples) // 5
 
 
 def losses(greedy, beam, alpha):

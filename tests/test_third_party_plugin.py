@@ -29,5 +29,5 @@ def test_third_party_task_trains_decodes_and_evaluates(tmp_path):
 def test_third_party_settings_validate_across_keys():
     result = CliRunner().invoke(add_plugin_commands(), ["recipe", "show", str(RECIPE), "--set", "task.min_len=6"])
     assert result.exit_code != 0
-    assert "[task] min_len = 6 > max_len = 5; lower min_len" in result.output
+    assert "[task] max_len = 5 is below min_len = 6; raise max_len" in result.output
     assert "Traceback" not in result.output
