@@ -33,7 +33,9 @@ def trained(tmp_path_factory):
 def test_a_trained_parser_with_words_in_the_target_writes_well_formed_trees_over_the_source(trained):
     outputs, report = decode_split(trained, "valid")
     assert len(outputs) == 5
-    assert report.metrics["repaired"] == 0 and report.metrics["f1"] > 0
+    # a tiny model's tags are mostly wrong, so EVALB (which deletes punctuation by each tree's own tags) may find
+    # its sentences of another length: the trees themselves are what this test checks
+    assert report.metrics["repaired"] == 0
     target = trained.tokenizers.tgt
     for output in outputs:
         assert Tree.fromstring(output.text).leaves() == output.source.split()
