@@ -2,7 +2,7 @@
 budget, dev perplexity and BLEU beside the paper's (newstest2013), and whether the paper's orderings hold.
 
     OMP_NUM_THREADS=1 nice -n 19 python bench/table3.py --budget 800 --out runs/bench_table3
-    python bench/table3.py --budget 5000 --d-model 256 --device cuda --out runs/bench_table3_gpu
+    python bench/table3.py --budget 20000 --warmup 4000 --lr-scale 1 --d-model 256 --max-tokens 4096 --device cuda
 
 A row's change is read from its recipe in recipes/wmt14_en_de_table3/: the [model] and [train] values it sets
 differently from base.toml. The change is applied to a small base model, itself the paper's base scaled down:
