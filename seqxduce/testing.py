@@ -90,6 +90,20 @@ def multi30k(pytestconfig: pytest.Config, shared_dir: Path) -> Path:
     return _shared(pytestconfig, "data/multi30k")
 
 
+def train_tiny_run(recipe: Path, out: Path) -> Path:
+    """Train `recipe` into `out` through the CLI for the tests that only read a finished run (a session fixture
+    calls it once): checkpoints every 2 steps and their average of the last 2, every batch the whole training set."""
+    from click.testing import CliRunner
+
+    from seqxduce.cli import add_plugin_commands
+
+    result = CliRunner().invoke(add_plugin_commands(), ["train", str(recipe), "--out", str(out),
+                                                        "--set", "train.average_last=2",
+                                                        "--set", "train.max_tokens=100000"])
+    assert result.exit_code == 0, result.output
+    return out
+
+
 class TableModel(Model):
     """A fake model for a decoder's tests: log p(next | last token, position) = table[position, last]; the cache is
     the position. `table` is a torch tensor (L, V, V) of unnormalized scores."""

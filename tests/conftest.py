@@ -14,6 +14,7 @@ from seqxduce.testing import (  # noqa: F401  (fixtures and helpers the core's t
     ptb_sample,
     repository_root,
     shared_dir,
+    train_tiny_run,
 )
 
 REPOSITORY = repository_root(Path(__file__))
@@ -26,13 +27,4 @@ TINY_RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
 def tiny_run(tmp_path_factory) -> Path:
     """The tiny recipe trained for 6 steps (checkpoints at 2, 4, 6 and their average of 2), shared by the tests
     that only read a finished run. Every batch holds the whole training set, so one step is one epoch."""
-    from click.testing import CliRunner
-
-    from seqxduce.cli import add_plugin_commands
-
-    out = tmp_path_factory.mktemp("shared-runs") / "tiny"
-    result = CliRunner().invoke(add_plugin_commands(), ["train", str(TINY_RECIPE), "--out", str(out),
-                                                        "--set", "train.average_last=2",
-                                                        "--set", "train.max_tokens=100000"])
-    assert result.exit_code == 0, result.output
-    return out
+    return train_tiny_run(TINY_RECIPE, tmp_path_factory.mktemp("shared-runs") / "tiny")
