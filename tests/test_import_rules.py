@@ -64,3 +64,13 @@ def test_the_core_has_no_import_cycle_at_module_level():
 
     for module in graph:
         visit(module, [])
+
+
+def test_a_plugins_tests_beside_it_import_nothing_from_the_cores_tests():
+    # a plugin lifted into its own repository takes plugins/X/tests/ along; tests/ stays behind, so what they
+    # share lives in the core's seqxduce.testing
+    moved = sorted((ROOT / "plugins").glob("*/tests/*.py"))
+    assert moved, "no plugin tests found under plugins/*/tests/"
+    for path in moved:
+        named = [name for name, level in imports(path) if level == 0 and (name == "tests" or name.startswith("tests."))]
+        assert not named, f"{path.relative_to(ROOT)} imports {named}: use seqxduce.testing"

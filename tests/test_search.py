@@ -7,44 +7,14 @@ import pytest
 import torch
 from seqxduce_parsing.settings import TreeBeamSettings
 
-from seqxduce.api import DecodeRequest, Model, UserError
+from seqxduce.api import UserError
 from seqxduce.registry import registry
 from seqxduce.search import BeamDecoder, GreedyDecoder, beam_search, greedy_search, length_penalty
 from seqxduce.search_settings import BeamSettings, SearchSettings
+from seqxduce.testing import BOS, EOS, TableModel
+from seqxduce.testing import table_request as request
 
-PAD, BOS, EOS, A, B = 0, 1, 2, 3, 4
-
-
-class TableModel(Model):
-    """log p(next | last token, position) = table[position, last]; the cache is the position."""
-
-    def __init__(self, table: torch.Tensor):
-        self.table = table.log_softmax(-1)  # (L, V, V)
-        self.training = False
-
-    def forward(self, src, tgt_in):  # pragma: no cover - search never calls it
-        raise NotImplementedError
-
-    def encode(self, src):
-        return src
-
-    def init_cache(self, memory):
-        return 0
-
-    def step(self, tokens, memory, cache):
-        pos = min(cache, self.table.size(0) - 1)
-        return self.table[pos, tokens], cache + 1
-
-    def reorder(self, memory, cache, index):
-        return memory[index], cache
-
-
-def request(lengths, vocab_src=5):
-    width = max(lengths)
-    src = torch.full((len(lengths), width), PAD)
-    for i, n in enumerate(lengths):
-        src[i, :n] = 3
-    return DecodeRequest(src=src, sources=["x"] * len(lengths), bos_id=BOS, eos_id=EOS, pad_id=PAD)
+A, B = 3, 4
 
 
 def trap_model():

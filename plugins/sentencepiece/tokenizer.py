@@ -7,6 +7,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import sentencepiece as spm
+
 from seqxduce.api import Tokenizer, UserError
 
 from .settings import SentencePieceSettings

@@ -1,6 +1,6 @@
 """The Python EVALB: the reference output of the original program, and one hand-worked example per rule.
 
-tests/test_parsing_evalb_adversarial.py compares it with the original on pairs made to break it."""
+plugins/parsing/tests/test_parsing_evalb_adversarial.py compares it with the original on pairs made to break it."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Regenerate the expected outputs of tests/fixtures/evalb_adversarial/ from a real EVALB build.
+"""Regenerate the expected outputs of plugins/parsing/tests/fixtures/evalb_adversarial/ from a real EVALB build.
 
-    python tests/tools/regenerate_evalb_fixtures.py PATH/TO/EVALB        # the folder with evalb.c and COLLINS.prm
+    python plugins/parsing/tests/tools/regenerate_evalb_fixtures.py PATH/TO/EVALB  # folder with evalb.c, COLLINS.prm
 
 The folder is copied to a temporary place and built twice with `make`: as distributed, and with its fixed
 buffers enlarged (lines of 5000 bytes, 200 words, 200 brackets, words of 100 and labels of 30 bytes). For each
@@ -11,7 +11,8 @@ pair NAME.gold / NAME.test it writes what `evalb -p COLLINS.prm NAME.gold NAME.t
   `-e 1000000` (MAX_ERROR lifted), when that run ends (a line EVALB cannot read makes it loop: no file then);
 - NAME.big_buffers.evalb / .stderr: for the cases named limit_*, the build with enlarged buffers.
 
-tests/test_parsing_evalb_adversarial.py compares the project's scorer with these files; it never needs EVALB.
+plugins/parsing/tests/test_parsing_evalb_adversarial.py compares the project's scorer with these files; it never
+needs EVALB.
 Run this only to add a case or to check the files against another build; commit what it writes.
 """
 

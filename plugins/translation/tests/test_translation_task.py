@@ -14,9 +14,11 @@ from seqxduce.api import Example, Task, UserError
 from seqxduce.recipe import read_toml
 from seqxduce.settings import TaskCore
 from seqxduce.settings_check import make_settings
-from tests.conftest import DEFAULT_SHARED
+from seqxduce.testing import default_shared, repository_root
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+REPOSITORY = repository_root(Path(__file__))
+RECIPES = REPOSITORY / "recipes"
+DEFAULT_SHARED = default_shared(REPOSITORY)
 
 HYPS = ["the cat sat on the mat .", "a quick brown fox jumps", "hello world"]
 REFS = ["the cat sat on the mat .", "the quick brown fox jumped", "hello there world"]

@@ -1,7 +1,7 @@
 """The scorer against the original EVALB on adversarial pairs: what it printed, stored once, byte for byte.
 
-Each pair in tests/fixtures/evalb_adversarial/ exercises one rule (see the README there); the expected outputs
-come from the real program (tests/tools/regenerate_evalb_fixtures.py), so these tests need no EVALB binary.
+Each pair in fixtures/evalb_adversarial/ beside this file exercises one rule (see the README there); the expected
+outputs come from the real program (tools/regenerate_evalb_fixtures.py here), so these tests need no EVALB binary.
 """
 
 from __future__ import annotations

@@ -17,9 +17,11 @@ from seqxduce.api import Postprocessed, UserError
 from seqxduce.cli import cli
 from seqxduce.recipe import load_recipe
 from seqxduce.registry import registry
-from tests.conftest import DEFAULT_SHARED
+from seqxduce.testing import default_shared, repository_root
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+REPOSITORY = repository_root(Path(__file__))
+RECIPES = REPOSITORY / "recipes"
+DEFAULT_SHARED = default_shared(REPOSITORY)
 
 
 @pytest.fixture(scope="module")

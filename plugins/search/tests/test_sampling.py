@@ -10,7 +10,10 @@ from seqxduce_search.sampling import SamplingDecoder, reshape
 from seqxduce_search.settings import SamplingSettings
 
 from seqxduce.cli import add_plugin_commands
-from tests.test_search import BOS, EOS, A, B, TableModel, request
+from seqxduce.testing import BOS, EOS, TableModel
+from seqxduce.testing import table_request as request
+
+A, B = 3, 4
 
 PROBS = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
 

@@ -1,6 +1,7 @@
 """Compare the project's EVALB with the original on randomly damaged trees (a differential fuzzer).
 
-    python tests/tools/fuzz_evalb.py PATH/TO/EVALB GOLD_FILE [--rounds 200] [--lines 30] [--seed 0] [--rate 0.5]
+    python plugins/parsing/tests/tools/fuzz_evalb.py PATH/TO/EVALB GOLD_FILE
+        [--rounds 200] [--lines 30] [--seed 0] [--rate 0.5]
 
 Builds EVALB from PATH/TO/EVALB (a copy, with `make`), then for each round writes GOLD_FILE's lines, randomly
 damaged (deleted or inserted characters and brackets, tags changed to punctuation, TOP, -NONE- or nothing,

@@ -9,12 +9,11 @@ import pytest
 from nltk.tree import Tree
 
 import seqxduce
-from seqxduce import components
 from seqxduce.decoding import decode_split, load_run
+from seqxduce.testing import repository_root
 
-RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "ptb_sample.toml"
-SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "ptb_sample"
-SETTINGS = [f"task.data_dir={SAMPLE}", "task.train_files=0001-0012", "task.valid_files=0160",
+RECIPE = repository_root(Path(__file__)) / "recipes" / "ptb_sample.toml"
+SETTINGS = ["task.train_files=0001-0012", "task.valid_files=0160",
             "task.words_in_target=after_leaf", "decode.words_in_target=after_leaf", "tokenizer.unknown=signature",
             "model.layers=1", "model.d_model=32", "model.d_ff=64", "model.heads=2", "train.max_steps=80",
             "train.max_tokens=1024", "train.warmup_steps=40", "train.validate_every=0", "train.checkpoint_every=80",
@@ -22,11 +21,9 @@ SETTINGS = [f"task.data_dir={SAMPLE}", "task.train_files=0001-0012", "task.valid
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    if not SAMPLE.is_dir():
-        pytest.skip(f"{SAMPLE} is missing: the test needs the shared PTB sample")
+def trained(tmp_path_factory, ptb_sample):
     out = tmp_path_factory.mktemp("parsing") / "run"
-    seqxduce.train(seqxduce.load_recipe(RECIPE, SETTINGS), out=out)
+    seqxduce.train(seqxduce.load_recipe(RECIPE, SETTINGS + [f"task.data_dir={ptb_sample}"]), out=out)
     return load_run(out)
 
 
@@ -44,5 +41,5 @@ def test_a_trained_parser_with_words_in_the_target_writes_well_formed_trees_over
         written = [tokens[i + 1] for i in leaves]
         assert written == [target.id_to_token(i) for i in target.encode(output.source)], tokens
     # rare words were written as their classes, not all as <unk>
-    assert any(t.startswith("<unk-") for t in components.load_tokenizers(trained.recipe, trained.run_dir).tgt
+    assert any(t.startswith("<unk-") for t in trained.tokenizers.tgt
                .decode(range(target.vocab_size)).split())

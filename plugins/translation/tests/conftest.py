@@ -1,0 +1,3 @@
+"""The fixtures these tests use, from the core's public test helpers (so the plugin can be lifted with them)."""
+
+from seqxduce.testing import multi30k, shared_dir  # noqa: F401

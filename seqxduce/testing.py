@@ -1,0 +1,140 @@
+"""Pytest fixtures and helpers for a plugin's tests: a registry with given plugin objects, and the shared data.
+
+A plugin's `tests/conftest.py` imports the fixtures it uses from here, e.g.
+`from seqxduce.testing import ptb_sample, shared_dir  # noqa: F401`, so its tests run unchanged once the plugin
+lives in its own repository. Needs pytest (the `test` extra); nothing in the core imports this module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import pytest
+
+from seqxduce.api import DecodeRequest, Model
+from seqxduce.registry import Registry, new_manager, registry, reset_registry
+
+# the token ids of TableModel's vocabulary that table_request declares; a test names its own tokens from 3 on
+PAD, BOS, EOS = 0, 1, 2
+
+
+def repository_root(start: Path) -> Path:
+    """The nearest folder at or above `start` holding a pyproject.toml: the checkout a test file lives in."""
+    start = start.resolve()
+    for folder in (start, *start.parents):
+        if (folder / "pyproject.toml").is_file():
+            return folder
+    raise FileNotFoundError(f"no pyproject.toml at or above {start}")
+
+
+def default_shared(root: Path) -> Path:
+    """Where the recipes expect the shared data: ../shared beside the repository `root`."""
+    return root.parent / "shared"
+
+
+def shared_root(root: Path) -> Path:
+    """The shared folder the tests read: $SEQXDUCE_SHARED (another copy, or a missing folder to check that every
+    test needing it skips), else ../shared beside the repository `root`."""
+    return Path(os.environ.get("SEQXDUCE_SHARED") or default_shared(root))
+
+
+@contextlib.contextmanager
+def plugins_registered(*plugins: object, entry_points: bool = True):
+    """Make the process-wide registry the installed plugins plus these plugin objects, then restore it."""
+    pm = new_manager(entry_points=entry_points)
+    for i, plugin in enumerate(plugins):
+        pm.register(plugin, name=f"test-plugin-{i}")
+    try:
+        reset_registry(Registry(pm))
+        yield registry()
+    finally:
+        for plugin in plugins:
+            pm.unregister(plugin)
+        reset_registry(None)
+
+
+def _shared(config: pytest.Config, relative: str) -> Path:
+    """A folder of the shared data, or a skip naming what is missing and how to point the tests at it."""
+    # pytest's rootdir is the folder of the pyproject.toml holding [tool.pytest.ini_options]: the repository
+    # root, wherever the test file sits below it (tests/, plugins/X/tests/)
+    path = shared_root(Path(config.rootpath)) / relative
+    if not path.is_dir():
+        pytest.skip(f"{path} is missing: the test needs the shared data beside the repository "
+                    "(or SEQXDUCE_SHARED=/path/to/shared)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def shared_dir(pytestconfig: pytest.Config) -> Path:
+    """The shared folder beside the repository (data, reference outputs); the test skips without it."""
+    return _shared(pytestconfig, ".")
+
+
+@pytest.fixture(scope="session")
+def ptb_sample(pytestconfig: pytest.Config, shared_dir: Path) -> Path:
+    """The NLTK Penn Treebank sample (wsj_0001.mrg ... wsj_0199.mrg)."""
+    return _shared(pytestconfig, "data/ptb_sample")
+
+
+@pytest.fixture(scope="session")
+def evalb_reference(pytestconfig: pytest.Config, shared_dir: Path) -> Path:
+    """gold.mrg, test.mrg and the original EVALB's output on them (evalb_COLLINS.out)."""
+    return _shared(pytestconfig, "evalb_reference")
+
+
+@pytest.fixture(scope="session")
+def multi30k(pytestconfig: pytest.Config, shared_dir: Path) -> Path:
+    """The Multi30k plain-text files."""
+    return _shared(pytestconfig, "data/multi30k")
+
+
+def train_tiny_run(recipe: Path, out: Path) -> Path:
+    """Train `recipe` into `out` through the CLI for the tests that only read a finished run (a session fixture
+    calls it once): checkpoints every 2 steps and their average of the last 2, every batch the whole training set."""
+    from click.testing import CliRunner
+
+    from seqxduce.cli import add_plugin_commands
+
+    result = CliRunner().invoke(add_plugin_commands(), ["train", str(recipe), "--out", str(out),
+                                                        "--set", "train.average_last=2",
+                                                        "--set", "train.max_tokens=100000"])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+class TableModel(Model):
+    """A fake model for a decoder's tests: log p(next | last token, position) = table[position, last]; the cache is
+    the position. `table` is a torch tensor (L, V, V) of unnormalized scores."""
+
+    def __init__(self, table):
+        self.table = table.log_softmax(-1)  # (L, V, V)
+        self.training = False
+
+    def forward(self, src, tgt_in):  # pragma: no cover - search never calls it
+        raise NotImplementedError
+
+    def encode(self, src):
+        return src
+
+    def init_cache(self, memory):
+        return 0
+
+    def step(self, tokens, memory, cache):
+        pos = min(cache, self.table.size(0) - 1)
+        return self.table[pos, tokens], cache + 1
+
+    def reorder(self, memory, cache, index):
+        return memory[index], cache
+
+
+def table_request(lengths: list[int]) -> DecodeRequest:
+    """A DecodeRequest of len(lengths) sources of these lengths (token 3, padded with PAD) for TableModel."""
+    import torch  # here, so that importing the fixtures above needs no torch
+
+    width = max(lengths)
+    src = torch.full((len(lengths), width), PAD)
+    for i, n in enumerate(lengths):
+        src[i, :n] = 3
+    return DecodeRequest(src=src, sources=["x"] * len(lengths), bos_id=BOS, eos_id=EOS, pad_id=PAD)
