@@ -272,8 +272,8 @@ def test_beam_search_with_words_in_target_writes_the_source_words(mode):
     tokenizer = ListTokenizer(WORD_VOCAB)
     sources = ["John", "John left", "left John Mary left", "Mary John left John left"]
     constraint = TreeConstraint(tokenizer, max_len_a=1.0, max_len_b=16, words_in_target=mode)
-    hyps = beam_search(RandomModel(len(WORD_VOCAB), 4), request_for(sources), beam=4, alpha=0.3, max_len_a=1.0,
-                       max_len_b=16, nbest=4, constraint=constraint)
+    hyps = beam_search(RandomModel(len(WORD_VOCAB), 4), request_for(sources),
+                       BeamSettings(beam=4, alpha=0.3, max_len_a=1.0, max_len_b=16, nbest=4), constraint=constraint)
     for source, nbest in zip(sources, hyps):
         for hyp in nbest:
             tokens = [WORD_VOCAB[i] for i in hyp.tokens if i != tokenizer.eos_id]
