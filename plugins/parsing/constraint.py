@@ -11,6 +11,11 @@ rows is built at once from per-token-class masks over the vocabulary.
 When the target carries the words (words_in_target, see linearize.py), the word token is forced to be the next
 source word as the target tokenizer writes it (<unk> for a word outside its vocabulary): after each leaf
 ("after_leaf"; the word is then given, so it costs nothing to the score), or as the leaf itself ("as_leaf").
+
+With POS-tag leaves, punctuation follows the words: a word that is always punctuation (',', '--') gets one of the
+tags the scorer deletes (EVALB COLLINS.prm: `` '' . : ,) and any other word gets none. EVALB cannot score a tree
+whose punctuation differs from the gold tree's (it stops with a length mismatch), so the rule decides nothing the
+sentence does not already say, and a wrong punctuation tag can no longer cost a whole sentence.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from seqxduce.search import max_lengths
 from .linearize import is_close, is_open
 
 OTHER, OPEN, CLOSE, LEAF, EOS = range(5)  # token classes; OTHER (specials, <unk>, ...) is never allowed
+NOT_PUNCT, PUNCT, EITHER = range(3)  # what a source word's leaf may be
 
 
 def is_unknown_class(token: str) -> bool:
@@ -36,7 +42,9 @@ class TreeConstraint(StepConstraint):
     """Only well-formed trees with one leaf per source word (see the module docstring)."""
 
     def __init__(self, tokenizer: Tokenizer, leaf_tokens: Iterable[str] | None = None,
-                 max_len_a: float | None = None, max_len_b: int | None = None, words_in_target: str = "none"):
+                 max_len_a: float | None = None, max_len_b: int | None = None, words_in_target: str = "none",
+                 punctuation_tags: Iterable[str] = (), punctuation_words: Iterable[str] = (),
+                 either_words: Iterable[str] = ()):
         self.max_len = None if max_len_a is None or max_len_b is None else (max_len_a, max_len_b)
         self.tokenizer = tokenizer
         self.words_in_target = words_in_target
@@ -67,6 +75,11 @@ class TreeConstraint(StepConstraint):
                             "([tokenizer] shared = false), and check [decode] leaf_tokens")
         self.kind = torch.tensor(kind)  # (V,)
         self.label = torch.tensor(label)  # (V,)
+        tags = set(punctuation_tags)
+        self.punct_leaf = torch.tensor([k == LEAF and tokenizer.id_to_token(i) in tags for i, k in enumerate(kind)])
+        # XX leaves (or words as leaves) carry no punctuation tag to choose, so the rule would forbid every leaf
+        self.punct_rule = bool(self.punct_leaf.any()) and words_in_target != "as_leaf"
+        self.punctuation_words, self.either_words = set(punctuation_words), set(either_words)
 
     # ------------------------------------------------------------ search protocol
 
@@ -82,6 +95,8 @@ class TreeConstraint(StepConstraint):
         self.need = words[rows]  # (N,)
         n = rows.numel()
         self.words = self._word_ids(request.sources, device)[rows] if self.words_in_target != "none" else None
+        self.punct_leaf = self.punct_leaf.to(device)
+        self.word_class = self._word_classes(request.sources, device)[rows] if self.punct_rule else None
         self.expect_word = torch.zeros(n, dtype=torch.bool, device=device)  # after_leaf: a leaf awaits its word
         # the search's limit: at most `limit` tokens before eos (see seqxduce.search.max_lengths)
         self.limit = max_lengths(request, *self.max_len)[rows] if self.max_len else None
@@ -104,6 +119,23 @@ class TreeConstraint(StepConstraint):
         for i, ids in enumerate(encoded):
             out[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
         return out.to(device)
+
+    def _word_classes(self, sources: list[str], device: torch.device) -> torch.Tensor:
+        """(B, longest) per source word: NOT_PUNCT, PUNCT or EITHER (padding: EITHER)."""
+        classes = [[PUNCT if w in self.punctuation_words else EITHER if w in self.either_words else NOT_PUNCT
+                    for w in source.split()] for source in sources]
+        out = torch.full((len(sources), max([len(c) for c in classes] + [1])), EITHER, dtype=torch.long)
+        for i, row in enumerate(classes):
+            out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+        return out.to(device)
+
+    def _leaf_fits_word(self) -> torch.Tensor:
+        """(N, V) True at the leaves whose punctuation status matches the next word's (all leaves without the rule)."""
+        if self.word_class is None:
+            return self.is_leaf.unsqueeze(0)
+        index = self.placed.clamp(max=self.word_class.size(1) - 1).unsqueeze(1)
+        word = self.word_class.gather(1, index)  # (N, 1)
+        return self.is_leaf & ((word == EITHER) | (self.punct_leaf.unsqueeze(0) == (word == PUNCT)))
 
     def _forced_word(self) -> torch.Tensor:
         """(N,) the target id of the word each row writes next (the last placed leaf's, after_leaf)."""
@@ -135,7 +167,7 @@ class TreeConstraint(StepConstraint):
             per_leaf = 2 if self.words_in_target == "after_leaf" else 1
             can_open &= self.steps + 1 + per_leaf * (self.need - self.placed) + self.depth + 1 <= self.limit
         leaf = self._forced_mask(inside & room) if self.words_in_target == "as_leaf" \
-            else (inside & room).unsqueeze(1) & self.is_leaf
+            else (inside & room).unsqueeze(1) & self._leaf_fits_word()
         return (
             can_open.unsqueeze(1) & self.is_open
             | leaf
@@ -160,6 +192,8 @@ class TreeConstraint(StepConstraint):
             self.limit = self.limit[origin]
         if self.words is not None:
             self.words = self.words[origin]
+        if self.word_class is not None:
+            self.word_class = self.word_class[origin]
         kind = self.kind[tokens]  # (N,)
         # a word written after its leaf is no bracket and no leaf, whatever its vocabulary entry looks like
         structural = ~self.expect_word[origin]

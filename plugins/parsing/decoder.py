@@ -19,7 +19,10 @@ class TreeBeamDecoder(Decoder):
         if settings.constrained:
             self.constraint = TreeConstraint(tokenizer, leaf_tokens=settings.leaf_tokens or None,
                                              max_len_a=settings.max_len_a, max_len_b=settings.max_len_b,
-                                             words_in_target=settings.words_in_target)
+                                             words_in_target=settings.words_in_target,
+                                             punctuation_tags=settings.punctuation_tags,
+                                             punctuation_words=settings.punctuation_words,
+                                             either_words=settings.either_words)
 
     def decode(self, model: Model, request: DecodeRequest) -> list[list[Hypothesis]]:
         return beam_search(model, request, self.settings, constraint=self.constraint)

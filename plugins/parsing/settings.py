@@ -8,6 +8,11 @@ from seqxduce.api import Settings, setting, setting_like
 from seqxduce.search_settings import BeamSettings
 
 WORD_MODES = ("none", "after_leaf", "as_leaf")  # where the linearization writes the words (linearize.py)
+# The labels EVALB's COLLINS.prm deletes before scoring, and the Penn Treebank words that always carry one of them
+# (wsj_0001-0159: ',' 4,293 times ',', '--' 219 times ':', ...; "'" is POS 56 times and '' 9 times, so it is free).
+EVALB_PUNCTUATION_TAGS = ["``", "''", ".", ":", ","]
+PTB_PUNCTUATION_WORDS = [",", ".", "?", "!", ":", ";", "--", "-", "...", "``", "`", "''"]
+PTB_EITHER_WORDS = ["'"]
 
 
 @dataclass
@@ -51,3 +56,12 @@ class TreeBeamSettings(BeamSettings):
                                                 "each leaf is forced to be the next source word; as_leaf = each "
                                                 "leaf is; forced words cost nothing (they are given). Must match "
                                                 "the task's setting", choices=WORD_MODES)
+    punctuation_tags: list[str] = setting(EVALB_PUNCTUATION_TAGS, help="leaf labels the scorer deletes as "
+                                          "punctuation (EVALB COLLINS.prm); with keep_pos_tags a word of "
+                                          "punctuation_words gets one of them and any other word none, so the "
+                                          "output keeps the sentence's punctuation and EVALB can score it; "
+                                          "empty = no such rule")
+    punctuation_words: list[str] = setting(PTB_PUNCTUATION_WORDS, help="source words that always take a "
+                                           "punctuation tag (the Penn Treebank's)")
+    either_words: list[str] = setting(PTB_EITHER_WORDS, help="source words free to take a punctuation tag or "
+                                      "another (PTB: \"'\" is POS after a plural, '' as a closing quote)")

@@ -293,3 +293,53 @@ def test_words_in_target_needs_one_target_token_per_word():
     c = TreeConstraint(CharListTokenizer(WORD_VOCAB), words_in_target="after_leaf")
     with pytest.raises(UserError, match="words_in_target.*one target token per source word"):
         c.start(request_for(["John left"]), torch.tensor([0]))
+
+
+PUNCT_VOCAB = VOCAB + ["NN", ",", ".", "POS", "''"]
+PUNCT_RULE = {"punctuation_tags": ["``", "''", ".", ":", ","], "punctuation_words": [",", "."],
+              "either_words": ["'"]}
+
+
+def leaves_allowed(constraint: TreeConstraint, vocab: list[str]) -> set[str]:
+    return {t for t in allowed_in(constraint, vocab) if not t.startswith(("(", ")")) and t != "</s>"}
+
+
+def test_punctuation_words_take_punctuation_tags_and_other_words_none():
+    c = TreeConstraint(ListTokenizer(PUNCT_VOCAB), **PUNCT_RULE)
+    c.start(request_for(["John , ' left"]), torch.tensor([0]))
+    feed_words(c, PUNCT_VOCAB, "(S")
+    assert leaves_allowed(c, PUNCT_VOCAB) == {"XX", "NN", "POS"}  # "John"
+    feed_words(c, PUNCT_VOCAB, "NN")
+    assert leaves_allowed(c, PUNCT_VOCAB) == {",", ".", "''"}  # ","
+    feed_words(c, PUNCT_VOCAB, ",")
+    assert leaves_allowed(c, PUNCT_VOCAB) == {"XX", "NN", ",", ".", "POS", "''"}  # "'" may be either
+    feed_words(c, PUNCT_VOCAB, "POS")
+    assert leaves_allowed(c, PUNCT_VOCAB) == {"XX", "NN", "POS"}  # "left"
+
+
+def test_the_punctuation_rule_reads_the_next_word_after_each_written_word():
+    vocab = PUNCT_VOCAB + ["John"]
+    c = TreeConstraint(ListTokenizer(vocab), words_in_target="after_leaf", **PUNCT_RULE)
+    c.start(request_for(["John ."]), torch.tensor([0]))
+    feed_words(c, vocab, "(S NN John")
+    assert leaves_allowed(c, vocab) == {",", ".", "''"}
+
+
+def test_without_punctuation_tags_among_the_leaves_the_rule_is_off():
+    c = TreeConstraint(ListTokenizer(VOCAB), **PUNCT_RULE)  # XX leaves only: "," must still get a leaf
+    c.start(request_for(["John ,"]), torch.tensor([0]))
+    feed_words(c, VOCAB, "(S XX")
+    assert leaves_allowed(c, VOCAB) == {"XX"}
+
+
+def test_beam_search_keeps_the_sentences_punctuation():
+    tokenizer = ListTokenizer(PUNCT_VOCAB)
+    sources = ["a , b .", ". a", "a b , , c"]
+    constraint = TreeConstraint(tokenizer, max_len_a=1.0, max_len_b=16, **PUNCT_RULE)
+    hyps = beam_search(RandomModel(len(PUNCT_VOCAB), 7), request_for(sources),
+                       BeamSettings(beam=4, alpha=0.3, max_len_a=1.0, max_len_b=16, nbest=4), constraint=constraint)
+    for source, nbest in zip(sources, hyps):
+        for hyp in nbest:
+            tokens = [PUNCT_VOCAB[i] for i in hyp.tokens if i != tokenizer.eos_id]
+            leaves = [t for t in tokens if not t.startswith(("(", ")"))]
+            assert [t in {",", ".", "''"} for t in leaves] == [w in {",", "."} for w in source.split()], tokens
