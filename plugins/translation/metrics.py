@@ -33,9 +33,14 @@ def score_translations(hypotheses: list[str], references: list[str], tgt_lang: s
     chrf = CHRF()
     bleu_score = bleu.corpus_score(hypotheses, [references])
     chrf_score = chrf.corpus_score(hypotheses, [references])
+    # lowercased BLEU (sacrebleu -lc) is what most Multi30k papers quote; cased stays the primary figure
+    bleu_lc = BLEU(trg_lang=tgt_lang, lowercase=True)
+    lc_score = bleu_lc.corpus_score(hypotheses, [references])
     bleu_signature, chrf_signature = str(bleu.get_signature()), str(chrf.get_signature())
-    metrics = {"bleu": bleu_score.score, "chrf": chrf_score.score, "bleu_bp": bleu_score.bp}
-    lines = [bleu_score.format(signature=bleu_signature), chrf_score.format(signature=chrf_signature)]
+    metrics = {"bleu": bleu_score.score, "chrf": chrf_score.score, "bleu_bp": bleu_score.bp,
+               "bleu_lc": lc_score.score}
+    lines = [bleu_score.format(signature=bleu_signature), chrf_score.format(signature=chrf_signature),
+             lc_score.format(signature=str(bleu_lc.get_signature()))]
     if tokenized_bleu:
         tokenized = BLEU(tokenize="none", force=True)
         tok_score = tokenized.corpus_score(paper_tokenize(hypotheses), [paper_tokenize(references)])

@@ -54,6 +54,14 @@ def test_bleu_and_chrf_equal_sacrebleus_own_figures():
     assert report.signature in report.text and "chrF2" in report.text
 
 
+def test_lowercased_bleu_is_reported_with_its_signature():
+    shouted = [h.upper() for h in HYPS]
+    report = task(tgt_lang="en").score(shouted, REFS)
+    assert report.metrics["bleu_lc"] == pytest.approx(69.568, abs=1e-3)  # as the cased score of HYPS
+    assert report.metrics["bleu"] < 10.0  # cased, the shouted words miss
+    assert "case:lc" in report.text and report.signature.startswith("nrefs:1|case:mixed")
+
+
 def test_perfect_and_empty_outputs():
     assert task().score(REFS, REFS).metrics["bleu"] == pytest.approx(100.0)
     assert task().score(["", "", ""], REFS).metrics["bleu"] == 0.0
