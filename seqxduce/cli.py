@@ -143,9 +143,13 @@ def train(ctx: click.Context, recipe_file: Path, out: Path | None, overrides: tu
               help="also write the model's per-position figures (e.g. a Universal Transformer's ponder counts) "
                    "for each source and best output here, one JSON object per line")
 @click.option("--allow-errors", is_flag=True, help="with --split: " + ALLOW_ERRORS_HELP)
+@click.option("--ensemble", multiple=True, type=click.Path(path_type=Path),
+              help="also a checkpoint or run directory whose predictions are averaged in (repeat it; each must "
+                   "share RUN's tokenizer files, e.g. another checkpoint of the same run)")
 @click.pass_context
 def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | None, output: Path | None,
-           overrides: tuple[str, ...], examples: int, annotations: Path | None, allow_errors: bool) -> None:
+           overrides: tuple[str, ...], examples: int, annotations: Path | None, allow_errors: bool,
+           ensemble: tuple[Path, ...]) -> None:
     """Decode sources with a trained run (its averaged checkpoint if any, else the latest).
 
     With --split, exits with status 3 after writing everything when the metric left outputs out of its figures
@@ -158,17 +162,19 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
             engine.check_writable(path, f"{option} {path}")
     annotate = annotations is not None
     checkpoint = engine.checkpoint_for(run)
-    click.echo(f"decoding with {checkpoint}", err=True)
+    click.echo(f"decoding with {checkpoint}" + "".join(f" + {p}" for p in ensemble), err=True)
     run = checkpoint  # the one named: a damaged newest checkpoint is passed over once, not twice
     if split is not None:
-        outputs, report = engine.decode_split(run, split, overrides=overrides, annotate=annotate)
+        outputs, report = engine.decode_split(run, split, overrides=overrides, annotate=annotate,
+                                              ensemble=ensemble)
         for o in outputs[:examples]:
             click.echo(f"src: {o.source}\nhyp: {o.text}\nref: {o.reference}\n", err=True)
         _write([o.text for o in outputs], output)
         # with outputs on stdout the report goes to stderr, so that stdout stays one output per line
         click.echo(report.text or _metric_line(report.metrics), err=output is None)
     else:
-        outputs = engine.decode(run, _read_sources(input_file), overrides=overrides, annotate=annotate)
+        outputs = engine.decode(run, _read_sources(input_file), overrides=overrides, annotate=annotate,
+                                ensemble=ensemble)
         _write(engine.format_outputs(outputs), output)
     if annotate:
         _write(engine.format_annotations(outputs), annotations)

@@ -73,11 +73,12 @@ class LoadedRun:
     device: torch.device
 
 
-def load_run(path: Path, overrides: Sequence[str] = ()) -> LoadedRun:
+def load_run(path: Path, overrides: Sequence[str] = (), ensemble: Sequence[Path] = ()) -> LoadedRun:
     """Load recipe, tokenizers, model weights and decoder from a run directory or checkpoint.
 
     Overrides of [model] keys are refused unless the model declares them decode-time keys (for instance a
-    Universal Transformer's depth, `--set model.steps=N`); see components.check_decode_overrides."""
+    Universal Transformer's depth, `--set model.steps=N`); see components.check_decode_overrides. With ensemble
+    (more checkpoints or run directories sharing this run's tokenizer files), the model is their ensemble."""
     run, checkpoint = rundir.locate(path)
     recipe = run.load_recipe(overrides)
     components.check_decode_overrides(recipe, tuple(overrides))
@@ -85,9 +86,13 @@ def load_run(path: Path, overrides: Sequence[str] = ()) -> LoadedRun:
     built = run.components(recipe)
     ckpt.load_weights(built.model, ckpt.load(checkpoint)["model"], checkpoint,
                       f"decode with the recipe it was trained with ({run.recipe_file})")
-    built.model.to(device).eval()
+    model = built.model.to(device).eval()
+    if ensemble:
+        from seqxduce.ensemble import EnsembleModel, load_members
+
+        model = EnsembleModel([model, *load_members(run, ensemble, device)])
     decoder = components.build_decoder(recipe, built.tokenizers)
-    return LoadedRun(recipe, run.path, checkpoint, built.task, built.tokenizers, built.model, decoder, device)
+    return LoadedRun(recipe, run.path, checkpoint, built.task, built.tokenizers, model, decoder, device)
 
 
 def decode_lines(run: LoadedRun, sources: Sequence[str], annotate: bool = False) -> list[Output]:

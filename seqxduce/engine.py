@@ -57,22 +57,23 @@ def train(recipe: Recipe | str | Path, out: str | Path | None = None, resume: bo
 
 
 def decode(run: str | Path, sources: Sequence[str], overrides: Sequence[str] = (),
-           annotate: bool = False) -> list[Output]:
+           annotate: bool = False, ensemble: Sequence[Path] = ()) -> list[Output]:
     """Decode source lines with a run directory or checkpoint; outputs come back in input order.
 
-    annotate: also fill each Output's annotations with the model's per-position figures (e.g. ponder counts)."""
+    annotate: also fill each Output's annotations with the model's per-position figures (e.g. ponder counts).
+    ensemble: more checkpoints or run directories (same tokenizer files) whose predictions are averaged in."""
     from seqxduce.decoding import decode_lines, load_run
 
-    return decode_lines(load_run(Path(run), overrides), sources, annotate=annotate)
+    return decode_lines(load_run(Path(run), overrides, ensemble), sources, annotate=annotate)
 
 
 def decode_split(run: str | Path, split: str, overrides: Sequence[str] = (),
-                 annotate: bool = False) -> tuple[list[Output], Report]:
-    """Decode one of the task's splits with a run and score it (annotate as in decode())."""
+                 annotate: bool = False, ensemble: Sequence[Path] = ()) -> tuple[list[Output], Report]:
+    """Decode one of the task's splits with a run and score it (annotate and ensemble as in decode())."""
     from seqxduce.decoding import decode_split as _decode_split
     from seqxduce.decoding import load_run
 
-    return _decode_split(load_run(Path(run), overrides), split, annotate=annotate)
+    return _decode_split(load_run(Path(run), overrides, ensemble), split, annotate=annotate)
 
 
 def checkpoint_for(run: str | Path) -> Path:
