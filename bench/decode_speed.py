@@ -100,8 +100,8 @@ def build_seqxduce(size: str, device: torch.device):
 
 
 def quantized(model: torch.nn.Module, kind: str) -> torch.nn.Module:
-    """The model as `decode.quantize = kind` gives it (seqxduce.quantize), or as it is for "none"."""
-    from seqxduce.quantize import quantize_for_decoding
+    """The model as `decode.quantize = kind` gives it (seqxduce.decode_options), or as it is for "none"."""
+    from seqxduce.decode_options import quantize_for_decoding
     return quantize_for_decoding(model, kind)
 
 

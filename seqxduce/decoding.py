@@ -13,6 +13,7 @@ from seqxduce import checkpoint as ckpt
 from seqxduce import components, rundir
 from seqxduce.api import Decoder, DecodeRequest, Example, Hypothesis, Model, Postprocessed, Report, Task, UserError
 from seqxduce.data import encode_source, pad_sources
+from seqxduce.decode_options import compile_step, quantize_for_decoding
 from seqxduce.device import autocast_context, resolve_device
 from seqxduce.recipe import Recipe
 
@@ -77,7 +78,8 @@ def load_run(path: Path, overrides: Sequence[str] = ()) -> LoadedRun:
     """Load recipe, tokenizers, model weights and decoder from a run directory or checkpoint.
 
     Overrides of [model] keys are refused unless the model declares them decode-time keys (for instance a
-    Universal Transformer's depth, `--set model.steps=N`); see components.check_decode_overrides."""
+    Universal Transformer's depth, `--set model.steps=N`); see components.check_decode_overrides. The
+    model is then quantized and its step compiled as [decode] quantize / compile say (decode_options)."""
     run, checkpoint = rundir.locate(path)
     recipe = run.load_recipe(overrides)
     components.check_decode_overrides(recipe, tuple(overrides))
@@ -85,9 +87,12 @@ def load_run(path: Path, overrides: Sequence[str] = ()) -> LoadedRun:
     built = run.components(recipe)
     ckpt.load_weights(built.model, ckpt.load(checkpoint)["model"], checkpoint,
                       f"decode with the recipe it was trained with ({run.recipe_file})")
-    built.model.to(device).eval()
+    model = built.model.to(device).eval()
+    model = quantize_for_decoding(model, recipe.decode.core.quantize)
+    if recipe.decode.core.compile:
+        model = compile_step(model)
     decoder = components.build_decoder(recipe, built.tokenizers)
-    return LoadedRun(recipe, run.path, checkpoint, built.task, built.tokenizers, built.model, decoder, device)
+    return LoadedRun(recipe, run.path, checkpoint, built.task, built.tokenizers, model, decoder, device)
 
 
 def decode_lines(run: LoadedRun, sources: Sequence[str], annotate: bool = False) -> list[Output]:
