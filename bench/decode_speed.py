@@ -127,19 +127,17 @@ def bench_synthetic(size: str, args, device: torch.device, results: dict) -> Non
     torch.manual_seed(0)
     model = build_seqxduce(size, device)
     systems: list[tuple[str, Callable[[int], int]]] = []
-    for kind in ["none"] + ([args.quantize] if args.quantize != "none" else []):
-        name = "seqxduce" if kind == "none" else f"seqxduce-{kind}"
-        decoding_model = quantized(model, kind) if kind != "none" else model
-        systems.append((name, lambda beam, m=decoding_model: seqxduce_search(m, src, beam, forced(beam, args.out_len))))
-    if not args.no_torch:
+    if not args.no_torch:  # first, so that the lines after it print their ratio to it
         dims = SIZES[size]
         baseline = torch_baseline.TorchSeq2Seq(VOCAB, PAD, dims["d_model"], dims["heads"], dims["d_ff"],
                                                dims["layers"], dims["layers"]).to(device).eval()
         systems.append(("torch", lambda beam: int(torch_baseline.generate(
             baseline, src, beam, args.out_len, BOS, [PAD, BOS, EOS]).numel())))
-    ct2 = ct2_system(size, src, args) if not args.no_ct2 else None
-    if ct2 is not None:
-        systems.append(ct2)
+    for kind in ["none"] + ([args.quantize] if args.quantize != "none" else []):
+        name = "seqxduce" if kind == "none" else f"seqxduce-{kind}"
+        decoding_model = quantized(model, kind) if kind != "none" else model
+        systems.append((name, lambda beam, m=decoding_model: seqxduce_search(m, src, beam, forced(beam, args.out_len))))
+    systems += ct2_systems(size, src, args) if not args.no_ct2 else []
     for beam in args.beams:
         for name, call in systems:
             key = f"{size}/beam{beam}/{name}"
@@ -147,45 +145,56 @@ def bench_synthetic(size: str, args, device: torch.device, results: dict) -> Non
             report(key, results)
 
 
-def ct2_system(size: str, src: torch.Tensor, args):
-    """("ct2", call) over a random HF Marian model of this size converted to CTranslate2; None if not installed."""
+def ct2_systems(size: str, src: torch.Tensor, args) -> list[tuple[str, Callable[[int], int]]]:
+    """("ct2", call) (and "ct2-int8" with --quantize int8) over a random HF Marian model of this size converted
+    to CTranslate2, as the peers harness converts it; none if CTranslate2 is not installed."""
     try:
         import ctranslate2
         import transformers
         from ctranslate2.converters import TransformersConverter
     except ImportError:
         print(f"[{size}] CTranslate2 skipped: pip install ctranslate2 transformers to compare with it")
-        return None
+        return []
     if size == "tiny":
-        return None
+        return []
     dims = SIZES[size]
     work = Path(tempfile.mkdtemp(prefix="decode_speed_ct2_"))
+    hf_pad = VOCAB - 1  # as in Marian and the peers harness: pad = decoder start = the last id, never a word
     config = transformers.MarianConfig(
-        vocab_size=VOCAB, d_model=dims["d_model"], encoder_layers=dims["layers"], decoder_layers=dims["layers"],
-        encoder_attention_heads=dims["heads"], decoder_attention_heads=dims["heads"],
+        vocab_size=VOCAB, decoder_vocab_size=VOCAB, d_model=dims["d_model"], encoder_layers=dims["layers"],
+        decoder_layers=dims["layers"], encoder_attention_heads=dims["heads"], decoder_attention_heads=dims["heads"],
         encoder_ffn_dim=dims["d_ff"], decoder_ffn_dim=dims["d_ff"], activation_function="relu",
-        max_position_embeddings=1024, pad_token_id=VOCAB - 1, eos_token_id=EOS, decoder_start_token_id=VOCAB - 1,
-        scale_embedding=True, share_encoder_decoder_embeddings=True, tie_word_embeddings=True)
-    transformers.MarianMTModel(config).save_pretrained(work / "hf")
-    vocab = {"<pad>": VOCAB - 1, "</s>": EOS, "<unk>": 3, "<s>": BOS, "<blank>": PAD}
-    vocab.update({f"w{i}": i for i in range(FIRST_WORD, VOCAB - 1)})
-    (work / "hf" / "vocab.json").write_text(json.dumps(vocab))
+        max_position_embeddings=1024, scale_embedding=True, share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True, pad_token_id=hf_pad, eos_token_id=EOS, bos_token_id=0,
+        decoder_start_token_id=hf_pad, forced_eos_token_id=None)
+    torch.manual_seed(0)
+    transformers.MarianMTModel(config).eval().save_pretrained(work / "hf")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    specials = {0: "<s>", EOS: "</s>", 3: "<unk>", hf_pad: "<pad>"}
+    vocab = {specials.get(i, f"w{i}"): i for i in range(VOCAB)}
+    words = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    words.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    transformers.PreTrainedTokenizerFast(tokenizer_object=words, bos_token="<s>", eos_token="</s>",
+                                         unk_token="<unk>", pad_token="<pad>").save_pretrained(work / "hf")
     try:
         TransformersConverter(str(work / "hf")).convert(str(work / "ct2"), force=True)
     except Exception as err:  # noqa: BLE001 - a converter that cannot read the model is a skip, not a failure
         print(f"[{size}] CTranslate2 skipped: conversion failed ({type(err).__name__}: {err})")
-        return None
-    translator = ctranslate2.Translator(str(work / "ct2"), device="cpu", compute_type="float32",
-                                        intra_threads=torch.get_num_threads(), inter_threads=1)
+        return []
     names = {EOS: "</s>"}
     tokens = [[names.get(int(i), f"w{int(i)}") for i in row] for row in src.cpu()]
+    systems = []
+    for compute_type in ["float32"] + (["int8"] if args.quantize == "int8" else []):
+        translator = ctranslate2.Translator(str(work / "ct2"), device=src.device.type, compute_type=compute_type,
+                                            intra_threads=torch.get_num_threads(), inter_threads=1)
 
-    def call(beam: int) -> int:
-        out = translator.translate_batch(tokens, beam_size=beam, max_decoding_length=args.out_len,
-                                         min_decoding_length=args.out_len, num_hypotheses=1, max_batch_size=0)
-        return sum(len(o.hypotheses[0]) for o in out)
+        def call(beam: int, translator=translator) -> int:
+            out = translator.translate_batch(tokens, beam_size=beam, max_decoding_length=args.out_len,
+                                             min_decoding_length=args.out_len, num_hypotheses=1, max_batch_size=0)
+            return sum(len(o.hypotheses[0]) for o in out)  # 30 words: CT2 does not count the eos it adds
 
-    return "ct2", call
+        systems.append(("ct2" if compute_type == "float32" else f"ct2-{compute_type}", call))
+    return systems
 
 
 def bench_run(run: str, args, device: torch.device, results: dict) -> None:

@@ -105,9 +105,10 @@ def generate(model: TorchSeq2Seq, src: torch.Tensor, beam: int, steps: int, star
     if beam > 1:
         memory = memory.repeat_interleave(beam, 0)
         pad = pad.repeat_interleave(beam, 0) if pad is not None else None
-    ys = torch.full((batch * beam, 1), start, dtype=torch.long)
+    device = src.device
+    ys = torch.full((batch * beam, 1), start, dtype=torch.long, device=device)
     cache = KVCache(model, memory, pad)
-    scores = torch.zeros(batch, beam)
+    scores = torch.zeros(batch, beam, device=device)
     scores[:, 1:] = -math.inf  # every beam starts the same: keep one
     scores = scores.view(-1)
     vocab = model.emb.num_embeddings
@@ -118,10 +119,10 @@ def generate(model: TorchSeq2Seq, src: torch.Tensor, beam: int, steps: int, star
             ys = torch.cat([ys, logprobs.argmax(-1, keepdim=True)], 1)
             continue
         top, index = (scores.unsqueeze(1) + logprobs).view(batch, beam * vocab).topk(beam, dim=1)
-        origin = (index // vocab + torch.arange(batch).unsqueeze(1) * beam).view(-1)
+        origin = (index // vocab + torch.arange(batch, device=device).unsqueeze(1) * beam).view(-1)
         ys = torch.cat([ys[origin], (index % vocab).view(-1, 1)], 1)
         cache.reorder(origin)
         scores = top.view(-1)
     if beam > 1:
-        ys = ys[scores.view(batch, beam).argmax(1) + torch.arange(batch) * beam]
+        ys = ys[scores.view(batch, beam).argmax(1) + torch.arange(batch, device=device) * beam]
     return ys[:, 1:]
