@@ -9,15 +9,16 @@ Synthetic protocol, as ../shared/tools/peers/ measures the peers (common.py ther
 shared vocabulary of 8,000, small = 3+3 layers d256 h4 ff1024, base = 6+6 d512 h8 ff2048; 64 sources of 25
 tokens (24 random words + eos, numpy RandomState(1235)); output forced to 30 tokens (eos banned for 29 steps,
 then forced); one warm-up call, then the median of --repeats calls. Every system decodes the same ids in the
-same process, one after another: the figure to read is the ratio to the torch baseline (bench/torch_baseline.py:
-nn.TransformerDecoder layers with a hand-written key/value cache), since absolute figures move with the load.
+same process, in turns (each timed round calls every system once, so a change of load hits all alike): the
+figure to read is the ratio to the torch baseline (bench/torch_baseline.py: nn.TransformerDecoder layers with a
+hand-written key/value cache) or to CTranslate2, since absolute figures move with the load.
 Models are untrained (random weights): with forced lengths the work does not depend on the weights.
 
 With --run, the run's trained model also decodes the first --sentences sources of its valid split with its own
 length limits (not forced), beam 4 and greedy, and the tokens counted are those output (eos included).
 
-Peak memory: the process's peak RSS after each measurement (it only grows, so read the first system's figure
-as its own and later ones as upper bounds), and torch.cuda.max_memory_allocated per measurement on CUDA.
+Peak memory: the process's peak RSS after each system's warm-up call (it only grows, so read the first system's
+figure as its own and later ones as upper bounds), and torch.cuda.max_memory_allocated of that call on CUDA.
 CTranslate2 (optional: pip install ctranslate2 transformers) is measured when installed, through a random
 HF Marian model of the same shape converted as the peers harness does; otherwise it is skipped with a message.
 """
@@ -68,24 +69,30 @@ def peak_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)  # KiB on Linux
 
 
-def timed(call: Callable[[], int], repeats: int, device: torch.device) -> dict:
-    """One warm-up call, then the median of `repeats`; call returns the target tokens it produced."""
-    call()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    times, tokens = [], 0
-    for _ in range(repeats):
-        started = time.perf_counter()
-        tokens = call()
+def timed(calls: dict[str, Callable[[], int]], repeats: int, device: torch.device) -> dict[str, dict]:
+    """Per system: one warm-up call (its memory figures are taken there), then `repeats` rounds that time each
+    system once in turn, so that a change of the machine's load hits every system alike; the median is kept.
+    A call returns the target tokens it produced."""
+    figures: dict[str, dict] = {}
+    for name, call in calls.items():
         if device.type == "cuda":
             torch.cuda.synchronize()
-        times.append(time.perf_counter() - started)
-    median = statistics.median(times)
-    figures = {"tok_s": round(tokens / median, 1), "sec_median": round(median, 4), "tokens": tokens,
-               "sec_all": [round(t, 4) for t in times], "peak_rss_mb": peak_rss_mb()}
-    if device.type == "cuda":
-        figures["cuda_max_allocated_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+            torch.cuda.reset_peak_memory_stats()
+        call()
+        figures[name] = {"peak_rss_mb": peak_rss_mb(), "sec_all": []}
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+            figures[name]["cuda_max_allocated_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+    for _ in range(repeats):
+        for name, call in calls.items():
+            started = time.perf_counter()
+            figures[name]["tokens"] = call()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            figures[name]["sec_all"].append(round(time.perf_counter() - started, 4))
+    for figure in figures.values():
+        median = statistics.median(figure["sec_all"])
+        figure.update(tok_s=round(figure["tokens"] / median, 1), sec_median=round(median, 4))
     return figures
 
 
@@ -139,10 +146,11 @@ def bench_synthetic(size: str, args, device: torch.device, results: dict) -> Non
         systems.append((name, lambda beam, m=decoding_model: seqxduce_search(m, src, beam, forced(beam, args.out_len))))
     systems += ct2_systems(size, src, args) if not args.no_ct2 else []
     for beam in args.beams:
-        for name, call in systems:
-            key = f"{size}/beam{beam}/{name}"
-            results[key] = timed(lambda call=call, beam=beam: call(beam), args.repeats, device)
-            report(key, results)
+        measured = timed({name: (lambda call=call, beam=beam: call(beam)) for name, call in systems}, args.repeats,
+                         device)
+        for name, figures in measured.items():
+            results[f"{size}/beam{beam}/{name}"] = figures
+            report(f"{size}/beam{beam}/{name}", results)
 
 
 def ct2_systems(size: str, src: torch.Tensor, args) -> list[tuple[str, Callable[[int], int]]]:
@@ -216,6 +224,7 @@ def bench_run(run: str, args, device: torch.device, results: dict) -> None:
     for beam in args.beams:
         settings = BeamSettings(beam=beam, alpha=0.6, max_len_a=lengths.max_len_a, max_len_b=lengths.max_len_b,
                                 min_len=lengths.min_len) if beam > 1 else lengths
+        calls = {}
         for kind, m in variants:
             def call(m=m, beam=beam, settings=settings) -> int:
                 total = 0
@@ -225,9 +234,10 @@ def bench_run(run: str, args, device: torch.device, results: dict) -> None:
                         hyps = beam_search(m, request, settings) if beam > 1 else greedy_search(m, request, settings)
                     total += sum(len(h[0].tokens) + 1 for h in hyps)
                 return total
-            key = f"run/beam{beam}/seqxduce" + ("" if kind == "none" else f"-{kind}")
-            results[key] = timed(call, args.repeats, device)
-            results[key]["sentences"] = len(encoded)
+            calls["seqxduce" + ("" if kind == "none" else f"-{kind}")] = call
+        for name, figures in timed(calls, args.repeats, device).items():
+            key = f"run/beam{beam}/{name}"
+            results[key] = dict(figures, sentences=len(encoded))
             report(key, results)
 
 
@@ -236,6 +246,8 @@ def report(key: str, results: dict) -> None:
     figures = results[key]
     baseline = results.get(f"{size}/{beam}/torch")
     ratio = f"  {figures['tok_s'] / baseline['tok_s']:.2f}x torch" if baseline and name != "torch" else ""
+    ct2 = results.get(f"{size}/{beam}/ct2")
+    ratio += f"  {figures['tok_s'] / ct2['tok_s']:.2f}x ct2" if ct2 and name != "ct2" else ""
     memory = f", cuda max {figures['cuda_max_allocated_mb']} MiB" if "cuda_max_allocated_mb" in figures else ""
     print(f"{key:32s} {figures['tok_s']:10.1f} tok/s  median {figures['sec_median']:.3f} s  "
           f"peak RSS {figures['peak_rss_mb']} MiB{memory}{ratio}", flush=True)
