@@ -255,7 +255,8 @@ def report(key: str, results: dict) -> None:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", nargs="+", default=["small", "base"], choices=sorted(SIZES))
+    parser.add_argument("--sizes", nargs="*", default=["small", "base"], choices=sorted(SIZES),
+                        help="synthetic sizes to measure (none: only --run)")
     parser.add_argument("--beams", nargs="+", type=int, default=[4, 1])
     parser.add_argument("--sources", type=int, default=64, help="sources per search call (the peers: 64)")
     parser.add_argument("--src-len", type=int, default=25, help="synthetic source length, eos included")
