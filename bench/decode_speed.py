@@ -148,8 +148,8 @@ def bench_synthetic(size: str, args, device: torch.device, results: dict) -> Non
     for beam in args.beams:
         measured = timed({name: (lambda call=call, beam=beam: call(beam)) for name, call in systems}, args.repeats,
                          device)
-        for name, figures in measured.items():
-            results[f"{size}/beam{beam}/{name}"] = figures
+        results.update({f"{size}/beam{beam}/{name}": figures for name, figures in measured.items()})
+        for name in measured:
             report(f"{size}/beam{beam}/{name}", results)
 
 
