@@ -91,13 +91,6 @@ class Memory:
         """The search rows `index` (B',) of this batch, in that order."""
         return self.take(self.plan(index))
 
-    def expanded(self) -> Memory:
-        """One row per search row (group 1), for code that needs the rows spelled out."""
-        if self.group == 1:
-            return self
-        return self.take(RowPlan(torch.arange(self.states.size(0), device=self.states.device
-                                              ).repeat_interleave(self.group), 1))
-
 
 @dataclass
 class LayerState:
