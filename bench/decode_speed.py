@@ -4,6 +4,7 @@
     python bench/decode_speed.py --sizes small --json out.json
     python bench/decode_speed.py --run runs/multi30k      # also the run's model on its valid sources
     python bench/decode_speed.py --quantize int8          # seqxduce with dynamic int8 Linear layers as well
+    python bench/decode_speed.py --compile                # and with its step compiled (decode.compile = true)
 
 Synthetic protocol, as ../shared/tools/peers/ measures the peers (common.py there): post-norm Transformer,
 shared vocabulary of 8,000, small = 3+3 layers d256 h4 ff1024, base = 6+6 d512 h8 ff2048; 64 sources of 25
@@ -144,6 +145,13 @@ def bench_synthetic(size: str, args, device: torch.device, results: dict) -> Non
         name = "seqxduce" if kind == "none" else f"seqxduce-{kind}"
         decoding_model = quantized(model, kind) if kind != "none" else model
         systems.append((name, lambda beam, m=decoding_model: seqxduce_search(m, src, beam, forced(beam, args.out_len))))
+    if args.compile:  # decode.compile = true; the warm-up call pays the compilation, the timed ones do not
+        import copy
+
+        from seqxduce.decode_options import compile_step
+        compiled = compile_step(copy.deepcopy(model))
+        systems.append(("seqxduce-compile",
+                        lambda beam: seqxduce_search(compiled, src, beam, forced(beam, args.out_len))))
     systems += ct2_systems(size, src, args) if not args.no_ct2 else []
     for beam in args.beams:
         measured = timed({name: (lambda call=call, beam=beam: call(beam)) for name, call in systems}, args.repeats,
@@ -268,6 +276,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--sentences", type=int, default=1000, help="valid sources decoded with --run")
     parser.add_argument("--quantize", default="none", choices=("none", "int8"),
                         help="also measure seqxduce with this decode.quantize")
+    parser.add_argument("--compile", action="store_true",
+                        help="also measure seqxduce with decode.compile = true (torch.compile of the step)")
     parser.add_argument("--no-torch", action="store_true", help="leave out the torch.nn baseline")
     parser.add_argument("--no-ct2", action="store_true", help="leave out CTranslate2")
     parser.add_argument("--json", help="write every figure to this file as JSON")
