@@ -13,6 +13,7 @@ from seqxduce import checkpoint as ckpt
 from seqxduce import components, rundir
 from seqxduce.api import Decoder, DecodeRequest, Example, Hypothesis, Model, Postprocessed, Report, Task, UserError
 from seqxduce.data import encode_source, pad_sources
+from seqxduce.decode_options import compile_step, quantize_for_decoding
 from seqxduce.device import autocast_context, resolve_device
 from seqxduce.recipe import Recipe
 
@@ -78,7 +79,8 @@ def load_run(path: Path, overrides: Sequence[str] = (), ensemble: Sequence[Path]
 
     Overrides of [model] keys are refused unless the model declares them decode-time keys (for instance a
     Universal Transformer's depth, `--set model.steps=N`); see components.check_decode_overrides. With ensemble
-    (more checkpoints or run directories sharing this run's tokenizer files), the model is their ensemble."""
+    (more checkpoints or run directories sharing this run's tokenizer files), the model is their ensemble. The
+    model is then quantized and its step compiled as [decode] quantize / compile say (decode_options)."""
     run, checkpoint = rundir.locate(path)
     recipe = run.load_recipe(overrides)
     components.check_decode_overrides(recipe, tuple(overrides))
@@ -91,6 +93,9 @@ def load_run(path: Path, overrides: Sequence[str] = (), ensemble: Sequence[Path]
         from seqxduce.ensemble import EnsembleModel, load_members
 
         model = EnsembleModel([model, *load_members(run, ensemble, device)])
+    model = quantize_for_decoding(model, recipe.decode.core.quantize)
+    if recipe.decode.core.compile:
+        model = compile_step(model)
     decoder = components.build_decoder(recipe, built.tokenizers)
     return LoadedRun(recipe, run.path, checkpoint, built.task, built.tokenizers, model, decoder, device)
 

@@ -137,6 +137,10 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
     scores = torch.full((batch, beam), float("-inf"), device=device)
     scores[:, 0] = 0.0
     finished = [_NBest(beam if early_stop else nbest) for _ in range(batch)]
+    # per source, kept in step with `finished` (only sources that gained a hypothesis are rewritten), so that
+    # no step reads every n-best list: the score to beat (-inf while not full) and whether it is full
+    worst = torch.full((batch,), float("-inf"), device=device)
+    full_lists = torch.zeros(batch, dtype=torch.bool, device=device)
 
     step = 0
     while alive.numel() > 0:
@@ -145,16 +149,22 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
         logprobs, cache = _next_logprobs(model, prefixes[:, -1], memory, cache, request, constraint, step, limits,
                                          min_len)
         vocab = logprobs.size(-1)
-        candidates = (scores.view(-1, 1) + logprobs).view(n_alive, beam * vocab)
-        # 2*beam candidates always hold at least beam that do not end in eos (one eos per row at most)
+        # 2*beam candidates always hold at least beam that do not end in eos (one eos per row at most). No
+        # row gives more than 2*beam of a source's best 2*beam, so each row's best 2*beam tokens are taken
+        # first and the source's best among those beam * 2*beam: the same candidates as a top-k over all
+        # beam * vocab sums, without adding the scores to every (row, token)
+        width = min(2 * beam, vocab)
+        row_scores, row_tokens = logprobs.topk(width, dim=1)  # (N, width)
+        candidates = (scores.view(-1, 1) + row_scores).view(n_alive, beam * width)
         top_scores, top_index = candidates.topk(min(2 * beam, beam * vocab), dim=1)
-        top_beam = torch.div(top_index, vocab, rounding_mode="floor")
-        top_token = top_index % vocab
+        top_beam = torch.div(top_index, width, rounding_mode="floor")
+        top_token = row_tokens.view(n_alive, beam * width).gather(1, top_index)
         is_eos = top_token == request.eos_id
         finite = torch.isfinite(top_scores)
 
-        _collect_finished(finished, alive, prefixes, positional, logprobs, top_scores, top_beam, is_eos & finite,
-                          beam, alpha, request.eos_id)
+        grown = _collect_finished(finished, alive, prefixes, positional, logprobs, top_scores, top_beam,
+                                  is_eos & finite, beam, alpha, request.eos_id)
+        _note(grown, finished, worst, full_lists)
 
         # the first `beam` live (non-eos) candidates continue
         live_rank = torch.where(is_eos, torch.full_like(top_scores, float("inf")),
@@ -166,16 +176,17 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
         origin = (torch.arange(n_alive, device=device).unsqueeze(1) * beam + new_beam).view(-1)
 
         if early_stop:
-            full = torch.tensor([finished[s].full for s in alive.tolist()], dtype=torch.bool, device=device)
+            full = full_lists[alive]
         else:
-            full = _cannot_improve(finished, alive, new_scores, step + 1, limits_all[alive], alpha)
+            full = _live_bound(new_scores.max(dim=1).values, step + 1, limits_all[alive], alpha) <= worst[alive]
         source_done = full | ~torch.isfinite(new_scores).any(dim=1)
         new_token = new_token.view(-1)
         prefixes = torch.cat([prefixes[origin], new_token.view(-1, 1)], dim=1)
         positional = torch.cat([positional[origin], logprobs[origin, new_token].view(-1, 1)], dim=1)
         scores = new_scores
         if bool(source_done.any()):
-            _finish_dead_ends(finished, alive, source_done, prefixes, positional, scores, beam, alpha)
+            _note(_finish_dead_ends(finished, alive, source_done, prefixes, positional, scores, beam, alpha),
+                  finished, worst, full_lists)
             keep_sources = (~source_done).nonzero().flatten()
             rows = (keep_sources.unsqueeze(1) * beam + torch.arange(beam, device=device)).view(-1)
             alive, scores = alive[keep_sources], scores[keep_sources]
@@ -250,18 +261,18 @@ def _live_bound(best_live: torch.Tensor, length: int, limits: torch.Tensor, alph
     return torch.maximum(best_live / shortest, best_live / longest)
 
 
-def _cannot_improve(finished: list[_NBest], alive: torch.Tensor, live_scores: torch.Tensor, length: int,
-                    limits: torch.Tensor, alpha: float) -> torch.Tensor:
-    """(S,) True for sources whose n-best finished list no live hypothesis can enter any more."""
-    worst = torch.tensor([finished[s].worst for s in alive.tolist()], device=live_scores.device)
-    bound = _live_bound(live_scores.max(dim=1).values, length, limits, alpha)
-    return bound <= worst
+def _note(sources: set[int], finished: list[_NBest], worst: torch.Tensor, full: torch.Tensor) -> None:
+    """Copy the n-best lists of `sources` that changed into the per-source tensors the search reads."""
+    for s in sources:
+        worst[s] = finished[s].worst
+        full[s] = finished[s].full
 
 
 def _collect_finished(finished, alive, prefixes, positional, logprobs, top_scores, top_beam, take, beam, alpha, eos):
     """Offer eos candidates ranked within the first `beam` of their source to its n-best finished list."""
     take = take.clone()
     take[:, beam:] = False
+    grown = set()
     for s, k in take.nonzero().tolist():
         source = finished[int(alive[s])]
         total = float(top_scores[s, k])
@@ -273,10 +284,13 @@ def _collect_finished(finished, alive, prefixes, positional, logprobs, top_score
         lps = positional[row].tolist() + [float(logprobs[row, eos])]
         source.add(Hypothesis(tokens=prefixes[row, 1:].tolist(), score=score, logprob=total,
                               positional_logprobs=lps))
+        grown.add(int(alive[s]))
+    return grown
 
 
 def _finish_dead_ends(finished, alive, source_done, prefixes, positional, scores, beam, alpha):
     """A source that leaves the search without any finished hypothesis keeps its best live one."""
+    grown = set()
     for s in source_done.nonzero().flatten().tolist():
         source = finished[int(alive[s])]
         if source.hyps:
@@ -287,3 +301,5 @@ def _finish_dead_ends(finished, alive, source_done, prefixes, positional, scores
         tokens = prefixes[row, 1:].tolist()
         source.add(Hypothesis(tokens=tokens, score=total / length_penalty(len(tokens) + 1, alpha), logprob=total,
                               positional_logprobs=positional[row].tolist()))
+        grown.add(int(alive[s]))
+    return grown

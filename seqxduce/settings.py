@@ -30,6 +30,11 @@ class DecodeCore(Settings):
     name: str = setting("beam", help="decoder plugin name")
     batch_size: int = setting(64, help="sentences decoded together (sorted by length to waste little padding)",
                               min=1)
+    quantize: str = setting("none", help="int8 = decode with every nn.Linear dynamically quantized to int8 "
+                                         "(CPU only; faster, outputs may differ slightly); none = as trained",
+                            choices=("none", "int8"))
+    compile: bool = setting(False, help="torch.compile the model's decoding step (the first batches pay the "
+                                        "compilation; off by default: measure with bench/decode_speed.py)")
 
 
 @dataclass

@@ -76,8 +76,14 @@ class MultiHeadAttention(nn.Module):
         return self._split(key, self.d_k), self._split(value, self.d_v)
 
     def attend(self, x: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-               mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
-        """Queries from x (B, Lq, C) attend to projected key/value (B, H, Lk, d_k / d_v); returns (B, Lq, C)."""
+               mask: torch.Tensor | None = None, is_causal: bool = False, group: int = 1) -> torch.Tensor:
+        """Queries from x (B, Lq, C) attend to projected key/value (B, H, Lk, d_k / d_v); returns (B, Lq, C).
+
+        With group g > 1 (one new position per row: Lq = 1), key/value and mask have B / g rows and rows
+        r*g .. r*g+g-1 of x all attend to row r: the g queries of one source run as one (g, Lk) attention
+        against its keys, which are neither copied nor reordered per hypothesis (state.py)."""
+        if group > 1:
+            return self._attend_grouped(x, key, value, mask, group)
         batch, length, _ = x.shape
         query = self._split(self.query(x), self.d_k)  # (B, H, Lq, d_k)
         if self.recorded is not None:
@@ -88,6 +94,18 @@ class MultiHeadAttention(nn.Module):
                 dropout_p=self.dropout if self.training else 0.0,
             )  # (B, H, Lq, d_v); scaled by 1 / sqrt(d_k)
         return self.out(out.transpose(1, 2).reshape(batch, length, self.heads * self.d_v))
+
+    def _attend_grouped(self, x: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                        mask: torch.Tensor | None, group: int) -> torch.Tensor:
+        """x (M*g, 1, C) against key/value (M, H, Lk, d); see attend()."""
+        rows = x.size(0)
+        query = self.query(x).view(rows // group, group, self.heads, self.d_k).transpose(1, 2)  # (M, H, g, d_k)
+        if self.recorded is not None:
+            out = self._attend_recording(query, key, value, mask, False)
+        else:
+            out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask,
+                                                 dropout_p=self.dropout if self.training else 0.0)  # (M, H, g, d_v)
+        return self.out(out.transpose(1, 2).reshape(rows, 1, self.heads * self.d_v))
 
     def _attend_recording(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                           mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor:

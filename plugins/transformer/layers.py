@@ -164,24 +164,22 @@ class DecoderLayer(nn.Module):
         return LayerState(None, None, self.transition.initial_history(batch, like))
 
     def step(self, x: torch.Tensor, state: LayerState, cross: tuple[torch.Tensor, torch.Tensor],
-             cross_mask: torch.Tensor | None) -> tuple[torch.Tensor, LayerState]:
+             cross_mask: torch.Tensor | None, group: int = 1) -> tuple[torch.Tensor, LayerState]:
         """One new position x (B, 1, C) after those in state; returns (B, 1, C) and the extended state.
 
+        cross and cross_mask have B / group rows: `group` consecutive rows of x read one (state.py).
         The new query may see every cached key, so no mask is needed (is_causal stays False: with one
         query SDPA would align its causal mask to the first key, not the last). With a restricted window
-        the cache keeps only the last `window` keys and values besides the new one: nothing older is ever
-        attended to again, so the cache stays window + 1 positions long however long the output grows.
+        only the last `window` keys and values besides the new one are attended to (and copied on reorder):
+        nothing older is ever read again.
         """
         h = self.self_res.before(x)
         key, value = self.self_attn.project_kv(h)  # (B, H, 1, d_k / d_v)
-        if state.key is not None:
-            key = torch.cat([state.key, key.to(state.key.dtype)], dim=2)  # (B, H, t+1, d_k)
-            value = torch.cat([state.value, value.to(state.value.dtype)], dim=2)
-        if self.window:
-            key, value = key[:, :, -(self.window + 1):], value[:, :, -(self.window + 1):]
+        state = state.append(key, value, self.window)  # a new LayerState (its buffers written in place)
+        key, value = state.keys(self.window)  # (B, H, t+1 or fewer, d_k / d_v), views of the cache
         x = self.self_res.after(x, self.self_attn.attend(h, key, value))
         h = self.cross_res.before(x)
-        x = self.cross_res.after(x, self.cross_attn.attend(h, *cross, mask=cross_mask))
+        x = self.cross_res.after(x, self.cross_attn.attend(h, *cross, mask=cross_mask, group=group))
         h = self.transition_res.before(x)
-        y, conv = self.transition.step(h, state.conv)
-        return self.transition_res.after(x, y), LayerState(key, value, conv)
+        y, state.conv = self.transition.step(h, state.conv)
+        return self.transition_res.after(x, y), state

@@ -4,8 +4,10 @@
     tgt_in (B, T) -> embed * sqrt(C) + positions -> dropout -> N decoder layers -> logits (B, T, V)
 
 Decoding: encode() once; init_cache() projects the memory into each layer's cross-attention keys/values
-once; step() feeds one token per row and appends that position's self-attention keys/values to the cache,
-so no prefix is ever recomputed; reorder() selects rows of memory and cache for beam search.
+once per source; step() feeds one token per row and writes that position's self-attention keys/values into
+the cache's preallocated buffers, so no prefix is ever recomputed; reorder() selects rows of the
+self-attention cache for beam search, while memory and cross keys/values stay one row per source, read by
+the `beam` rows of that source (state.py).
 
 Table 3's variations are settings (settings.py): per-head widths d_k / d_v (attention.py), learned positions
 instead of the sinusoids (embedding.py: a position past max_positions is a UserError), and restricted
@@ -111,12 +113,13 @@ class Transformer(nn.Module, Model):
         return ModelOutput(logits=self.embeddings.logits(self.decode(tgt_in, memory, tgt_offsets)))
 
     def init_cache(self, memory: Memory) -> DecoderCache:
-        """Empty self-attention state per layer, and each layer's cross-attention keys/values, projected once."""
-        batch = memory.states.size(0)
+        """Empty self-attention state per layer (per search row), and each layer's cross-attention keys/values,
+        projected once per memory row (one per source: beams share them, see state.py)."""
         return DecoderCache(
-            layers=[layer.initial_state(batch, memory.states) for layer in self.decoder],
+            layers=[layer.initial_state(memory.rows, memory.states) for layer in self.decoder],
             cross=[layer.cross_attn.project_kv(memory.states) for layer in self.decoder],
             position=0,
+            window=self.settings.attention_window,
         )
 
     def step(self, tokens: torch.Tensor, memory: Memory, cache: DecoderCache) -> tuple[torch.Tensor, DecoderCache]:
@@ -124,10 +127,11 @@ class Transformer(nn.Module, Model):
         x = self._embed(self.embeddings.embed_target(tokens.unsqueeze(1)), offset=cache.position)  # (B, 1, C)
         states = []
         for layer, state, cross in zip(self.decoder, cache.layers, cache.cross):
-            x, state = layer.step(x, state, cross, memory.mask)
+            x, state = layer.step(x, state, cross, memory.mask, memory.group)
             states.append(state)
         logits = self.embeddings.logits(self.decoder_norm(x[:, 0]))  # (B, V)
-        return F.log_softmax(logits.float(), dim=-1), DecoderCache(states, cache.cross, cache.position + 1)
+        return (F.log_softmax(logits.float(), dim=-1),
+                DecoderCache(states, cache.cross, cache.position + 1, cache.window))
 
     def forward_flops_per_token(self) -> tuple[int, int]:
         """Forward FLOPs per source and per target token (see flops.py for what is counted)."""
@@ -135,8 +139,10 @@ class Transformer(nn.Module, Model):
 
     def reorder(self, memory: Memory, cache: DecoderCache | None,
                 index: torch.Tensor) -> tuple[Memory, DecoderCache | None]:
-        """Keep rows `index` (B',) of memory and cache (cache may be None)."""
-        return memory.select(index), None if cache is None else cache.select(index)
+        """Keep search rows `index` (B',) of memory and cache (cache may be None); memory rows and cross-attention
+        keys/values move only when a source leaves (state.plan_rows)."""
+        plan = memory.plan(index)
+        return memory.take(plan), None if cache is None else cache.select(index, plan)
 
     def attention_weights(self, src: torch.Tensor, tgt_in: torch.Tensor) -> AttentionWeights:
         """Every layer's attention probabilities over one teacher-forced pass (see seqxduce.api.Model)."""

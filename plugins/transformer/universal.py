@@ -195,11 +195,11 @@ class UniversalTransformer(nn.Module, Model):
 
     def init_cache(self, memory: Memory) -> DecoderCache:
         """One empty LayerState per depth step, and the encoder keys/values projected once."""
-        batch = memory.states.size(0)
         return DecoderCache(
-            layers=[self.decoder_layer.initial_state(batch, memory.states) for _ in range(self.depth)],
+            layers=[self.decoder_layer.initial_state(memory.rows, memory.states) for _ in range(self.depth)],
             cross=[self.decoder_layer.cross_attn.project_kv(memory.states)],
             position=0,
+            window=self.settings.attention_window,
         )
 
     def step(self, tokens: torch.Tensor, memory: Memory, cache: DecoderCache) -> tuple[torch.Tensor, DecoderCache]:
@@ -208,14 +208,16 @@ class UniversalTransformer(nn.Module, Model):
         states: list[LayerState] = []
 
         def run(inputs: torch.Tensor, step: int) -> torch.Tensor:
-            out, state = self.decoder_layer.step(inputs, cache.layers[step - 1], cache.cross[0], memory.mask)
+            out, state = self.decoder_layer.step(inputs, cache.layers[step - 1], cache.cross[0], memory.mask,
+                                                 memory.group)
             states.append(state)
             return out
 
         pad = torch.zeros(x.shape[:2], dtype=torch.bool, device=x.device)  # (B, 1)
         x, _ = self._recur(x, pad, run, self.decoder_halting, offset=cache.position, stop_early=False)
         logits = self.embeddings.logits(self.decoder_norm(x[:, 0]))  # (B, V)
-        return F.log_softmax(logits.float(), dim=-1), DecoderCache(states, cache.cross, cache.position + 1)
+        return (F.log_softmax(logits.float(), dim=-1),
+                DecoderCache(states, cache.cross, cache.position + 1, cache.window))
 
     def forward_flops_per_token(self) -> tuple[int, int]:
         """Forward FLOPs per source and per target token at the full depth (with ACT an upper bound; flops.py)."""
@@ -225,8 +227,10 @@ class UniversalTransformer(nn.Module, Model):
 
     def reorder(self, memory: Memory, cache: DecoderCache | None,
                 index: torch.Tensor) -> tuple[Memory, DecoderCache | None]:
-        """Keep rows `index` (B',) of memory and cache (cache may be None)."""
-        return memory.select(index), None if cache is None else cache.select(index)
+        """Keep search rows `index` (B',) of memory and cache (cache may be None); memory rows and cross-attention
+        keys/values move only when a source leaves (state.plan_rows)."""
+        plan = memory.plan(index)
+        return memory.take(plan), None if cache is None else cache.select(index, plan)
 
     @torch.no_grad()
     def annotate(self, src: torch.Tensor, tgt_in: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -111,7 +111,65 @@ def test_cross_attention_keys_are_projected_once_in_init_cache():
         for hook in hooks:
             hook.remove()
     assert calls == []
-    assert cache.layers[0].key.shape == (3, 2, 3, 8)  # (B, H, t, C/H): three positions cached
+    assert cache.layers[0].length == 3
+    assert cache.layers[0].keys()[0].shape == (3, 2, 3, 8)  # (B, H, t, C/H): three positions cached
+
+
+@pytest.mark.parametrize("window", [0, 2])
+def test_beam_shaped_reorders_keep_memory_per_source_and_equal_the_full_forward(window):
+    """Expanding to beams, reordering inside each source's beams, and a source leaving: each step's log-probs
+    equal a full forward over the prefix each row now holds, and the encoder memory and cross-attention keys
+    stay one row per source (not copied) until a source leaves. With a restricted window the cache's buffer
+    stays bounded (its old positions are dropped) and decoding stays exact."""
+    model = tiny(attention_window=window)
+    src, _ = batch()
+    beam, steps = 3, 36  # past the cache's first capacity (16) twice: buffers grow, or a window compacts
+    memory = model.encode(src)
+    memory, _ = model.reorder(memory, None, torch.arange(3).repeat_interleave(beam))
+    assert memory.group == beam and memory.states.size(0) == 3
+    cache = model.init_cache(memory)
+    cross_before = cache.cross[0][0].data_ptr()
+    sources = torch.arange(3).repeat_interleave(beam)  # source of each search row
+    g = torch.Generator().manual_seed(5)
+    history = torch.full((9, 1), BOS)
+    for t in range(steps):
+        logprobs, cache = model.step(history[:, -1], memory, cache)
+        expected = torch.log_softmax(model(src[sources], history).logits[:, -1], dim=-1)
+        torch.testing.assert_close(logprobs, expected, rtol=0, atol=1e-5)
+        n = sources.numel() // beam
+        if t == 10:  # source 1 leaves the search
+            keep = torch.tensor([0, 2])
+            index = (keep.unsqueeze(1) * beam + torch.arange(beam)).view(-1)
+        else:  # each row continues one of its own source's beams
+            index = (torch.arange(n).unsqueeze(1) * beam + torch.randint(0, beam, (n, beam), generator=g)).view(-1)
+        memory, cache = model.reorder(memory, cache, index)
+        history = torch.cat([history[index], torch.randint(3, 20, (index.numel(), 1), generator=g)], dim=1)
+        sources = sources[index]
+        if t < 10:
+            assert cache.cross[0][0].data_ptr() == cross_before
+        assert memory.group == beam and memory.states.size(0) == sources.numel() // beam
+    assert memory.states.size(0) == 2
+    assert cache.layers[0].key.size(2) == (16 if window else 64)
+
+
+def test_any_reorder_index_still_decodes_each_row_as_its_source():
+    """An index that breaks the source-major pattern (rows of different sources interleaved) falls back to
+    one memory row per search row, and decoding stays exact."""
+    model = tiny()
+    src, _ = batch()
+    memory = model.encode(src)
+    memory, _ = model.reorder(memory, None, torch.tensor([0, 0, 1, 1, 2, 2]))
+    cache = model.init_cache(memory)
+    tgt = torch.tensor([[BOS, 5, 7], [BOS, 6, 8], [BOS, 9, 4], [BOS, 3, 3], [BOS, 11, 12], [BOS, 13, 5]])
+    sources = torch.tensor([0, 0, 1, 1, 2, 2])
+    _, cache = model.step(tgt[:, 0], memory, cache)
+    index = torch.tensor([5, 0, 3, 3, 1, 4])
+    memory, cache = model.reorder(memory, cache, index)
+    assert memory.group == 1
+    tgt, sources = tgt[index], sources[index]
+    logprobs, _ = model.step(tgt[:, 1], memory, cache)
+    expected = torch.log_softmax(model(src[sources], tgt[:, :2]).logits[:, -1], dim=-1)
+    torch.testing.assert_close(logprobs, expected, rtol=0, atol=1e-5)
 
 
 def test_shared_vocabulary_shares_one_embedding_parameter():

@@ -1,0 +1,47 @@
+"""What `[decode] quantize` and `[decode] compile` do to a loaded model, for any model plugin.
+
+Both act on the model as a torch.nn.Module and on its Model.step, so the core stays model-agnostic: dynamic
+int8 quantization replaces every nn.Linear by torch's dynamically quantized Linear (int8 weights, activations
+quantized per batch; CPU kernels only), and compile wraps the instance's step in torch.compile. Neither
+changes the weights on disk; both apply to decoding only (`seqxduce decode`, `translate`, `parse`).
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import torch
+from torch import nn
+
+from seqxduce.api import Model, UserError
+
+QUANTIZE_CHOICES = ("none", "int8")
+
+
+def quantize_for_decoding(model: Model, kind: str) -> Model:
+    """A copy of the model with its nn.Linear layers dynamically quantized (kind "int8"); the model itself for
+    "none". CPU only: torch's dynamic int8 Linear has no CUDA kernel."""
+    if kind == "none":
+        return model
+    if kind not in QUANTIZE_CHOICES:
+        raise UserError(f"[decode] quantize = {kind!r}: use one of {', '.join(QUANTIZE_CHOICES)}")
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    if device.type != "cpu":
+        raise UserError(f"[decode] quantize = {kind!r} runs on the CPU only (torch's dynamic int8 kernels), "
+                        f"and this model is on {device}; decode with --set train.device=cpu, or set "
+                        "decode.quantize = \"none\"")
+    with warnings.catch_warnings():  # torch.ao.quantization announces its move to torchao; it still works
+        warnings.simplefilter("ignore")
+        from torch.ao.quantization import quantize_dynamic
+        # a deep copy: a tied output projection keeps its float embedding, only the Linear is quantized
+        quantized = quantize_dynamic(copy.deepcopy(model), {nn.Linear}, dtype=torch.qint8)
+    return quantized.eval()
+
+
+def compile_step(model: Model, backend: str = "inductor") -> Model:
+    """The model with its step() compiled by torch.compile (dynamic shapes: the batch shrinks as sources
+    finish and the cache grows every step, which must not recompile each time). The first calls compile."""
+    original = model.step
+    model.step = torch.compile(original, dynamic=True, backend=backend)  # an instance attribute: forward() as is
+    return model

@@ -1,0 +1,89 @@
+"""[decode] quantize and compile (seqxduce.decode_options) on a small trained model: what they change and what not."""
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import seqxduce
+from seqxduce.api import DecodeRequest, UserError
+from seqxduce.data import encode_source, pad_sources
+from seqxduce.decode_options import compile_step, quantize_for_decoding
+from seqxduce.decoding import load_run
+from seqxduce.search import beam_search, greedy_search
+from seqxduce.search_settings import BeamSettings, SearchSettings
+
+RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
+SETTINGS = ["task.kind=copy", "task.train_size=2000", "task.train_max_len=12", "task.valid_max_len=12",
+            "task.test_max_len=12", "task.test_size=60", "model.d_model=32", "model.d_ff=64", "model.dropout=0.0",
+            "train.max_steps=400", "train.max_tokens=400", "train.warmup_steps=100", "train.validate_every=0",
+            "train.checkpoint_every=400"]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("decode_options") / "run"
+    seqxduce.train(seqxduce.load_recipe(RECIPE, SETTINGS), out=out)
+    return out
+
+
+def request_for(run, sources):
+    tgt = run.tokenizers.tgt
+    src = pad_sources([encode_source(run.tokenizers.src, s) for s in sources], tgt.pad_id)
+    return DecodeRequest(src=src, sources=list(sources), bos_id=tgt.bos_id, eos_id=tgt.eos_id, pad_id=tgt.pad_id)
+
+
+def test_int8_quantization_decodes_and_mostly_agrees_with_fp32(run_dir):
+    plain = load_run(run_dir)
+    quantized = load_run(run_dir, ["decode.quantize=int8"])
+    kinds = {type(m).__module__ for m in quantized.model.modules()}
+    assert any("quantized" in k for k in kinds), kinds  # its Linear layers were replaced
+    assert not any(type(m) is nn.Linear for m in quantized.model.modules())
+    assert any(type(m) is nn.Linear for m in plain.model.modules())  # the trained model itself is untouched
+    examples = plain.task.examples("test", seqxduce.components.data_dir(plain.recipe))
+    req = request_for(plain, [ex.source for ex in examples])
+    settings = BeamSettings(beam=4, max_len_a=1.0, max_len_b=2)
+    fp32 = beam_search(plain.model, req, settings)
+    int8 = beam_search(quantized.model, req, settings)
+    same = sum(a[0].tokens == b[0].tokens for a, b in zip(fp32, int8))
+    assert same >= 0.9 * len(examples), f"{same} of {len(examples)} outputs agree"
+    right = sum(" ".join(plain.tokenizers.tgt.decode(h[0].tokens).split()) == ex.target
+                for h, ex in zip(int8, examples))
+    assert right >= 0.5 * len(examples)  # it still copies: a trained model, not noise
+    assert not all(abs(a[0].score - b[0].score) < 1e-7 for a, b in zip(fp32, int8))  # it did compute in int8
+
+
+def test_decode_takes_quantize_as_a_decode_override(run_dir):
+    outputs = seqxduce.decode(run_dir, ["3 1 4 1 5"], overrides=["decode.quantize=int8"])
+    assert len(outputs) == 1 and outputs[0].text
+
+
+def test_an_unknown_quantization_is_refused_naming_the_key(run_dir):
+    with pytest.raises(UserError, match="quantize"):
+        load_run(run_dir, ["decode.quantize=int4"])
+
+
+def test_quantization_off_the_cpu_is_a_user_error():
+    model = nn.Sequential(nn.Linear(4, 4)).to("meta")
+    with pytest.raises(UserError, match="CPU only"):
+        quantize_for_decoding(model, "int8")
+
+
+def test_a_compiled_step_decodes_exactly_as_the_plain_one(run_dir):
+    """Dynamo traces the model's step (eager backend here: the tracing is what can fail; inductor only turns
+    the same graph into kernels) and the searches give the same outputs and scores."""
+    plain = load_run(run_dir)
+    examples = plain.task.examples("test", seqxduce.components.data_dir(plain.recipe))[:8]
+    req = request_for(plain, [ex.source for ex in examples])
+    settings = BeamSettings(beam=3, max_len_a=1.0, max_len_b=2)
+    expected_beam = beam_search(plain.model, req, settings)
+    expected_greedy = greedy_search(plain.model, req, SearchSettings(max_len_a=1.0, max_len_b=2))
+    torch._dynamo.reset()
+    compiled = compile_step(load_run(run_dir).model, backend="eager")
+    assert compiled.step is not type(compiled).step
+    got_beam = beam_search(compiled, req, settings)
+    got_greedy = greedy_search(compiled, req, SearchSettings(max_len_a=1.0, max_len_b=2))
+    for want, got in zip(expected_beam + expected_greedy, got_beam + got_greedy):
+        assert [h.tokens for h in want] == [h.tokens for h in got]
+        assert [h.score for h in want] == pytest.approx([h.score for h in got], abs=1e-5)
