@@ -15,8 +15,8 @@ class AlgorithmicSettings(Settings):
                         choices=("copy", "reverse", "addition"))
     symbols: int = setting(10, help="distinct symbols 0-9a-zA-Z (2..62); for addition the number base",
                            min=2, max=62)
-    train_min_len: int = setting(1, help="shortest training source in tokens (addition: 3 or more, 'a + b')",
-                                 min=1)
+    train_min_len: int = setting(1, help="shortest training source in tokens (addition 'a + b': 3 or more; "
+                                         "paired: 1)", min=1)
     train_max_len: int = setting(40, help="longest training source, in tokens (paper: 40)", min=1)
     valid_min_len: int = setting(1, help="shortest validation source, in tokens", min=1)
     valid_max_len: int = setting(40, help="longest validation source, in tokens", min=1)
