@@ -335,8 +335,11 @@ def test_ut_recipes_load_with_the_paper_lengths(kind):
     recipe = load_recipe(RECIPES / f"ut_{kind}.toml")
     task, model = recipe.task.settings, recipe.model.settings
     assert (task.kind, task.train_max_len, task.test_min_len, task.test_max_len) == (kind, 40, 400, 400)
-    assert recipe.model.core.name == "universal_transformer" and model.act
-    assert model.position_offset_max == 400
+    assert recipe.model.core.name == "universal_transformer"
+    if kind == "addition":  # the CPU-size recipe as measured: paired operands, no ACT, no offsets
+        assert (task.operands, task.lsb_first, model.act, model.position_offset_max) == ("paired", True, False, 0)
+    else:
+        assert model.act and model.position_offset_max == 400
 
 
 def bench_module():
@@ -365,3 +368,13 @@ def test_bench_builds_a_valid_recipe_for_every_model_and_task(size):
             assert recipe.model.settings.position_offset_max == 400
             assert recipe.model.settings.d_model == bench.SIZES[size]["d_model"]
             assert getattr(recipe.model.settings, "act", False) == (kind == "ut_act")
+
+
+def test_bench_table_marks_paired_addition_as_not_the_papers_task():
+    bench = bench_module()
+    row = dict(model="ut", char_acc=0.5, seq_acc=0.1)
+    separate = [dict(row, task="addition", operands="separate"), dict(row, task="copy", operands="separate")]
+    assert bench.table(separate, ["copy", "addition"], ["ut"]).splitlines()[0] == "| model | copy | addition |"
+    paired = [dict(row, task="addition", operands="paired"), dict(row, task="copy", operands="separate")]
+    header = bench.table(paired, ["copy", "addition"], ["ut"]).splitlines()[0]
+    assert header == "| model | copy | addition (ours: paired operands, not the paper's 'a + b') |"

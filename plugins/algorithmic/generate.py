@@ -3,6 +3,14 @@
 A source of length L is drawn by first drawing L uniformly from the split's range (as tensor2tensor's
 algorithmic problems do), then its symbols uniformly. Symbols are written space-separated, so a word
 tokenizer sees one token per symbol and a character tokenizer sees symbols and spaces.
+
+Addition writes its two operands in one of two layouts (`operands`):
+  separate  'a + b': the digits of a, a '+', the digits of b (tensor2tensor's and the paper's layout); the
+            digit of b that goes with a's digit i sits len(a) + 1 positions further on, a distance that
+            changes from example to example, so a model must find it from the '+'.
+  paired    one token per digit position holding that position's digit of a and of b ('37' for 3 and 7),
+            the shorter number padded with zeros to the longer's width: the digits to add share a position,
+            and sum digit i reads source token i, as copy's output i reads source token i.
 """
 
 from __future__ import annotations
@@ -57,16 +65,26 @@ class Generator:
     kind: str
     symbols: int
     lsb_first: bool = False
+    operands: str = "separate"
+
+    @property
+    def paired(self) -> bool:
+        """Addition with one token per digit position holding both operands' digits."""
+        return self.kind == "addition" and self.operands == "paired"
 
     @property
     def min_length(self) -> int:
-        """The shortest possible source in tokens: one digit on each side of '+' for addition."""
-        return 3 if self.kind == "addition" else 1
+        """The shortest possible source in tokens: one digit on each side of '+' for addition ('a + b'),
+        one digit pair for paired addition."""
+        return 3 if self.kind == "addition" and not self.paired else 1
 
     def space(self, length: int) -> int:
         """The number of distinct sources of this length."""
         if self.kind != "addition":
             return self.symbols**length
+        if self.paired:  # pairs (a, b) whose longer number has `length` digits
+            widest = number_count(length, self.symbols)
+            return widest * (2 * self.symbols**length - widest)
         digits = length - 1
         base = self.symbols
         return sum(number_count(a, base) * number_count(digits - a, base) for a in range(1, digits))
@@ -80,11 +98,26 @@ class Generator:
         return Example(source=" ".join(sequence), target=" ".join(target))
 
     def _addition(self, rng: random.Random, length: int) -> Example:
+        if self.paired:
+            return self._paired_addition(rng, length)
         digits = length - 1  # one token is the '+'
         left_digits = rng.randint(1, digits - 1)
         left = self._number(rng, left_digits)
         right = self._number(rng, digits - left_digits)
         source = self._write(left) + ["+"] + self._write(right)
+        return Example(source=" ".join(source), target=" ".join(self._write(left + right)))
+
+    def _paired_addition(self, rng: random.Random, width: int) -> Example:
+        """a and b of which one has exactly `width` digits (which one: a coin), the other 1..width digits."""
+        long_number = self._number(rng, width)
+        short_number = self._number(rng, rng.randint(1, width))
+        left, right = (long_number, short_number) if rng.random() < 0.5 else (short_number, long_number)
+        pad = ["0"] * width
+        # msb first: zero-pad on the left of the shorter number, so each pair holds digits of one significance
+        left_digits = (pad + to_digits(left, self.symbols))[-width:]
+        right_digits = (pad + to_digits(right, self.symbols))[-width:]
+        pairs = [a + b for a, b in zip(left_digits, right_digits)]
+        source = pairs[::-1] if self.lsb_first else pairs
         return Example(source=" ".join(source), target=" ".join(self._write(left + right)))
 
     def _number(self, rng: random.Random, digits: int) -> int:

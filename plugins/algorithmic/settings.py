@@ -15,8 +15,8 @@ class AlgorithmicSettings(Settings):
                         choices=("copy", "reverse", "addition"))
     symbols: int = setting(10, help="distinct symbols 0-9a-zA-Z (2..62); for addition the number base",
                            min=2, max=62)
-    train_min_len: int = setting(1, help="shortest training source in tokens (addition: 3 or more, 'a + b')",
-                                 min=1)
+    train_min_len: int = setting(1, help="shortest training source in tokens (addition 'a + b': 3 or more; "
+                                         "paired: 1)", min=1)
     train_max_len: int = setting(40, help="longest training source, in tokens (paper: 40)", min=1)
     valid_min_len: int = setting(1, help="shortest validation source, in tokens", min=1)
     valid_max_len: int = setting(40, help="longest validation source, in tokens", min=1)
@@ -27,10 +27,16 @@ class AlgorithmicSettings(Settings):
     test_size: int = setting(500, help="examples in the test split", min=0)
     seed: int = setting(1234, help="data seed; each split draws from its own seed derived from this one")
     lsb_first: bool = setting(False, help="addition: least-significant digit first (as tensor2tensor)")
+    operands: str = setting("separate", help="addition: separate = 'a + b' (tensor2tensor, the paper); "
+                                             "paired = one token per digit position holding that digit of a "
+                                             "and of b ('37': 3 and 7), the shorter number zero-padded, so the "
+                                             "digits to add share a position (a length counts pairs; not the "
+                                             "paper's task)",
+                            choices=("separate", "paired"))
 
     def validate(self) -> None:
         """Each split's longest source must hold its shortest one and the shortest source of the kind."""
-        shortest = Generator(self.kind, self.symbols).min_length
+        shortest = Generator(self.kind, self.symbols, operands=self.operands).min_length
         for split in Task.splits:
             low, high = self.lengths(split)
             if high < max(low, shortest):

@@ -16,7 +16,7 @@ class AlgorithmicTask(Task):
 
     def __init__(self, settings: AlgorithmicSettings):
         self.settings = settings
-        self.generator = Generator(settings.kind, settings.symbols, settings.lsb_first)
+        self.generator = Generator(settings.kind, settings.symbols, settings.lsb_first, settings.operands)
         self._cache: dict[str, list[Example]] = {}
 
     def examples(self, split: str, data_dir: Path) -> list[Example]:

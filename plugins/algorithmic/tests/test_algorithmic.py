@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import seqxduce_algorithmic
-from seqxduce_algorithmic.generate import MIN_SPACE_TO_HOLD_OUT, Generator
+from seqxduce_algorithmic.generate import MIN_SPACE_TO_HOLD_OUT, Generator, to_digits
 from seqxduce_algorithmic.settings import AlgorithmicSettings
 from seqxduce_algorithmic.task import AlgorithmicTask
 
@@ -128,6 +128,60 @@ def test_addition_space_counts_numbers_without_leading_zeros():
     assert Generator("addition", 10).space(3) == 100
     assert Generator("addition", 10).space(4) == 1800
     assert Generator("copy", 3).space(5) == 243
+
+
+def paired_operands(source: str, lsb_first: bool) -> tuple[str, str]:
+    """The two numbers of a paired source, most significant digit first (zero padding kept)."""
+    pairs = source.split()
+    pairs = pairs[::-1] if lsb_first else pairs
+    return "".join(p[0] for p in pairs), "".join(p[1] for p in pairs)
+
+
+@pytest.mark.parametrize("lsb_first", [False, True])
+def test_paired_addition_puts_digits_of_one_significance_in_one_token(lsb_first):
+    task = make_task(kind="addition", operands="paired", lsb_first=lsb_first, train_min_len=1, train_max_len=6)
+    examples = task.examples("train", None)
+    for e in examples:
+        assert all(len(token) == 2 for token in e.source.split()), e.source
+        left, right = paired_operands(e.source, lsb_first)
+        both_padded = left.startswith("0") and right.startswith("0")
+        assert len(left) == 1 or not both_padded, "the longer number has no leading zero"
+        total = e.target.replace(" ", "")
+        assert int(total[::-1] if lsb_first else total) == int(left) + int(right)
+        assert "+" not in e.source
+    lengths = {len(e.source.split()) for e in examples}
+    assert min(lengths) == 1 and max(lengths) == 6, "a paired length counts digit pairs"
+    # the shorter number is really shorter (zero-padded) in some sources, on either side
+    padded = [paired_operands(e.source, lsb_first) for e in examples if len(e.source.split()) > 2]
+    assert any(left.startswith("0") for left, _ in padded) and any(right.startswith("0") for _, right in padded)
+
+
+def test_paired_addition_golden_examples_lsb_first():
+    # golden values: '28 30 50 50' is 5532 + 0008 least significant first (2 + 8, 3 + 0, 5 + 0, 5 + 0) = 5540
+    task = make_task(kind="addition", operands="paired", lsb_first=True, seed=1, train_size=2,
+                     train_min_len=4, train_max_len=4)
+    pairs = [(e.source, e.target) for e in task.examples("train", None)]
+    assert pairs == [("28 30 50 50", "0 4 5 5"), ("93 59 70 10", "2 5 8 1")]
+    assert task.generator.min_length == 1
+
+
+def test_paired_space_counts_pairs_whose_longer_number_has_the_length():
+    def brute(base: int, width: int) -> int:
+        def digits(n: int) -> int:
+            return len(to_digits(n, base))
+        upto = base**width
+        return sum(1 for a in range(upto) for b in range(upto) if max(digits(a), digits(b)) == width)
+
+    for base, width in [(2, 1), (2, 2), (2, 3), (3, 2), (10, 1), (10, 2)]:
+        assert Generator("addition", base, operands="paired").space(width) == brute(base, width)
+
+
+def test_operands_setting_names_its_choices_and_paired_allows_one_pair():
+    with pytest.raises(UserError, match="operands = 'stacked' is not one of separate, paired"):
+        make_settings(AlgorithmicSettings, {"kind": "addition", "operands": "stacked"}, "task", "r.toml")
+    settings = make_settings(AlgorithmicSettings, {"kind": "addition", "operands": "paired", "train_min_len": 1,
+                                                   "train_max_len": 1}, "task", "r.toml")
+    assert settings.operands == "paired"  # one pair is a valid paired source, though 'a + b' needs 3 tokens
 
 
 def test_sequence_and_char_accuracy_on_hand_computed_cases():
