@@ -335,11 +335,16 @@ def test_ut_recipes_load_with_the_paper_lengths(kind):
     recipe = load_recipe(RECIPES / f"ut_{kind}.toml")
     task, model = recipe.task.settings, recipe.model.settings
     assert (task.kind, task.train_max_len, task.test_min_len, task.test_max_len) == (kind, 40, 400, 400)
-    assert recipe.model.core.name == "universal_transformer"
-    if kind == "addition":  # the CPU-size recipe as measured: paired operands, no ACT, no offsets
-        assert (task.operands, task.lsb_first, model.act, model.position_offset_max) == ("paired", True, False, 0)
-    else:
-        assert model.act and model.position_offset_max == 400
+    assert recipe.model.core.name == "universal_transformer" and model.act
+    assert model.position_offset_max == 400
+    assert task.operands == "separate"  # the paper's 'a + b'
+
+
+def test_the_paired_addition_recipe_is_the_measured_cpu_setup():
+    recipe = load_recipe(RECIPES / "ut_addition_paired.toml")
+    task, model = recipe.task.settings, recipe.model.settings
+    assert (task.kind, task.operands, task.lsb_first, task.train_max_len) == ("addition", "paired", True, 40)
+    assert (recipe.model.core.name, model.act, model.position_offset_max) == ("universal_transformer", False, 0)
 
 
 def bench_module():
