@@ -22,25 +22,29 @@ class World:
     world_size: int = 1
     device: torch.device | None = None
     owns_group: bool = False
+    # with NCCL, a gloo group for small host-side figures (stop flags): reducing a CPU tensor over NCCL would copy
+    # it to the GPU and back, waiting on every kernel queued before it
+    host_group: object | None = None
 
     def barrier(self) -> None:
         if self.world_size > 1:
             dist.barrier()
 
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Sum a small CPU tensor over all ranks."""
+        """Sum a small tensor over all ranks; the result stays where the tensor is (CPU or device)."""
         return self._all_reduce(tensor, dist.ReduceOp.SUM if self.world_size > 1 else None)
 
     def all_reduce_max(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Elementwise maximum of a small CPU tensor over all ranks."""
+        """Elementwise maximum of a small tensor over all ranks; the result stays where the tensor is."""
         return self._all_reduce(tensor, dist.ReduceOp.MAX if self.world_size > 1 else None)
 
     def _all_reduce(self, tensor: torch.Tensor, op) -> torch.Tensor:
         if self.world_size == 1:
             return tensor
-        moved = tensor.to(self.device if dist.get_backend() == "nccl" else "cpu")
-        dist.all_reduce(moved, op=op)
-        return moved.cpu()
+        # a device tensor is reduced on the device, queued behind the step's kernels: the host does not wait
+        reduced = tensor.clone()
+        dist.all_reduce(reduced, op=op, group=self.host_group if reduced.device.type == "cpu" else None)
+        return reduced
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """DistributedDataParallel when there is more than one process, else the model itself."""
@@ -81,7 +85,10 @@ def setup(device_setting: str, timeout: float = 600.0) -> World:
     owns = not dist.is_initialized()
     if owns:
         dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout))
-    return World(rank=rank, world_size=world_size, device=device, owns_group=owns)
+    host_group = None
+    if dist.get_backend() == "nccl":
+        host_group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout))
+    return World(rank=rank, world_size=world_size, device=device, owns_group=owns, host_group=host_group)
 
 
 def is_collective_failure(err: BaseException) -> bool:

@@ -19,7 +19,16 @@ from seqxduce import checkpoint as ckpt
 from seqxduce import components, distributed
 from seqxduce.api import TrainingStopped, UserError
 from seqxduce.console import MetricsLog, TrainProgress, console, format_figures
-from seqxduce.data import Pair, batches_for_step, collate, curriculum_cap, encode_pairs, steps_in_epoch, token_batches
+from seqxduce.data import (
+    Batch,
+    Pair,
+    batches_for_step,
+    collate,
+    curriculum_cap,
+    encode_pairs,
+    steps_in_epoch,
+    token_batches,
+)
 from seqxduce.device import autocast_context, resolve_device
 from seqxduce.recipe import Recipe
 from seqxduce.run_readme import write_run_readme
@@ -27,7 +36,7 @@ from seqxduce.rundir import RunDir, prune
 from seqxduce.settings import TrainSettings
 from seqxduce.stopping import StopRequest, signal_name, stop_on_signals
 from seqxduce.tensorboard_log import TENSORBOARD_DIR, summary_writer_class
-from seqxduce.train_figures import Window, reduce_stats
+from seqxduce.train_figures import NonfiniteRun, Window, batch_stats
 
 
 def inverse_sqrt_lr(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:
@@ -57,7 +66,8 @@ def label_smoothed_nll(logits: torch.Tensor, target: torch.Tensor, epsilon: floa
     nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (B, T)
     uniform = -lprobs.mean(dim=-1)  # (B, T)
     loss = (1.0 - epsilon) * nll + epsilon * uniform
-    return loss[mask].sum(), nll[mask].sum()
+    # a select, not loss[mask]: boolean indexing waits for the device to learn the result's size
+    return torch.where(mask, loss, 0.0).sum(), torch.where(mask, nll, 0.0).sum()
 
 
 @dataclass
@@ -119,7 +129,8 @@ class Trainer:
         self.model = built.model.to(self.device)
         self.d_model = self.model.schedule_width
         self.wrapped = self.dist.wrap(self.model)
-        self.optimizer = self._optimizer()
+        self.optimizer, self.fused = self._optimizer()
+        self._prefetched: tuple[list[list[int]], list[Batch]] | None = None
         # sum-over-tokens losses are large: start at 2^7 as fairseq does, not 2^16, to avoid skipped first steps
         self.scaler = torch.amp.GradScaler(self.device.type, init_scale=2.0**7,
                                            enabled=self.settings.precision == "fp16")
@@ -130,7 +141,7 @@ class Trainer:
             self._resume(*resume_from)
         self._write_recipe()
         self.stop = StopRequest()
-        self.nonfinite_in_a_row = 0
+        self.nonfinite = NonfiniteRun(self.settings.max_nonfinite_steps)
         self.primary_metric: str | None = None  # e.g. valid_bleu, once a validation has scored
 
     # ------------------------------------------------------------ setup
@@ -173,11 +184,17 @@ class Trainer:
                             "raise [train] max_source_len/max_target_len")
         return pairs
 
-    def _optimizer(self) -> torch.optim.Optimizer:
+    def _optimizer(self) -> tuple[torch.optim.Optimizer, bool]:
+        """Adam or AdamW, fused (one kernel for all parameters, and a skip decided on the device) where the
+        device has the fused kernel (CUDA, and the CPU since torch 2.4), else foreach; and whether it is fused."""
         s = self.settings
         cls = torch.optim.Adam if s.optimizer == "adam" else torch.optim.AdamW
-        lr = learning_rate(s, 1, self.d_model)
-        return cls(self.model.parameters(), lr=lr, betas=tuple(s.betas), eps=s.eps, weight_decay=s.weight_decay)
+        args = dict(lr=learning_rate(s, 1, self.d_model), betas=tuple(s.betas), eps=s.eps,
+                    weight_decay=s.weight_decay)
+        try:
+            return cls(self.model.parameters(), fused=True, **args), True
+        except RuntimeError:  # a device (or dtype) without the fused kernel
+            return cls(self.model.parameters(), foreach=True, **args), False
 
     # ------------------------------------------------------------ checkpoints
 
@@ -277,15 +294,13 @@ class Trainer:
         return self.state.step >= s.max_steps or bool(
             s.max_epochs and self.state.epoch >= s.max_epochs and self.state.step_in_epoch >= per_epoch)
 
-    def _count_nonfinite(self, figures: dict[str, float]) -> None:
-        """Count updates skipped for a non-finite loss or gradient; too many in a row stop the run."""
-        if not figures["skipped_updates"]:
-            self.nonfinite_in_a_row = 0
+    def _check_nonfinite(self) -> None:
+        """Read the run of skipped updates (a device value: at log, validation and checkpoint time only); too
+        many in a row stop the run, naming the step at which the limit was reached."""
+        step = self.nonfinite.reached_at()
+        if not step:
             return
-        self.nonfinite_in_a_row += 1
-        if self.nonfinite_in_a_row < self.settings.max_nonfinite_steps:
-            return
-        step, n = self.state.step, self.nonfinite_in_a_row
+        n = self.settings.max_nonfinite_steps
         self.log.write("stopped", step=step, reason="nonfinite", skipped_in_a_row=n)
         raise UserError(f"stopped at step {step}: the last {n} steps (from step {step - n + 1}) had a non-finite "
                         f"loss or gradient and their updates were skipped ([train] max_nonfinite_steps = "
@@ -330,23 +345,30 @@ class Trainer:
                 self.state.step_in_epoch += 1
                 window.add(figures)
                 step = self.state.step
-                if step % s.log_every == 0 or step == s.max_steps:
-                    summary = window.summary(self.optimizer.param_groups[0]["lr"])
+                self.nonfinite.add(step, figures["skipped_updates"])
+                validating = bool(s.validate_every) and step % s.validate_every == 0 and step < s.max_steps
+                checkpointing = step % s.checkpoint_every == 0 and step < s.max_steps
+                if step % s.log_every == 0 or step == s.max_steps:  # the step's figures reach the host here
+                    summary = window.summary(self.optimizer.param_groups[0]["lr"], self.dist)
                     self.log.write("train", step=step, epoch=self.state.epoch, target_tokens=window.tokens(),
                                    **summary)
                     progress.update(step, summary)
                     progress.print(f"step {step} | " + format_figures(summary) + f" | eta {progress.eta(step)}")
                     window = Window()
+                    self._check_nonfinite()
                 else:
                     progress.update(step)
-                self._count_nonfinite(figures)
+                    if validating or checkpointing:
+                        self._check_nonfinite()
                 signum = self._stop_now()
                 if signum:
+                    self._check_nonfinite()
                     raise self._interrupted(signum)
-                if s.validate_every and step % s.validate_every == 0 and step < s.max_steps:
+                if validating:
                     last_metrics = self.validate(progress)
-                if step % s.checkpoint_every == 0 and step < s.max_steps:
+                if checkpointing:
                     self.save()
+        self._check_nonfinite()
         self.save()
         if self.valid_pairs:
             last_metrics = self.validate(progress)
@@ -355,8 +377,13 @@ class Trainer:
         self.dist.barrier()
         return TrainResult(self.run_dir, self.state.step, last_metrics)
 
-    def train_step(self, group: list[list[int]]) -> dict[str, float]:
-        """One optimizer step over this rank's batches; gradients are normalised by the global token count."""
+    def train_step(self, group: list[list[int]], global_tokens: int | None = None) -> dict[str, Any]:
+        """One optimizer step over this rank's batches; gradients are normalised by the global token count.
+
+        Nothing here waits for the device: the figures it returns (loss, nll, aux, grad_norm, skipped_updates)
+        are device tensors that the log window sums and reads at log time, and a non-finite step's update is
+        skipped on the device (the fused optimizer's found_inf, as a GradScaler uses it). global_tokens, the
+        target tokens of every rank's batches of this step, is known on the host; without it, it is summed."""
         s = self.settings
         step = self.state.step + 1
         set_step_seed(s.seed, self.dist.rank, step)
@@ -365,13 +392,17 @@ class Trainer:
             g["lr"] = lr
         self.wrapped.train()
         self.optimizer.zero_grad(set_to_none=True)
-        totals = torch.zeros(4, dtype=torch.float64)  # loss, nll, tokens, aux
-        model_stats: list[dict[str, float]] = []
+        batches = self._collated(group)
+        if global_tokens is None:
+            global_tokens = sum(b.ntokens for b in batches)
+            if self.dist.world_size > 1:  # a host tensor: reduced over gloo, no wait for the device
+                global_tokens = int(self.dist.all_reduce_sum(torch.tensor([global_tokens], dtype=torch.float64))[0])
+        loss_sum = nll_sum = aux_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        model_stats: list[dict[str, Any]] = []
         started = time.perf_counter()
-        for i, indices in enumerate(group):
-            batch = collate([self.train_pairs[j] for j in indices], self.pad_id, self.bos_id, self.eos_id)
-            batch = batch.to(self.device)
-            sync = i == len(group) - 1
+        for i, host_batch in enumerate(batches):
+            batch = host_batch.to(self.device)
+            sync = i == len(batches) - 1
             with self.dist.no_sync(self.wrapped, sync), autocast_context(self.device, s.precision):
                 out = self.wrapped(batch.src, batch.tgt_in)
                 loss, nll = label_smoothed_nll(out.logits, batch.tgt_out, s.label_smoothing, self.pad_id)
@@ -380,29 +411,49 @@ class Trainer:
                     # the aux loss (e.g. ACT ponder cost) is a mean; weight it by tokens like the main loss
                     total = total + out.aux_loss.float() * batch.ntokens
                 self.scaler.scale(total).backward()
-            aux = float(out.aux_loss.detach()) if out.aux_loss is not None else 0.0
-            totals += torch.tensor([float(loss.detach()), float(nll.detach()), batch.ntokens, aux * batch.ntokens],
-                                   dtype=torch.float64)
+            loss_sum = loss_sum + loss.detach().double()
+            nll_sum = nll_sum + nll.detach().double()
+            if out.aux_loss is not None:
+                aux_sum = aux_sum + out.aux_loss.detach().double() * batch.ntokens
             model_stats.append(out.stats)
-        totals = self.dist.all_reduce_sum(totals)
-        ntokens = float(totals[2])
         self.scaler.unscale_(self.optimizer)
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         # DDP averaged gradients over ranks; undo that and divide by the tokens of the whole global batch
-        factor = self.dist.world_size / max(ntokens, 1.0)
-        for p in self.model.parameters():
-            if p.grad is not None:
-                p.grad.mul_(factor)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(
-            self.model.parameters(), s.clip_norm if s.clip_norm > 0 else float("inf")))
-        # every process sees the same summed loss and all-reduced gradients, so all skip the same updates
-        finite = math.isfinite(float(totals[0])) and math.isfinite(grad_norm)
-        if finite:
-            self.scaler.step(self.optimizer)
+        torch._foreach_mul_(grads, self.dist.world_size / max(global_tokens, 1))
+        grad_norm = torch.nn.utils.get_total_norm(grads, foreach=True)
+        if s.clip_norm > 0:
+            torch.nn.utils.clip_grads_with_norm_(grads, s.clip_norm, grad_norm, foreach=True)
+        # all-reduced gradients give every process the same norm; the loss is reduced too, so all skip alike
+        skipped = self.dist.all_reduce_max((~(torch.isfinite(loss_sum) & torch.isfinite(grad_norm))).float())
+        self._optimizer_step(skipped)
         self.scaler.update()  # after an fp16 overflow, this halves the loss scale
         elapsed = time.perf_counter() - started
-        return {"loss": float(totals[0]), "nll": float(totals[1]), "tokens": ntokens, "aux": float(totals[3]),
-                "grad_norm": grad_norm, "seconds": elapsed, "skipped_updates": 0.0 if finite else 1.0,
-                **reduce_stats(model_stats, self.dist)}
+        return {"loss": loss_sum, "nll": nll_sum, "tokens": float(global_tokens), "aux": aux_sum,
+                "grad_norm": grad_norm, "seconds": elapsed, "skipped_updates": skipped,
+                **batch_stats(model_stats)}
+
+    def _optimizer_step(self, skipped: torch.Tensor) -> None:
+        """The update, unless `skipped` (a 0-dim 0./1. tensor) says the loss or gradient was not finite: a fused
+        optimizer reads it on the device as found_inf (its step count is not advanced either); another one
+        needs it on the host."""
+        if not self.fused:
+            if not bool(skipped):
+                self.optimizer.step()
+            return
+        self.optimizer.found_inf = skipped  # the gradients were unscaled already: no grad_scale
+        try:
+            self.optimizer.step()
+        finally:
+            del self.optimizer.found_inf
+
+    def _collated(self, group: list[list[int]]) -> list[Batch]:
+        """The group's batches: built ahead by the prefetcher when it holds this group, else collated now."""
+        ready = self._prefetched
+        if ready is not None and ready[0] is group:
+            self._prefetched = None
+            return ready[1]
+        return [collate([self.train_pairs[j] for j in indices], self.pad_id, self.bos_id, self.eos_id)
+                for indices in group]
 
     # ------------------------------------------------------------ validation
 

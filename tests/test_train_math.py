@@ -5,9 +5,8 @@ import math
 import pytest
 import torch
 
-from seqxduce import distributed
 from seqxduce.settings import TrainSettings
-from seqxduce.train_figures import Window, reduce_stats
+from seqxduce.train_figures import Window, batch_stats
 from seqxduce.trainer import inverse_sqrt_lr, label_smoothed_nll, learning_rate
 
 
@@ -52,10 +51,9 @@ def test_label_smoothing_zero_is_cross_entropy():
 
 
 def test_model_stats_are_averaged_and_maxed_over_accumulated_batches():
-    world = distributed.World()  # a world of one: the rank reductions are identities
-    stats = reduce_stats([{"ponder_mean": 1.0, "ponder_max": 2.0}, {"ponder_mean": 3.0, "ponder_max": 5.0}], world)
+    stats = batch_stats([{"ponder_mean": 1.0, "ponder_max": 2.0}, {"ponder_mean": 3.0, "ponder_max": 5.0}])
     assert stats == {"ponder_mean": 2.0, "ponder_max": 5.0}
-    assert reduce_stats([{}, {}], world) == {}
+    assert batch_stats([{}, {}]) == {}
 
 
 def test_the_log_window_averages_model_stats_over_steps_and_keeps_their_maximum():
