@@ -70,6 +70,11 @@ def label_smoothed_nll(logits: torch.Tensor, target: torch.Tensor, epsilon: floa
     return torch.where(mask, loss, 0.0).sum(), torch.where(mask, nll, 0.0).sum()
 
 
+def compile_enabled(setting: str, device: torch.device) -> bool:
+    """[train] compile: on, off, or auto = on for CUDA only."""
+    return setting == "on" or (setting == "auto" and device.type == "cuda")
+
+
 @dataclass
 class TrainResult:
     run_dir: Path
@@ -128,7 +133,7 @@ class Trainer:
         self.longest_source = max(len(p.src) for p in self.train_pairs)
         self.model = built.model.to(self.device)
         self.d_model = self.model.schedule_width
-        self.wrapped = self.dist.wrap(self.model)
+        self.wrapped = self._compiled(self.dist.wrap(self.model))
         self.optimizer, self.fused = self._optimizer()
         self._prefetched: tuple[list[list[int]], list[Batch]] | None = None
         # sum-over-tokens losses are large: start at 2^7 as fairseq does, not 2^16, to avoid skipped first steps
@@ -183,6 +188,14 @@ class Trainer:
             raise UserError(f"{split}: no pairs left after the length limits; "
                             "raise [train] max_source_len/max_target_len")
         return pairs
+
+    def _compiled(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The training forward, compiled when [train] compile says so; self.model stays the plain module, whose
+        state_dict (no `_orig_mod.` prefix) the checkpoints hold and which validation and decoding run."""
+        if not compile_enabled(self.settings.compile, self.device):
+            return model
+        # batch shapes vary with length: mark them dynamic from the start instead of recompiling per shape
+        return torch.compile(model, dynamic=True)
 
     def _optimizer(self) -> tuple[torch.optim.Optimizer, bool]:
         """Adam or AdamW, fused (one kernel for all parameters, and a skip decided on the device) where the
