@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import queue
 import random
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import torch
 
 from seqxduce.api import Example, Tokenizer, UserError
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass
@@ -29,8 +35,13 @@ class Batch:
     ntokens: int  # target tokens that count in the loss (eos included)
 
     def to(self, device: torch.device) -> Batch:
+        """On `device`; from pinned memory the copy to a GPU is asynchronous (the host does not wait)."""
         return Batch(self.src.to(device, non_blocking=True), self.tgt_in.to(device, non_blocking=True),
                      self.tgt_out.to(device, non_blocking=True), self.ntokens)
+
+    def pin_memory(self) -> Batch:
+        """In page-locked host memory, which a GPU copies from without the host waiting."""
+        return Batch(self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory(), self.ntokens)
 
 
 def encode_source(tokenizer: Tokenizer, text: str) -> list[int]:
@@ -142,3 +153,54 @@ def pad_sources(sources: Sequence[list[int]], pad_id: int) -> torch.Tensor:
     for i, s in enumerate(sources):
         out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
     return out
+
+
+class Prefetcher(Generic[T, R]):
+    """Runs `work` on the items of `items` in a background thread, up to `depth` items ahead of the consumer, so
+    that batches are collated (and pinned) while the device trains on the previous ones. Iterating yields
+    (item, work(item)) in the order of `items`; an exception of the thread is raised in the consumer. Use it as
+    a context manager: leaving it stops the thread."""
+
+    _END = object()
+
+    def __init__(self, items: Iterable[T], work: Callable[[T], R], depth: int = 2):
+        self._queue: queue.Queue = queue.Queue(maxsize=max(depth, 1))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._fill, args=(iter(items), work), daemon=True,
+                                        name="seqxduce-prefetch")
+
+    def _fill(self, items: Iterator[T], work: Callable[[T], R]) -> None:
+        try:
+            for item in items:
+                if self._stop.is_set():
+                    return
+                self._put((item, work(item)))
+        except BaseException as err:  # handed to the consumer, which raises it where the work was wanted
+            self._put(err)
+            return
+        self._put(self._END)
+
+    def _put(self, value: object) -> None:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(value, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def __enter__(self) -> Prefetcher[T, R]:
+        self._thread.start()
+        return self
+
+    def __iter__(self) -> Iterator[tuple[T, R]]:
+        while True:
+            value = self._queue.get()
+            if value is self._END:
+                return
+            if isinstance(value, BaseException):
+                raise value
+            yield value
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)

@@ -86,6 +86,10 @@ class TrainSettings(Settings):
                                         min=0.0, min_exclusive=True)
     average_last: int = setting(0, help="at the end, average the last N checkpoints into average.pt (0 = off)",
                                 min=0)
+    token_cache: bool = setting(True, help="keep the tokenized training pairs on disk, keyed by the data and the "
+                                           "tokenizer files, so that --resume or another run with the same data "
+                                           "and tokenizer reads them instead of tokenizing again; the folder is "
+                                           "$SEQXDUCE_CACHE, else ~/.cache/seqxduce")
     compile: str = setting("auto", help="torch.compile the model for training: on, off, or auto (on for CUDA, off "
                                         "for the CPU, where compiling costs more than it saves on small runs); "
                                         "validation, decoding and checkpoints use the uncompiled model",

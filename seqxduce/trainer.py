@@ -8,6 +8,7 @@ import os
 import random
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from seqxduce.console import MetricsLog, TrainProgress, console, format_figures
 from seqxduce.data import (
     Batch,
     Pair,
+    Prefetcher,
     batches_for_step,
     collate,
     curriculum_cap,
@@ -36,6 +38,7 @@ from seqxduce.rundir import RunDir, prune
 from seqxduce.settings import TrainSettings
 from seqxduce.stopping import StopRequest, signal_name, stop_on_signals
 from seqxduce.tensorboard_log import TENSORBOARD_DIR, summary_writer_class
+from seqxduce.token_cache import encode_pairs_cached
 from seqxduce.train_figures import NonfiniteRun, Window, batch_stats
 
 
@@ -70,6 +73,17 @@ def label_smoothed_nll(logits: torch.Tensor, target: torch.Tensor, epsilon: floa
     return torch.where(mask, loss, 0.0).sum(), torch.where(mask, nll, 0.0).sum()
 
 
+def clip_gradients(grads: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """The gradients' total L2 norm (a device tensor), scaling them down to max_norm when above it (max_norm 0:
+    no clipping), as clip_grad_norm_ does: a few foreach kernels over all parameters and no read on the host."""
+    if not grads:
+        return torch.zeros(())
+    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)).float())
+    if max_norm > 0:
+        torch._foreach_mul_(grads, (max_norm / (norm + 1e-6)).clamp(max=1.0))
+    return norm
+
+
 def compile_enabled(setting: str, device: torch.device) -> bool:
     """[train] compile: on, off, or auto = on for CUDA only."""
     return setting == "on" or (setting == "auto" and device.type == "cuda")
@@ -80,6 +94,17 @@ class TrainResult:
     run_dir: Path
     step: int
     metrics: dict[str, float]
+
+
+@dataclass
+class PlannedStep:
+    """One optimizer step as the schedule plans it: the data position, this rank's batches (pair indices) and
+    the target tokens of all ranks' batches (the gradient's normaliser)."""
+
+    epoch: int
+    step_in_epoch: int
+    group: list[list[int]]
+    global_tokens: int
 
 
 @dataclass
@@ -131,11 +156,13 @@ class Trainer:
         self.train_pairs = self._encode(self.train_examples, "train")
         self.valid_pairs = self._encode(self.valid_examples, "valid") if self.valid_examples else []
         self.longest_source = max(len(p.src) for p in self.train_pairs)
+        self.target_tokens = [len(p.tgt) + 1 for p in self.train_pairs]  # eos included, as the loss counts
+        self._last_batches: tuple[tuple[int, int | None] | None, list[list[int]]] = (None, [])
         self.model = built.model.to(self.device)
         self.d_model = self.model.schedule_width
         self.wrapped = self._compiled(self.dist.wrap(self.model))
         self.optimizer, self.fused = self._optimizer()
-        self._prefetched: tuple[list[list[int]], list[Batch]] | None = None
+        self._prefetched: tuple[list[list[int]], list[Batch], int] | None = None
         # sum-over-tokens losses are large: start at 2^7 as fairseq does, not 2^16, to avoid skipped first steps
         self.scaler = torch.amp.GradScaler(self.device.type, init_scale=2.0**7,
                                            enabled=self.settings.precision == "fp16")
@@ -180,8 +207,15 @@ class Trainer:
             raise UserError(f"--resume: {self.run_dir} holds no tokenizer files; train into a new --out")
 
     def _encode(self, examples: list, split: str) -> list[Pair]:
-        pairs, skipped = encode_pairs(examples, self.tokenizers.src, self.tokenizers.tgt,
-                                      self.settings.max_source_len, self.settings.max_target_len)
+        limits = (self.settings.max_source_len, self.settings.max_target_len)
+        if split == "train" and self.settings.token_cache:
+            files = self.rundir.tokenizer_files(self.recipe)
+            pairs, skipped, cached = encode_pairs_cached(examples, self.tokenizers.src, self.tokenizers.tgt, *limits,
+                                                         files)
+            if cached is not None and self.is_main:
+                console.print(f"{split}: read {len(pairs)} tokenized pairs from the cache {cached}")
+        else:
+            pairs, skipped = encode_pairs(examples, self.tokenizers.src, self.tokenizers.tgt, *limits)
         if skipped and self.is_main:
             console.print(f"{split}: skipped {skipped} of {len(examples)} pairs over max_source_len/max_target_len")
         if not pairs:
@@ -265,9 +299,12 @@ class Trainer:
         return curriculum_cap(step, s.curriculum_start_len, s.curriculum_steps, self.longest_source)
 
     def _epoch_batches(self, epoch: int, cap: int | None) -> list[list[int]]:
-        # a function of (epoch, cap) only, so --resume rebuilds the same batches
-        return token_batches(self.train_pairs, self.settings.max_tokens, self.settings.seed, epoch,
-                             max_source=cap)
+        # a function of (epoch, cap) only, so --resume rebuilds the same batches; the last one is kept because
+        # the run's checks and its schedule both start from it
+        if self._last_batches[0] != (epoch, cap):
+            self._last_batches = ((epoch, cap), token_batches(self.train_pairs, self.settings.max_tokens,
+                                                              self.settings.seed, epoch, max_source=cap))
+        return self._last_batches[1]
 
     def run(self) -> TrainResult:
         """Train to max_steps. A first Ctrl-C or SIGTERM finishes the current step and saves it, so that --resume
@@ -320,6 +357,38 @@ class Trainer:
                         f"{self.settings.max_nonfinite_steps}); {self._last_checkpoint_text()}; lower lr_scale or lr, "
                         "set clip_norm, or train in fp32 or bf16, then continue with --resume")
 
+    def _schedule(self) -> Iterator[PlannedStep]:
+        """The steps to train from the current state on, in order, with the batches each rank takes: a function of
+        the state alone (as the loop's position is), so that it can run ahead of the training in a thread."""
+        s, world = self.settings, self.dist.world_size
+        step, epoch, step_in_epoch = self.state.step, self.state.epoch, self.state.step_in_epoch
+        cap = self._source_cap(step)
+        batches = self._epoch_batches(epoch, cap)
+        per_epoch = steps_in_epoch(len(batches), world, s.update_freq)
+        while step < s.max_steps:
+            if self._source_cap(step) != cap:  # the curriculum admits longer sources
+                cap = self._source_cap(step)
+                batches = self._epoch_batches(epoch, cap)
+                per_epoch = steps_in_epoch(len(batches), world, s.update_freq)
+            if step_in_epoch >= per_epoch:
+                if s.max_epochs and epoch >= s.max_epochs:
+                    return
+                epoch, step_in_epoch = epoch + 1, 0
+                batches = self._epoch_batches(epoch, cap)
+                per_epoch = steps_in_epoch(len(batches), world, s.update_freq)
+            group = batches_for_step(batches, step_in_epoch, self.dist.rank, world, s.update_freq)
+            # the target tokens of every rank's batches, known here without asking the other ranks
+            every_rank = batches_for_step(batches, step_in_epoch, 0, 1, world * s.update_freq)
+            tokens = sum(self.target_tokens[i] for batch in every_rank for i in batch)
+            yield PlannedStep(epoch, step_in_epoch, group, tokens)
+            step, step_in_epoch = step + 1, step_in_epoch + 1
+
+    def _prepare(self, plan: PlannedStep) -> list[Batch]:
+        """A planned step's batches, padded, and in pinned memory when they go to a GPU (in the prefetch thread)."""
+        batches = [collate([self.train_pairs[j] for j in indices], self.pad_id, self.bos_id, self.eos_id)
+                   for indices in plan.group]
+        return [b.pin_memory() for b in batches] if self.device.type == "cuda" else batches
+
     def _run(self) -> TrainResult:
         s = self.settings
         cap = self._source_cap(self.state.step)
@@ -338,22 +407,13 @@ class Trainer:
             return finished_already(self.rundir, self.settings, self.state.step, self.is_main)
         last_metrics: dict[str, float | str] = {}
         window = Window()
-        with TrainProgress(s.max_steps, self.state.step, enabled=self.is_main) as progress:
-            while self.state.step < s.max_steps:
-                if self._source_cap(self.state.step) != cap:  # the curriculum admits longer sources
-                    cap = self._source_cap(self.state.step)
-                    batches = self._epoch_batches(self.state.epoch, cap)
-                    per_epoch = steps_in_epoch(len(batches), self.dist.world_size, s.update_freq)
-                if self.state.step_in_epoch >= per_epoch:
-                    if s.max_epochs and self.state.epoch >= s.max_epochs:
-                        break
-                    self.state.epoch += 1
-                    self.state.step_in_epoch = 0
-                    batches = self._epoch_batches(self.state.epoch, cap)
-                    per_epoch = steps_in_epoch(len(batches), self.dist.world_size, s.update_freq)
-                group = batches_for_step(batches, self.state.step_in_epoch, self.dist.rank, self.dist.world_size,
-                                         s.update_freq)
-                figures = self.train_step(group)
+        # the next steps' batches are collated (and pinned for a GPU) in a thread while this one trains
+        with TrainProgress(s.max_steps, self.state.step, enabled=self.is_main) as progress, \
+                Prefetcher(self._schedule(), self._prepare, depth=2) as planned:
+            for plan, batches in planned:
+                self.state.epoch, self.state.step_in_epoch = plan.epoch, plan.step_in_epoch
+                self._prefetched = (plan.group, batches, plan.global_tokens)
+                figures = self.train_step(plan.group)
                 self.state.step += 1
                 self.state.step_in_epoch += 1
                 window.add(figures)
@@ -405,7 +465,8 @@ class Trainer:
             g["lr"] = lr
         self.wrapped.train()
         self.optimizer.zero_grad(set_to_none=True)
-        batches = self._collated(group)
+        batches, planned_tokens = self._collated(group)
+        global_tokens = global_tokens if global_tokens is not None else planned_tokens
         if global_tokens is None:
             global_tokens = sum(b.ntokens for b in batches)
             if self.dist.world_size > 1:  # a host tensor: reduced over gloo, no wait for the device
@@ -433,9 +494,7 @@ class Trainer:
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         # DDP averaged gradients over ranks; undo that and divide by the tokens of the whole global batch
         torch._foreach_mul_(grads, self.dist.world_size / max(global_tokens, 1))
-        grad_norm = torch.nn.utils.get_total_norm(grads, foreach=True)
-        if s.clip_norm > 0:
-            torch.nn.utils.clip_grads_with_norm_(grads, s.clip_norm, grad_norm, foreach=True)
+        grad_norm = clip_gradients(grads, s.clip_norm)
         # all-reduced gradients give every process the same norm; the loss is reduced too, so all skip alike
         skipped = self.dist.all_reduce_max((~(torch.isfinite(loss_sum) & torch.isfinite(grad_norm))).float())
         self._optimizer_step(skipped)
@@ -459,14 +518,15 @@ class Trainer:
         finally:
             del self.optimizer.found_inf
 
-    def _collated(self, group: list[list[int]]) -> list[Batch]:
-        """The group's batches: built ahead by the prefetcher when it holds this group, else collated now."""
+    def _collated(self, group: list[list[int]]) -> tuple[list[Batch], int | None]:
+        """The group's batches and global token count: as built ahead by the prefetcher when it holds this group,
+        else collated now (the count then unknown)."""
         ready = self._prefetched
         if ready is not None and ready[0] is group:
             self._prefetched = None
-            return ready[1]
+            return ready[1], ready[2]
         return [collate([self.train_pairs[j] for j in indices], self.pad_id, self.bos_id, self.eos_id)
-                for indices in group]
+                for indices in group], None
 
     # ------------------------------------------------------------ validation
 
