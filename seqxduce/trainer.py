@@ -303,7 +303,8 @@ class Trainer:
         # the run's checks and its schedule both start from it
         if self._last_batches[0] != (epoch, cap):
             self._last_batches = ((epoch, cap), token_batches(self.train_pairs, self.settings.max_tokens,
-                                                              self.settings.seed, epoch, max_source=cap))
+                                                              self.settings.seed, epoch, max_source=cap,
+                                                              bucket_width=self.settings.bucket_width))
         return self._last_batches[1]
 
     def run(self) -> TrainResult:
