@@ -1,5 +1,5 @@
-"""Two gloo processes under torchrun: identical parameters on both ranks, equal to one process with the same
-global batch (update_freq 2)."""
+"""Two gloo processes under torchrun, each accumulating 2 batches: identical parameters on both ranks, equal to one
+process with the same global batch (update_freq 4), and one gradient all-reduce per step, not per batch."""
 
 import os
 import subprocess
@@ -23,7 +23,8 @@ NO_DROPOUT = ["model.dropout=0.0", "train.max_steps=4", "train.validate_every=0"
 def test_two_process_gloo_matches_single_process(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           str(HERE / "ddp_worker.py"), str(RECIPE), str(tmp_path / "ddp"), "train.device=\"cpu\"", *NO_DROPOUT]
+           str(HERE / "ddp_worker.py"), str(RECIPE), str(tmp_path / "ddp"), "train.device=\"cpu\"", *NO_DROPOUT,
+           "train.update_freq=2", "train.max_tokens=100"]
     result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, cwd=HERE.parent)
     assert result.returncode == 0, result.stderr[-3000:]
     rank0 = torch.load(tmp_path / "ddp" / "rank0.pt", weights_only=True)
@@ -31,10 +32,15 @@ def test_two_process_gloo_matches_single_process(tmp_path):
     for name in rank0:
         assert torch.equal(rank0[name], rank1[name]), name
 
-    single = Trainer(load_recipe(RECIPE, [*NO_DROPOUT, "train.update_freq=2"]), tmp_path / "single")
+    # the tiny model's gradients fill one DDP bucket: one all-reduce per step means none on the first batch
+    assert (tmp_path / "ddp" / "reduces0.txt").read_text() == (tmp_path / "ddp" / "reduces1.txt").read_text() == "4"
+
+    single = Trainer(load_recipe(RECIPE, [*NO_DROPOUT, "train.update_freq=4", "train.max_tokens=100"]),
+                     tmp_path / "single")
     single.run()
     state = single.model.state_dict()
-    initial = Trainer(load_recipe(RECIPE, [*NO_DROPOUT, "train.max_steps=0"]), tmp_path / "init").model.state_dict()
+    initial = Trainer(load_recipe(RECIPE, [*NO_DROPOUT, "train.max_steps=0", "train.max_tokens=100"]),
+                      tmp_path / "init").model.state_dict()
     moved = 0
     for name in rank0:
         assert torch.allclose(rank0[name], state[name], atol=1e-5, rtol=1e-4), name
