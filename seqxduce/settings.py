@@ -64,7 +64,8 @@ class TrainSettings(Settings):
     clip_norm: float = setting(0.0, help="clip the gradient norm to this (0 = off)", min=0.0)
     # fp16 loss scaling overflows now and then (the scale then halves); a run that diverged does so every step
     max_nonfinite_steps: int = setting(10, help="updates with a non-finite loss or gradient are skipped (counted "
-                                       "in metrics.jsonl as skipped_updates); stop after this many in a row",
+                                       "in metrics.jsonl as skipped_updates); after this many in a row the run "
+                                       "stops at the next log or checkpoint step (the check reads the device)",
                                        min=1)
     # at 1 the target is uniform and the gold token carries no signal
     label_smoothing: float = setting(0.1, help="label smoothing epsilon (paper: 0.1)", min=0.0, max=1.0,
