@@ -84,6 +84,20 @@ def clip_gradients(grads: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     return norm
 
 
+def restore_optimizer(optimizer: torch.optim.Optimizer, saved: dict[str, Any], fused: bool) -> None:
+    """Load a checkpoint's optimizer state, keeping this run's implementation: load_state_dict would take the
+    saved groups' fused/foreach flags, so a checkpoint of a foreach optimizer (written before the fused one, or on
+    a device without it) would turn this one back to foreach, which cannot skip a step on the device."""
+    optimizer.load_state_dict(saved)
+    for group in optimizer.param_groups:
+        group["fused"], group["foreach"] = (True, None) if fused else (None, True)
+        if fused:  # the fused kernel takes the step counts as float32 tensors beside the parameters
+            for param in group["params"]:
+                state = optimizer.state.get(param, {})
+                if "step" in state:
+                    state["step"] = torch.as_tensor(state["step"], dtype=torch.float32).to(param.device)
+
+
 def compile_enabled(setting: str, device: torch.device) -> bool:
     """[train] compile: on, off, or auto = on for CUDA only."""
     return setting == "on" or (setting == "auto" and device.type == "cuda")
@@ -282,7 +296,7 @@ class Trainer:
     def _resume(self, latest: Path, state: dict[str, Any]) -> None:
         ckpt.load_weights(self.model, state["model"], f"--resume: {latest}",
                           "resume without changing [model] or [tokenizer]")
-        self.optimizer.load_state_dict(state["optimizer"])
+        restore_optimizer(self.optimizer, state["optimizer"], self.fused)
         self.scaler.load_state_dict(state["scaler"])
         self.state = TrainState(int(state["step"]), int(state["epoch"]), int(state["step_in_epoch"]))
         torch.set_rng_state(state["rng"]["torch"])

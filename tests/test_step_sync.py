@@ -116,3 +116,18 @@ def test_cuda_train_steps_run_under_the_sync_debug_mode_error(tmp_path, precisio
         torch.cuda.set_sync_debug_mode("default")
     assert all(f["loss"].is_cuda and f["skipped_updates"].is_cuda for f in figures)
     assert all(float(f["skipped_updates"]) == 0.0 for f in figures)
+
+
+def test_a_checkpoint_of_a_foreach_optimizer_resumes_into_the_fused_one(tmp_path):
+    from seqxduce.trainer import restore_optimizer
+
+    trainer = Trainer(load_recipe(RECIPE, QUIET), tmp_path / "run")
+    params = list(trainer.model.parameters())
+    old = torch.optim.Adam(params, lr=1e-3, foreach=True)  # as runs before the fused optimizer saved it
+    for p in params:
+        p.grad = torch.ones_like(p)
+    old.step()
+    restore_optimizer(trainer.optimizer, old.state_dict(), fused=True)
+    assert trainer.optimizer.param_groups[0]["fused"] is True and trainer.fused
+    run_steps(trainer, 1)  # the device-side skip needs the fused step: a foreach one would refuse found_inf
+    assert {int(s["step"]) for s in trainer.optimizer.state.values()} == {2}
