@@ -46,18 +46,39 @@ class World:
         dist.all_reduce(reduced, op=op, group=self.host_group if reduced.device.type == "cpu" else None)
         return reduced
 
-    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
-        """DistributedDataParallel when there is more than one process, else the model itself."""
+    def wrap(self, model: torch.nn.Module, fsdp: bool = False) -> torch.nn.Module:
+        """DistributedDataParallel when there is more than one process, else the model itself; with fsdp, the
+        model sharded in place by FSDP2's fully_shard."""
+        if fsdp:
+            return self._shard(model)
         if self.world_size == 1:
             return model
         ids = [self.device.index] if self.device is not None and self.device.type == "cuda" else None
         return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
 
+    def _shard(self, model: torch.nn.Module) -> torch.nn.Module:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        if self.world_size == 1:
+            raise UserError("[train] fsdp = true shards the model over several processes; start the run with "
+                            "torchrun --nproc_per_node N (N > 1), or set fsdp = false")
+        mesh = init_device_mesh(self.device.type if self.device is not None else "cpu", (self.world_size,))
+        # One unit, the whole model: its parameters are gathered for forward and backward, while gradients and
+        # Adam's state (3 of the 4 copies training keeps) stay sharded. Units per layer would gather one layer at
+        # a time, but only for a model that reaches a layer's parameters solely through that layer's forward
+        # (the Transformer plugin calls cross_attn.project_kv from outside it).
+        fully_shard(model, mesh=mesh)
+        return model
+
     def no_sync(self, wrapped: torch.nn.Module, sync: bool) -> contextlib.AbstractContextManager:
-        """Skip the gradient all-reduce on all but the last accumulated batch."""
-        if self.world_size == 1 or sync:
+        """Skip the gradient all-reduce (DDP) or reduce-scatter (FSDP) on all but the last accumulated batch."""
+        if self.world_size == 1:
             return contextlib.nullcontext()
-        return wrapped.no_sync()
+        if hasattr(wrapped, "set_requires_gradient_sync"):  # FSDP2: a switch rather than a context
+            wrapped.set_requires_gradient_sync(sync)
+            return contextlib.nullcontext()
+        return contextlib.nullcontext() if sync else wrapped.no_sync()
 
     def close(self) -> None:
         if self.owns_group and dist.is_initialized():

@@ -95,6 +95,13 @@ class TrainSettings(Settings):
                                            "tokenizer files, so that --resume or another run with the same data "
                                            "and tokenizer reads them instead of tokenizing again; the folder is "
                                            "$SEQXDUCE_CACHE, else ~/.cache/seqxduce")
+    fsdp: bool = setting(False, help="with several processes (torchrun): shard parameters, gradients and Adam's "
+                                     "state over them (FSDP2 fully_shard of the whole model: gradients and Adam's "
+                                     "state stay sharded, parameters are gathered for forward and backward) "
+                                     "instead of a full copy of each on every process, for models whose training "
+                                     "state does not fit one device; "
+                                     "checkpoints hold the full weights, validation runs on a gathered copy on "
+                                     "rank 0")
     compile: str = setting("auto", help="torch.compile the model for training: on, off, or auto (on for CUDA, off "
                                         "for the CPU, where compiling costs more than it saves on small runs); "
                                         "validation, decoding and checkpoints use the uncompiled model",

@@ -73,12 +73,18 @@ def label_smoothed_nll(logits: torch.Tensor, target: torch.Tensor, epsilon: floa
     return torch.where(mask, loss, 0.0).sum(), torch.where(mask, nll, 0.0).sum()
 
 
-def clip_gradients(grads: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+def clip_gradients(grads: list[torch.Tensor], max_norm: float, shards: distributed.World | None = None
+                   ) -> torch.Tensor:
     """The gradients' total L2 norm (a device tensor), scaling them down to max_norm when above it (max_norm 0:
-    no clipping), as clip_grad_norm_ does: a few foreach kernels over all parameters and no read on the host."""
-    if not grads:
+    no clipping), as clip_grad_norm_ does: a few foreach kernels over all parameters and no read on the host.
+    With shards, grads are this rank's shards of the gradients (FSDP) and the squared norms are summed over ranks."""
+    if shards is not None:
+        squares = torch.stack(torch._foreach_norm(grads)).float().pow(2).sum() if grads else torch.zeros(())
+        norm = shards.all_reduce_sum(squares).sqrt()
+    elif not grads:
         return torch.zeros(())
-    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)).float())
+    else:
+        norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)).float())
     if max_norm > 0:
         torch._foreach_mul_(grads, (max_norm / (norm + 1e-6)).clamp(max=1.0))
     return norm
@@ -89,6 +95,11 @@ def restore_optimizer(optimizer: torch.optim.Optimizer, saved: dict[str, Any], f
     saved groups' fused/foreach flags, so a checkpoint of a foreach optimizer (written before the fused one, or on
     a device without it) would turn this one back to foreach, which cannot skip a step on the device."""
     optimizer.load_state_dict(saved)
+    keep_implementation(optimizer, fused)
+
+
+def keep_implementation(optimizer: torch.optim.Optimizer, fused: bool) -> None:
+    """Set the optimizer's groups back to fused (step counts as float32 tensors beside the parameters) or foreach."""
     for group in optimizer.param_groups:
         group["fused"], group["foreach"] = (True, None) if fused else (None, True)
         if fused:  # the fused kernel takes the step counts as float32 tensors beside the parameters
@@ -144,6 +155,9 @@ class Trainer:
         self.rundir = RunDir(run_dir)
         self.run_dir = self.rundir.path
         self.dist = distributed.setup(recipe.train.device, recipe.train.collective_timeout)
+        if recipe.train.fsdp and self.dist.world_size == 1:
+            raise UserError("[train] fsdp = true shards the model over several processes; start the run with "
+                            "torchrun --nproc_per_node N (N > 1), or set fsdp = false")
         self.device = self.dist.device or resolve_device(recipe.train.device)
         self.is_main = self.dist.rank == 0
         if self.is_main and self.settings.tensorboard:
@@ -174,7 +188,10 @@ class Trainer:
         self._last_batches: tuple[tuple[int, int | None] | None, list[list[int]]] = (None, [])
         self.model = built.model.to(self.device)
         self.d_model = self.model.schedule_width
-        self.wrapped = self._compiled(self.dist.wrap(self.model))
+        if resume_from is not None:  # into the plain module, before any sharding
+            ckpt.load_weights(self.model, resume_from[1]["model"], f"--resume: {resume_from[0]}",
+                              "resume without changing [model] or [tokenizer]")
+        self.wrapped = self._compiled(self.dist.wrap(self.model, fsdp=self.settings.fsdp))
         self.optimizer, self.fused = self._optimizer()
         self._prefetched: tuple[list[list[int]], list[Batch], int] | None = None
         # sum-over-tokens losses are large: start at 2^7 as fairseq does, not 2^16, to avoid skipped first steps
@@ -259,10 +276,43 @@ class Trainer:
 
     # ------------------------------------------------------------ checkpoints
 
-    def _state_dict(self) -> dict[str, Any]:
+    def _full_states(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The model's and the optimizer's state dicts as a checkpoint holds them: under FSDP gathered from the
+        shards onto rank 0's CPU (a collective: every rank calls it), the others get empty ones."""
+        if not self.settings.fsdp:
+            return (self.model.state_dict(), self.optimizer.state_dict()) if self.is_main else ({}, {})
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+        return get_state_dict(self.model, self.optimizer,
+                              options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+    def _restore_sharded_optimizer(self, latest: Path, saved: dict[str, Any]) -> None:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        if not all(isinstance(key, str) for key in saved["state"]):
+            raise UserError(f"--resume: {latest} was written without [train] fsdp; resume it with fsdp = false")
+        set_optimizer_state_dict(self.model, self.optimizer, saved, options=StateDictOptions(full_state_dict=True))
+        keep_implementation(self.optimizer, self.fused)
+
+    def _eval_model(self) -> torch.nn.Module | None:
+        """The model validation runs: the trained one, or under FSDP a full copy gathered onto rank 0 (None on
+        the other ranks; every rank must call this)."""
+        if not self.settings.fsdp:
+            return self.model
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        weights = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if not self.is_main:
+            return None
+        with torch.random.fork_rng(devices=[]):  # building draws initial weights: keep the run's RNG as it was
+            copy = components.build_model(self.recipe, self.tokenizers.vocab())
+        copy.load_state_dict(weights)
+        return copy.to(self.device)
+
+    def _state_dict(self, weights: dict[str, Any], optimizer: dict[str, Any]) -> dict[str, Any]:
         return {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "model": weights,
+            "optimizer": optimizer,
             "scaler": self.scaler.state_dict(),
             "step": self.state.step,
             "epoch": self.state.epoch,
@@ -274,8 +324,9 @@ class Trainer:
     def save(self) -> Path:
         """Write this step's checkpoint (main process), then remove the oldest beyond keep_checkpoints."""
         path = self.rundir.step_path(self.state.step)
+        weights, optimizer = self._full_states()
         if self.is_main:
-            state = self._state_dict()
+            state = self._state_dict(weights, optimizer)
             bad = ckpt.nonfinite_tensor(state["model"])
             if bad is not None:
                 raise UserError(f"step {self.state.step}: {bad} holds NaN or inf, so no checkpoint was written; "
@@ -294,9 +345,11 @@ class Trainer:
         return f"the last checkpoint, {saved[-1]}, is intact" if saved else "no checkpoint was written yet"
 
     def _resume(self, latest: Path, state: dict[str, Any]) -> None:
-        ckpt.load_weights(self.model, state["model"], f"--resume: {latest}",
-                          "resume without changing [model] or [tokenizer]")
-        restore_optimizer(self.optimizer, state["optimizer"], self.fused)
+        """The optimizer, scaler, data position and RNG of a checkpoint (its weights were loaded before wrapping)."""
+        if self.settings.fsdp:
+            self._restore_sharded_optimizer(latest, state["optimizer"])
+        else:
+            restore_optimizer(self.optimizer, state["optimizer"], self.fused)
         self.scaler.load_state_dict(state["scaler"])
         self.state = TrainState(int(state["step"]), int(state["epoch"]), int(state["step_in_epoch"]))
         torch.set_rng_state(state["rng"]["torch"])
@@ -507,9 +560,12 @@ class Trainer:
             model_stats.append(out.stats)
         self.scaler.unscale_(self.optimizer)
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-        # DDP averaged gradients over ranks; undo that and divide by the tokens of the whole global batch
+        if s.fsdp:  # each rank holds a shard of every gradient: scale and clip the shards, the norm over all ranks
+            with torch.no_grad():
+                grads = [g.to_local() for g in grads]
+        # DDP (and FSDP) averaged gradients over ranks; undo that and divide by the tokens of the whole global batch
         torch._foreach_mul_(grads, self.dist.world_size / max(global_tokens, 1))
-        grad_norm = clip_gradients(grads, s.clip_norm)
+        grad_norm = clip_gradients(grads, s.clip_norm, self.dist if s.fsdp else None)
         # all-reduced gradients give every process the same norm; the loss is reduced too, so all skip alike
         skipped = self.dist.all_reduce_max((~(torch.isfinite(loss_sum) & torch.isfinite(grad_norm))).float())
         self._optimizer_step(skipped)
@@ -549,9 +605,10 @@ class Trainer:
     def validate(self, progress: TrainProgress | None = None) -> dict[str, float | str]:
         """Loss and perplexity on the valid split, and the task's metric on a sample decoded as valid_search says."""
         metrics: dict[str, float] = {}
+        model = self._eval_model() if self.valid_pairs else None
         if self.is_main and self.valid_pairs:
-            metrics = self._valid_loss()
-            metrics.update(self._valid_metric())
+            metrics = self._valid_loss(model)
+            metrics.update(self._valid_metric(model))
             self.log.write("valid", step=self.state.step, **metrics, **self._primary(metrics))
             line = f"valid step {self.state.step} | " + format_figures(metrics)
             if progress is not None:
@@ -559,20 +616,20 @@ class Trainer:
         self.dist.barrier()
         return metrics
 
-    def _valid_loss(self) -> dict[str, float]:
-        self.model.eval()
+    def _valid_loss(self, model: torch.nn.Module) -> dict[str, float]:
+        model.eval()
         loss_sum = nll_sum = tokens = 0.0
         for indices in token_batches(self.valid_pairs, self.settings.max_tokens, 0, 0, shuffle=False):
             batch = collate([self.valid_pairs[j] for j in indices], self.pad_id, self.bos_id, self.eos_id)
             batch = batch.to(self.device)
             with autocast_context(self.device, self.settings.precision):
-                out = self.model(batch.src, batch.tgt_in)
+                out = model(batch.src, batch.tgt_in)
             loss, nll = label_smoothed_nll(out.logits, batch.tgt_out, self.settings.label_smoothing, self.pad_id)
             loss_sum, nll_sum, tokens = loss_sum + float(loss), nll_sum + float(nll), tokens + batch.ntokens
         nll = nll_sum / max(tokens, 1)
         return {"loss": loss_sum / max(tokens, 1), "nll": nll, "ppl": math.exp(min(nll, 100.0))}
 
-    def _valid_metric(self) -> dict[str, float | str]:
+    def _valid_metric(self, model: torch.nn.Module) -> dict[str, float | str]:
         from seqxduce.decoding import decode_sources, score_outputs
         from seqxduce.search import GreedyDecoder
         from seqxduce.search_settings import SearchSettings
@@ -584,7 +641,7 @@ class Trainer:
         decode = self.recipe.decode
         decoder = (components.build_decoder(self.recipe, self.tokenizers) if recipe_search
                    else GreedyDecoder(SearchSettings.lengths_of(decode.settings)))
-        outputs = decode_sources(self.model, self.tokenizers, self.task, sample, decoder, self.device,
+        outputs = decode_sources(model, self.tokenizers, self.task, sample, decoder, self.device,
                                  self.settings.precision, decode.core.batch_size)
         report = score_outputs(self.task, outputs, sample)
         self.primary_metric = f"valid_{report.primary}"
