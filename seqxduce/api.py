@@ -112,12 +112,14 @@ class ModelOutput:
     """A model's training forward: logits (B, T, V) and optional extra loss (e.g. ACT's ponder cost).
 
     stats are figures for the training log: a name ending in `_max` is reduced by maximum over
-    accumulated batches, ranks and log steps, any other name by mean.
+    accumulated batches, ranks and log steps, any other name by mean. A value may be a 0-dim tensor: the
+    trainer sums it on the device and reads it at log time, where a float() in the model would make every
+    step wait for the GPU.
     """
 
     logits: torch.Tensor
     aux_loss: torch.Tensor | None = None
-    stats: dict[str, float] = field(default_factory=dict)
+    stats: dict[str, float | torch.Tensor] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- contracts

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import queue
 import random
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import torch
 
 from seqxduce.api import Example, Tokenizer, UserError
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass
@@ -29,8 +35,13 @@ class Batch:
     ntokens: int  # target tokens that count in the loss (eos included)
 
     def to(self, device: torch.device) -> Batch:
+        """On `device`; from pinned memory the copy to a GPU is asynchronous (the host does not wait)."""
         return Batch(self.src.to(device, non_blocking=True), self.tgt_in.to(device, non_blocking=True),
                      self.tgt_out.to(device, non_blocking=True), self.ntokens)
+
+    def pin_memory(self) -> Batch:
+        """In page-locked host memory, which a GPU copies from without the host waiting."""
+        return Batch(self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory(), self.ntokens)
 
 
 def encode_source(tokenizer: Tokenizer, text: str) -> list[int]:
@@ -66,18 +77,24 @@ def curriculum_cap(step: int, start_len: int, steps: int, longest: int) -> int |
 
 
 def token_batches(pairs: Sequence[Pair], max_tokens: int, seed: int, epoch: int,
-                  shuffle: bool = True, max_source: int | None = None) -> list[list[int]]:
+                  shuffle: bool = True, max_source: int | None = None, bucket_width: int = 0) -> list[list[int]]:
     """Group pair indices by length into batches whose padded source+target size stays within max_tokens.
 
     Sorting by length keeps padding small; ties are broken randomly per epoch and the batch order is
     shuffled, both from (seed, epoch), so any process can rebuild the same epoch without state.
     With max_source, only pairs whose source has at most that many tokens are batched.
+    bucket_width 0 sorts by (source length, target length); above 0, by (source length // bucket_width, target
+    length, source length): within a bucket of similar sources the targets line up too, which lowers the target
+    padding of large batches (Multi30k at 16k tokens: 12.9% padding -> 8.4% with width 4).
     """
     rng = random.Random(seed * 100_003 + epoch)
     order = [i for i, p in enumerate(pairs) if max_source is None or len(p.src) <= max_source]
     if shuffle:
         rng.shuffle(order)
-    order.sort(key=lambda i: (len(pairs[i].src), len(pairs[i].tgt)))
+    if bucket_width > 0:
+        order.sort(key=lambda i: (len(pairs[i].src) // bucket_width, len(pairs[i].tgt), len(pairs[i].src)))
+    else:
+        order.sort(key=lambda i: (len(pairs[i].src), len(pairs[i].tgt)))
     batches: list[list[int]] = []
     current: list[int] = []
     longest_src = longest_tgt = 0
@@ -99,6 +116,17 @@ def token_batches(pairs: Sequence[Pair], max_tokens: int, seed: int, epoch: int,
     if shuffle:
         rng.shuffle(batches)
     return batches
+
+
+def padding_fraction(pairs: Sequence[Pair], batches: list[list[int]]) -> float:
+    """The share of the padded source+target positions of `batches` that are padding."""
+    real = padded = 0
+    for batch in batches:
+        src = max(len(pairs[i].src) for i in batch)
+        tgt = max(len(pairs[i].tgt) for i in batch) + 1
+        real += sum(len(pairs[i].src) + len(pairs[i].tgt) + 1 for i in batch)
+        padded += (src + tgt) * len(batch)
+    return 1.0 - real / max(padded, 1)
 
 
 def steps_in_epoch(num_batches: int, world_size: int, update_freq: int) -> int:
@@ -142,3 +170,54 @@ def pad_sources(sources: Sequence[list[int]], pad_id: int) -> torch.Tensor:
     for i, s in enumerate(sources):
         out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
     return out
+
+
+class Prefetcher(Generic[T, R]):
+    """Runs `work` on the items of `items` in a background thread, up to `depth` items ahead of the consumer, so
+    that batches are collated (and pinned) while the device trains on the previous ones. Iterating yields
+    (item, work(item)) in the order of `items`; an exception of the thread is raised in the consumer. Use it as
+    a context manager: leaving it stops the thread."""
+
+    _END = object()
+
+    def __init__(self, items: Iterable[T], work: Callable[[T], R], depth: int = 2):
+        self._queue: queue.Queue = queue.Queue(maxsize=max(depth, 1))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._fill, args=(iter(items), work), daemon=True,
+                                        name="seqxduce-prefetch")
+
+    def _fill(self, items: Iterator[T], work: Callable[[T], R]) -> None:
+        try:
+            for item in items:
+                if self._stop.is_set():
+                    return
+                self._put((item, work(item)))
+        except BaseException as err:  # handed to the consumer, which raises it where the work was wanted
+            self._put(err)
+            return
+        self._put(self._END)
+
+    def _put(self, value: object) -> None:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(value, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def __enter__(self) -> Prefetcher[T, R]:
+        self._thread.start()
+        return self
+
+    def __iter__(self) -> Iterator[tuple[T, R]]:
+        while True:
+            value = self._queue.get()
+            if value is self._END:
+                return
+            if isinstance(value, BaseException):
+                raise value
+            yield value
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)

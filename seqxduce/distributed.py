@@ -22,38 +22,63 @@ class World:
     world_size: int = 1
     device: torch.device | None = None
     owns_group: bool = False
+    # with NCCL, a gloo group for small host-side figures (stop flags): reducing a CPU tensor over NCCL would copy
+    # it to the GPU and back, waiting on every kernel queued before it
+    host_group: object | None = None
 
     def barrier(self) -> None:
         if self.world_size > 1:
             dist.barrier()
 
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Sum a small CPU tensor over all ranks."""
+        """Sum a small tensor over all ranks; the result stays where the tensor is (CPU or device)."""
         return self._all_reduce(tensor, dist.ReduceOp.SUM if self.world_size > 1 else None)
 
     def all_reduce_max(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Elementwise maximum of a small CPU tensor over all ranks."""
+        """Elementwise maximum of a small tensor over all ranks; the result stays where the tensor is."""
         return self._all_reduce(tensor, dist.ReduceOp.MAX if self.world_size > 1 else None)
 
     def _all_reduce(self, tensor: torch.Tensor, op) -> torch.Tensor:
         if self.world_size == 1:
             return tensor
-        moved = tensor.to(self.device if dist.get_backend() == "nccl" else "cpu")
-        dist.all_reduce(moved, op=op)
-        return moved.cpu()
+        # a device tensor is reduced on the device, queued behind the step's kernels: the host does not wait
+        reduced = tensor.clone()
+        dist.all_reduce(reduced, op=op, group=self.host_group if reduced.device.type == "cpu" else None)
+        return reduced
 
-    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
-        """DistributedDataParallel when there is more than one process, else the model itself."""
+    def wrap(self, model: torch.nn.Module, fsdp: bool = False) -> torch.nn.Module:
+        """DistributedDataParallel when there is more than one process, else the model itself; with fsdp, the
+        model sharded in place by FSDP2's fully_shard."""
+        if fsdp:
+            return self._shard(model)
         if self.world_size == 1:
             return model
         ids = [self.device.index] if self.device is not None and self.device.type == "cuda" else None
         return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
 
+    def _shard(self, model: torch.nn.Module) -> torch.nn.Module:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        if self.world_size == 1:
+            raise UserError("[train] fsdp = true shards the model over several processes; start the run with "
+                            "torchrun --nproc_per_node N (N > 1), or set fsdp = false")
+        mesh = init_device_mesh(self.device.type if self.device is not None else "cpu", (self.world_size,))
+        # One unit, the whole model: its parameters are gathered for forward and backward, while gradients and
+        # Adam's state (3 of the 4 copies training keeps) stay sharded. Units per layer would gather one layer at
+        # a time, but only for a model that reaches a layer's parameters solely through that layer's forward
+        # (the Transformer plugin calls cross_attn.project_kv from outside it).
+        fully_shard(model, mesh=mesh)
+        return model
+
     def no_sync(self, wrapped: torch.nn.Module, sync: bool) -> contextlib.AbstractContextManager:
-        """Skip the gradient all-reduce on all but the last accumulated batch."""
-        if self.world_size == 1 or sync:
+        """Skip the gradient all-reduce (DDP) or reduce-scatter (FSDP) on all but the last accumulated batch."""
+        if self.world_size == 1:
             return contextlib.nullcontext()
-        return wrapped.no_sync()
+        if hasattr(wrapped, "set_requires_gradient_sync"):  # FSDP2: a switch rather than a context
+            wrapped.set_requires_gradient_sync(sync)
+            return contextlib.nullcontext()
+        return contextlib.nullcontext() if sync else wrapped.no_sync()
 
     def close(self) -> None:
         if self.owns_group and dist.is_initialized():
@@ -81,7 +106,10 @@ def setup(device_setting: str, timeout: float = 600.0) -> World:
     owns = not dist.is_initialized()
     if owns:
         dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout))
-    return World(rank=rank, world_size=world_size, device=device, owns_group=owns)
+    host_group = None
+    if dist.get_backend() == "nccl":
+        host_group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout))
+    return World(rank=rank, world_size=world_size, device=device, owns_group=owns, host_group=host_group)
 
 
 def is_collective_failure(err: BaseException) -> bool:

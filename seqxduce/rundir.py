@@ -249,6 +249,11 @@ class RunDir:
             return False
         return any(p.name.startswith(prefix) and p.is_file() for p in self.path.iterdir())
 
+    def tokenizer_files(self, recipe: Recipe) -> list[Path]:
+        """The files of the recipe's tokenizer(s) saved here."""
+        prefixes = set(tokenizer_prefixes(recipe.tokenizer.core.shared))
+        return sorted(p for p in self.path.iterdir() if p.is_file() and p.name.startswith(tuple(prefixes)))
+
     def train_tokenizers(self, recipe: Recipe, examples: list[Example]) -> None:
         """Train the tokenizer(s) on training text and save them here.
 

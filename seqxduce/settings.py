@@ -44,6 +44,10 @@ class TrainSettings(Settings):
     precision: str = setting("fp32", help="fp32, bf16 (autocast) or fp16 (autocast + loss scaling)",
                              choices=("fp32", "bf16", "fp16"))
     max_tokens: int = setting(4096, help="source+target tokens per batch per process, before padding", min=1)
+    bucket_width: int = setting(0, help="batching by length: 0 sorts pairs by (source, target) length; N > 0 "
+                                        "groups sources in buckets N tokens wide and sorts by target within "
+                                        "each, for less target padding in large batches (Multi30k, 16k tokens: "
+                                        "12.9% -> 8.4% padding at N = 4)", min=0)
     update_freq: int = setting(1, help="batches accumulated per optimizer step (gradient accumulation)", min=1)
     # 0 steps is allowed: a run that only builds, saves and validates the initial model
     max_steps: int = setting(1000, help="optimizer steps to train for", min=0)
@@ -65,7 +69,8 @@ class TrainSettings(Settings):
     clip_norm: float = setting(0.0, help="clip the gradient norm to this (0 = off)", min=0.0)
     # fp16 loss scaling overflows now and then (the scale then halves); a run that diverged does so every step
     max_nonfinite_steps: int = setting(10, help="updates with a non-finite loss or gradient are skipped (counted "
-                                       "in metrics.jsonl as skipped_updates); stop after this many in a row",
+                                       "in metrics.jsonl as skipped_updates); after this many in a row the run "
+                                       "stops at the next log or checkpoint step (the check reads the device)",
                                        min=1)
     # at 1 the target is uniform and the gold token carries no signal
     label_smoothing: float = setting(0.1, help="label smoothing epsilon (paper: 0.1)", min=0.0, max=1.0,
@@ -91,6 +96,21 @@ class TrainSettings(Settings):
                                         min=0.0, min_exclusive=True)
     average_last: int = setting(0, help="at the end, average the last N checkpoints into average.pt (0 = off)",
                                 min=0)
+    token_cache: bool = setting(True, help="keep the tokenized training pairs on disk, keyed by the data and the "
+                                           "tokenizer files, so that --resume or another run with the same data "
+                                           "and tokenizer reads them instead of tokenizing again; the folder is "
+                                           "$SEQXDUCE_CACHE, else ~/.cache/seqxduce")
+    fsdp: bool = setting(False, help="with several processes (torchrun): shard parameters, gradients and Adam's "
+                                     "state over them (FSDP2 fully_shard of the whole model: gradients and Adam's "
+                                     "state stay sharded, parameters are gathered for forward and backward) "
+                                     "instead of a full copy of each on every process, for models whose training "
+                                     "state does not fit one device; "
+                                     "checkpoints hold the full weights, validation runs on a gathered copy on "
+                                     "rank 0")
+    compile: str = setting("auto", help="torch.compile the model for training: on, off, or auto (on for CUDA, off "
+                                        "for the CPU, where compiling costs more than it saves on small runs); "
+                                        "validation, decoding and checkpoints use the uncompiled model",
+                           choices=("auto", "on", "off"))
     tensorboard: bool = setting(False, help="also write TensorBoard event files to <run>/tensorboard "
                                             "(needs pip install 'seqxduce[tensorboard]')")
 

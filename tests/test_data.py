@@ -57,3 +57,39 @@ def test_collate_shapes_and_shift():
     assert batch.tgt_in.tolist() == [[1, 4, 5], [1, 6, 0]]
     assert batch.tgt_out.tolist() == [[4, 5, 2], [6, 2, 0]]
     assert batch.ntokens == 5
+
+
+def test_source_buckets_line_up_targets_and_lower_the_padding():
+    from seqxduce.data import padding_fraction
+
+    rng = random.Random(0)
+    pairs = [Pair([5] * rng.randint(2, 30), [6] * rng.randint(2, 30)) for _ in range(2000)]
+    plain = token_batches(pairs, max_tokens=4000, seed=1, epoch=1)
+    bucketed = token_batches(pairs, max_tokens=4000, seed=1, epoch=1, bucket_width=4)
+    assert sorted(i for b in bucketed for i in b) == list(range(len(pairs)))  # every pair, once
+    assert all(len(b) * (max(len(pairs[i].src) for i in b) + max(len(pairs[i].tgt) for i in b) + 1) <= 4000
+               for b in bucketed)
+    assert padding_fraction(pairs, bucketed) < 0.8 * padding_fraction(pairs, plain)
+    assert bucketed == token_batches(pairs, max_tokens=4000, seed=1, epoch=1, bucket_width=4)  # from (seed, epoch)
+    assert padding_fraction([Pair([1, 2], [3])], [[0]]) == 0.0
+
+
+def test_the_prefetcher_yields_in_order_raises_the_threads_error_and_stops_on_exit():
+    import threading
+
+    from seqxduce.data import Prefetcher
+
+    with Prefetcher(range(5), lambda i: i * i, depth=2) as ahead:
+        assert list(ahead) == [(i, i * i) for i in range(5)]
+
+    def fails(i):
+        if i == 2:
+            raise ValueError("no batch 2")
+        return i
+
+    with Prefetcher(range(5), fails) as ahead, pytest.raises(ValueError, match="no batch 2"):
+        list(ahead)
+    made = []
+    with Prefetcher(range(10**6), made.append, depth=1) as ahead:
+        next(iter(ahead))
+    assert len(made) < 10 and not [t for t in threading.enumerate() if t.name == "seqxduce-prefetch"]

@@ -72,3 +72,21 @@ def test_nan_weights_never_reach_a_checkpoint(tmp_path):
                                         r"checkpoint, .*step_00000002.pt, is intact"):
         trainer.save()
     assert [p.name for p in (tmp_path / "run" / "checkpoints").iterdir()] == ["step_00000002.pt"]
+
+
+def test_the_run_of_skipped_updates_is_read_at_the_next_log_line_and_names_the_step_it_was_reached(tmp_path,
+                                                                                                    monkeypatch):
+    """The skip flags stay on the device between log lines (no wait per step): steps 6, 7, 8 reach the limit,
+    the log line of step 10 reads it, and the run stops there naming step 8."""
+    settings = [*SETTINGS, "train.log_every=5", "train.checkpoint_every=100"]
+    trainer = Trainer(load_recipe(TINY, settings), tmp_path / "run")
+    _poison(trainer, "loss", monkeypatch)
+    with pytest.raises(UserError, match=r"stopped at step 8: the last 3 steps \(from step 6\).*no checkpoint was "
+                                        r"written yet"):
+        trainer.run()
+    assert trainer.state.step == 10
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if r["kind"] == "train"]
+    assert [(r["step"], r["skipped_updates"]) for r in train] == [(5, 1), (10, 3)]
+    assert records[-1] == {**records[-1], "kind": "stopped", "step": 8, "skipped_in_a_row": 3}
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())

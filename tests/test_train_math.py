@@ -5,9 +5,8 @@ import math
 import pytest
 import torch
 
-from seqxduce import distributed
 from seqxduce.settings import TrainSettings
-from seqxduce.train_figures import Window, reduce_stats
+from seqxduce.train_figures import Window, batch_stats
 from seqxduce.trainer import inverse_sqrt_lr, label_smoothed_nll, learning_rate
 
 
@@ -52,10 +51,9 @@ def test_label_smoothing_zero_is_cross_entropy():
 
 
 def test_model_stats_are_averaged_and_maxed_over_accumulated_batches():
-    world = distributed.World()  # a world of one: the rank reductions are identities
-    stats = reduce_stats([{"ponder_mean": 1.0, "ponder_max": 2.0}, {"ponder_mean": 3.0, "ponder_max": 5.0}], world)
+    stats = batch_stats([{"ponder_mean": 1.0, "ponder_max": 2.0}, {"ponder_mean": 3.0, "ponder_max": 5.0}])
     assert stats == {"ponder_mean": 2.0, "ponder_max": 5.0}
-    assert reduce_stats([{}, {}], world) == {}
+    assert batch_stats([{}, {}]) == {}
 
 
 def test_the_log_window_averages_model_stats_over_steps_and_keeps_their_maximum():
@@ -84,3 +82,22 @@ def test_the_schedule_reads_the_models_declared_width():
     assert Widthless().schedule_width is None
     with pytest.raises(UserError, match=r'needs the model\'s d_model; set schedule = "constant"'):
         learning_rate(TrainSettings(), 1, Widthless().schedule_width)
+
+
+def test_gradient_clipping_matches_torchs_clip_grad_norm():
+    from seqxduce.trainer import clip_gradients
+
+    torch.manual_seed(0)
+    grads = [torch.randn(3, 4), torch.randn(5)]
+    expected = [g.clone() for g in grads]
+    params = [torch.nn.Parameter(torch.zeros_like(g)) for g in expected]
+    for p, g in zip(params, expected):
+        p.grad = g
+    reference = torch.nn.utils.clip_grad_norm_(params, 0.5)
+    norm = clip_gradients(grads, 0.5)
+    assert float(norm) == pytest.approx(float(reference), rel=1e-6) and float(norm) > 0.5
+    for got, want in zip(grads, params):
+        torch.testing.assert_close(got, want.grad)
+    unclipped = [g.clone() for g in grads]
+    assert float(clip_gradients(grads, 0.0)) == pytest.approx(0.5, rel=1e-5)  # 0: the norm only, no scaling
+    assert all(torch.equal(a, b) for a, b in zip(grads, unclipped))

@@ -1,0 +1,133 @@
+"""A training step never waits for the device: its figures stay device tensors until a log line reads them, and
+a non-finite step is skipped on the device. On the CPU a dispatch mode stands in for CUDA's sync check, failing on
+the operations that make the host wait for a GPU (.item(), bool(), nonzero, boolean indexing); on a GPU
+torch.cuda.set_sync_debug_mode("error") checks the real thing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from seqxduce.api import ModelOutput
+from seqxduce.data import token_batches
+from seqxduce.recipe import load_recipe
+from seqxduce.trainer import Trainer
+
+RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
+QUIET = ["train.validate_every=0", "train.valid_decode_examples=0"]
+# aten operations that copy a device value to the host (or need its size there) and so wait for the device
+WAITS = {"aten._local_scalar_dense.default", "aten.nonzero.default", "aten.masked_select.default",
+         "aten.is_nonzero.default", "aten.equal.default"}
+
+
+class HostReads(TorchDispatchMode):
+    """Records every operation that, on a CUDA tensor, would make the host wait for the device."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func)
+        bool_index = name.startswith("aten.index") and any(
+            isinstance(i, torch.Tensor) and i.dtype == torch.bool for a in args if isinstance(a, (list, tuple))
+            for i in a)
+        if name in WAITS or bool_index:
+            self.seen.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+class BagModel(nn.Module):
+    """A model with no host read of its own: mean source embedding plus target embedding, projected."""
+
+    def __init__(self, vocab: int, pad_id: int, width: int = 8):
+        super().__init__()
+        self.pad_id = pad_id
+        self.embed = nn.Embedding(vocab, width)
+        self.out = nn.Linear(width, vocab)
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> ModelOutput:
+        keep = (src != self.pad_id).unsqueeze(-1).float()  # (B, S, 1)
+        source = (self.embed(src) * keep).sum(1, keepdim=True) / keep.sum(1, keepdim=True)  # (B, 1, C)
+        return ModelOutput(self.out(torch.tanh(self.embed(tgt_in) + source)))  # (B, T, V)
+
+
+def with_bag_model(trainer: Trainer) -> Trainer:
+    trainer.model = trainer.wrapped = BagModel(trainer.tokenizers.vocab().tgt_size, trainer.pad_id).to(trainer.device)
+    trainer.optimizer, trainer.fused = trainer._optimizer()
+    return trainer
+
+
+def run_steps(trainer: Trainer, n: int) -> list[dict]:
+    batches = token_batches(trainer.train_pairs, trainer.settings.max_tokens, 1, 1)
+    figures = []
+    for i in range(n):
+        figures.append(trainer.train_step([batches[i]]))
+        trainer.state.step += 1
+    return figures
+
+
+def test_a_train_step_reads_nothing_back_from_the_device(tmp_path):
+    trainer = with_bag_model(Trainer(load_recipe(RECIPE, QUIET), tmp_path / "run"))
+    assert trainer.fused  # the CPU has the fused Adam since torch 2.4: the skip is decided without the host
+    run_steps(trainer, 1)  # the first step builds the optimizer's state
+    with HostReads() as reads:
+        figures = run_steps(trainer, 3)
+    assert reads.seen == []
+    assert all(isinstance(f[k], torch.Tensor) for f in figures for k in ("loss", "nll", "grad_norm",
+                                                                        "skipped_updates"))
+
+
+def test_the_probe_sees_a_host_read():
+    """The dispatch mode above is what the test relies on: it must catch .item() and boolean indexing."""
+    x = torch.arange(4.0)
+    with HostReads() as reads:
+        float(x.sum())
+        x[x > 1].sum()
+    assert "aten._local_scalar_dense.default" in reads.seen and any(s.startswith("aten.index") for s in reads.seen)
+
+
+@pytest.mark.xfail(strict=True, reason="plugins/transformer: attention.key_padding_mask reads bool(pad.any()) "
+                                       "on the host in every forward (a sync per step on CUDA)")
+def test_the_transformer_plugin_step_reads_nothing_back_from_the_device(tmp_path):
+    trainer = Trainer(load_recipe(RECIPE, QUIET), tmp_path / "run")
+    run_steps(trainer, 1)
+    with HostReads() as reads:
+        run_steps(trainer, 2)
+    assert reads.seen == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_cuda_train_steps_run_under_the_sync_debug_mode_error(tmp_path, precision):
+    trainer = with_bag_model(Trainer(load_recipe(RECIPE, [*QUIET, 'train.device="cuda"',
+                                                          f'train.precision="{precision}"']), tmp_path / "run"))
+    assert trainer.fused
+    run_steps(trainer, 1)  # the first step allocates the optimizer's state
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        figures = run_steps(trainer, 3)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert all(f["loss"].is_cuda and f["skipped_updates"].is_cuda for f in figures)
+    assert all(float(f["skipped_updates"]) == 0.0 for f in figures)
+
+
+def test_a_checkpoint_of_a_foreach_optimizer_resumes_into_the_fused_one(tmp_path):
+    from seqxduce.trainer import restore_optimizer
+
+    trainer = Trainer(load_recipe(RECIPE, QUIET), tmp_path / "run")
+    params = list(trainer.model.parameters())
+    old = torch.optim.Adam(params, lr=1e-3, foreach=True)  # as runs before the fused optimizer saved it
+    for p in params:
+        p.grad = torch.ones_like(p)
+    old.step()
+    restore_optimizer(trainer.optimizer, old.state_dict(), fused=True)
+    assert trainer.optimizer.param_groups[0]["fused"] is True and trainer.fused
+    run_steps(trainer, 1)  # the device-side skip needs the fused step: a foreach one would refuse found_inf
+    assert {int(s["step"]) for s in trainer.optimizer.state.values()} == {2}
