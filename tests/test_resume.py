@@ -37,6 +37,7 @@ def test_epochs_roll_over_and_data_position_is_saved(tmp_path):
 
 
 def test_ctrl_c_finishes_the_step_saves_it_and_resume_continues(tmp_path, monkeypatch):
+    before = signal.getsignal(signal.SIGINT)  # default_int_handler, or SIG_IGN in a shell's background job
     trainer = Trainer(load_recipe(RECIPE, ["train.validate_every=0", "train.checkpoint_every=100"]), tmp_path / "run")
     real_step = trainer.train_step
 
@@ -50,7 +51,7 @@ def test_ctrl_c_finishes_the_step_saves_it_and_resume_continues(tmp_path, monkey
         trainer.run()
     saved = sorted((tmp_path / "run" / "checkpoints").glob("*.pt"))
     assert [p.name for p in saved] == ["step_00000003.pt"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is put back
+    assert signal.getsignal(signal.SIGINT) is before  # the handler is put back
     resumed = engine.train(engine.load_run_recipe(tmp_path / "run"), tmp_path / "run", resume=True)
     engine.train(RECIPE, tmp_path / "whole", overrides=["train.validate_every=0", "train.checkpoint_every=100"])
     a = torch.load(sorted((tmp_path / "run" / "checkpoints").glob("*.pt"))[-1], weights_only=True)["model"]
