@@ -343,6 +343,18 @@ def counted_flops(step: Callable[[int], None], k: int) -> int:
     return int(counter.get_total_flops())
 
 
+def borrow_flops(contenders: list[Contender]) -> None:
+    """A step whose matmuls FlopCounterMode cannot see (a compiled graph may hide them) counts as the same
+    model's step in another contender (equal parameters), and says so."""
+    for c in contenders:
+        if c.figures["flops_per_step"] == 0:
+            twin = next((o for o in contenders if o.params == c.params and o.figures["flops_per_step"]), None)
+            if twin is not None:
+                c.figures.update(flops_per_step=twin.figures["flops_per_step"],
+                                 flops_per_token=twin.figures["flops_per_token"])
+                c.note += f"; FLOPs counted on {twin.name} (none visible in its own step)"
+
+
 def time_window(c: Contender, device: torch.device, tokens: list[int], first: int, warmup: int,
                 steps: int) -> dict[str, float]:
     """--warmup untimed then --steps timed steps of one contender from batch `first` on; its figures."""
@@ -467,6 +479,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for c in contenders:  # the counted step is each model's first, untimed
             flops = counted_flops(c.step, 0)
             c.figures = {"flops_per_step": flops, "flops_per_token": flops / tokens[0], "windows": []}
+        borrow_flops(contenders)
         for r in range(args.repeats):
             for c in contenders:
                 c.figures["windows"].append(time_window(c, device, tokens, 1 + r * (args.warmup + args.steps),
@@ -547,6 +560,7 @@ def print_run(record: dict[str, Any], skipped: list[str]) -> None:
                      f"{r['vs_torch']:.3f}" if "vs_torch" in r else "-",
                      f"{r['vs_marian']:.3f}" if "vs_marian" in r else "-"])
     print(bc.table(headers, rows))
+    print("; ".join(f"{name}: {r['note']}" for name, r in record["results"].items() if r["note"]))
     for line in skipped:
         print(line)
 

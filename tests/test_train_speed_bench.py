@@ -123,3 +123,15 @@ def test_cuda_bf16_run_reports_mfu_and_gpu_memory(capsys):
     assert "8192^3 bf16 matmul" in record["peak_how"]
     assert record["memory"] == "torch.cuda.max_memory_allocated"
     assert "MFU" in capsys.readouterr().out
+
+
+def test_a_step_without_visible_flops_borrows_the_same_models_count():
+    bench = bench_module()
+    seen = bench.Contender("seqxduce", lambda k: None, 100, "Trainer.train_step",
+                           {"flops_per_step": 0, "flops_per_token": 0.0})
+    twin = bench.Contender("nn.Transformer", lambda k: None, 100, "", {"flops_per_step": 800, "flops_per_token": 8.0})
+    other = bench.Contender("bigger", lambda k: None, 200, "", {"flops_per_step": 0, "flops_per_token": 0.0})
+    bench.borrow_flops([seen, twin, other])
+    assert seen.figures["flops_per_step"] == 800 and seen.figures["flops_per_token"] == 8.0
+    assert "counted on nn.Transformer" in seen.note
+    assert other.figures["flops_per_step"] == 0  # no model of its size to borrow from
