@@ -1,7 +1,5 @@
 """Beam search against greedy search on a small trained model: the wider search must not score lower."""
 
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -12,18 +10,10 @@ from seqxduce.decoding import load_run
 from seqxduce.search import beam_search, greedy_search, length_penalty
 from seqxduce.search_settings import BeamSettings, SearchSettings
 
-RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
-SETTINGS = ["task.kind=copy", "task.train_size=2000", "task.train_max_len=12", "task.valid_max_len=12",
-            "task.test_max_len=12", "task.test_size=60", "model.d_model=32", "model.d_ff=64", "model.dropout=0.0",
-            "train.max_steps=400", "train.max_tokens=400", "train.warmup_steps=100", "train.validate_every=0",
-            "train.checkpoint_every=400"]
-
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    out = tmp_path_factory.mktemp("search") / "run"
-    seqxduce.train(seqxduce.load_recipe(RECIPE, SETTINGS), out=out)
-    return load_run(out)
+def trained(trained_copy_run):
+    return load_run(trained_copy_run)
 
 
 def request_for(run, sources):
