@@ -38,6 +38,14 @@ def is_unknown_class(token: str) -> bool:
     return token.startswith("<") and token.endswith(">")
 
 
+def padded(rows: list[list[int]], fill: int, device: torch.device) -> torch.Tensor:
+    """(len(rows), longest) long tensor of the rows, filled after each row's end."""
+    out = torch.full((len(rows), max([len(r) for r in rows] + [1])), fill, dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+    return out.to(device)
+
+
 class TreeConstraint(StepConstraint):
     """Only well-formed trees with one leaf per source word (see the module docstring)."""
 
@@ -115,19 +123,13 @@ class TreeConstraint(StepConstraint):
                 raise UserError(f"decoder tree_beam: words_in_target = {self.words_in_target!r} needs one target token "
                                 f"per source word, but the target tokenizer writes {len(ids)} for the "
                                 f"{len(source.split())} words of {source[:60]!r}; use [tokenizer] name = 'word'")
-        out = torch.full((len(sources), max([len(ids) for ids in encoded] + [1])), -1, dtype=torch.long)
-        for i, ids in enumerate(encoded):
-            out[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-        return out.to(device)
+        return padded(encoded, -1, device)
 
     def _word_classes(self, sources: list[str], device: torch.device) -> torch.Tensor:
         """(B, longest) per source word: NOT_PUNCT, PUNCT or EITHER (padding: EITHER)."""
         classes = [[PUNCT if w in self.punctuation_words else EITHER if w in self.either_words else NOT_PUNCT
                     for w in source.split()] for source in sources]
-        out = torch.full((len(sources), max([len(c) for c in classes] + [1])), EITHER, dtype=torch.long)
-        for i, row in enumerate(classes):
-            out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-        return out.to(device)
+        return padded(classes, EITHER, device)
 
     def _leaf_fits_word(self) -> torch.Tensor:
         """(N, V) True at the leaves whose punctuation status matches the next word's (all leaves without the rule)."""
