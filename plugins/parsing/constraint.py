@@ -10,7 +10,9 @@ rows is built at once from per-token-class masks over the vocabulary.
 
 When the target carries the words (words_in_target, see linearize.py), the word token is forced to be the next
 source word as the target tokenizer writes it (<unk> for a word outside its vocabulary): after each leaf
-("after_leaf"; the word is then given, so it costs nothing to the score), or as the leaf itself ("as_leaf").
+("after_leaf"; the word is then given, so it costs nothing to the score), before each leaf ("before_leaf"; writing
+it is the decision to place a leaf there, so it is scored as the model's probability of any word at that point, not
+of this word, and the leaf's tag must follow), or as the leaf itself ("as_leaf").
 
 With POS-tag leaves, punctuation follows the words: a word that is always punctuation (',', '--') gets one of the
 tags the scorer deletes (EVALB COLLINS.prm: `` '' . : ,) and any other word gets none. EVALB cannot score a tree
@@ -85,6 +87,10 @@ class TreeConstraint(StepConstraint):
         self.label = torch.tensor(label)  # (V,)
         tags = set(punctuation_tags)
         self.punct_leaf = torch.tensor([k == LEAF and tokenizer.id_to_token(i) in tags for i, k in enumerate(kind)])
+        # before_leaf: what the model gives to "a word comes next" (all but brackets, eos, padding and bos)
+        tokens = [tokenizer.id_to_token(i) for i in range(size)]
+        self.word_like = torch.tensor([not (is_open(t) or is_close(t)) and i not in specials - {tokenizer.unk_id}
+                                       for i, t in enumerate(tokens)])
         # XX leaves (or words as leaves) carry no punctuation tag to choose, so the rule would forbid every leaf
         self.punct_rule = bool(self.punct_leaf.any()) and words_in_target != "as_leaf"
         self.punctuation_words, self.either_words = set(punctuation_words), set(either_words)
@@ -103,9 +109,10 @@ class TreeConstraint(StepConstraint):
         self.need = words[rows]  # (N,)
         n = rows.numel()
         self.words = self._word_ids(request.sources, device)[rows] if self.words_in_target != "none" else None
-        self.punct_leaf = self.punct_leaf.to(device)
+        self.punct_leaf, self.word_like = self.punct_leaf.to(device), self.word_like.to(device)
         self.word_class = self._word_classes(request.sources, device)[rows] if self.punct_rule else None
-        self.expect_word = torch.zeros(n, dtype=torch.bool, device=device)  # after_leaf: a leaf awaits its word
+        # a leaf awaits its second token: its word (after_leaf) or its tag (before_leaf)
+        self.completing = torch.zeros(n, dtype=torch.bool, device=device)
         # the search's limit: at most `limit` tokens before eos (see seqxduce.search.max_lengths)
         self.limit = max_lengths(request, *self.max_len)[rows] if self.max_len else None
         self.steps = torch.zeros(n, dtype=torch.long, device=device)
@@ -135,7 +142,9 @@ class TreeConstraint(StepConstraint):
         """(N, V) True at the leaves whose punctuation status matches the next word's (all leaves without the rule)."""
         if self.word_class is None:
             return self.is_leaf.unsqueeze(0)
-        index = self.placed.clamp(max=self.word_class.size(1) - 1).unsqueeze(1)
+        # before_leaf: the tag is chosen after its word was placed
+        word_at = self.placed - 1 if self.words_in_target == "before_leaf" else self.placed
+        index = word_at.clamp(0, self.word_class.size(1) - 1).unsqueeze(1)
         word = self.word_class.gather(1, index)  # (N, 1)
         return self.is_leaf & ((word == EITHER) | (self.punct_leaf.unsqueeze(0) == (word == PUNCT)))
 
@@ -146,8 +155,11 @@ class TreeConstraint(StepConstraint):
 
     def allowed(self) -> torch.Tensor:
         """(N, V) True where a token keeps the row on the way to a well-formed tree."""
+        completing = self.completing.unsqueeze(1)
         if self.words_in_target == "after_leaf":
-            return self._allowed_structure() & ~self.expect_word.unsqueeze(1) | self._forced_mask(self.expect_word)
+            return self._allowed_structure() & ~completing | self._forced_mask(self.completing)
+        if self.words_in_target == "before_leaf":
+            return self._allowed_structure() & ~completing | completing & self._leaf_fits_word()
         return self._allowed_structure()
 
     def _forced_mask(self, rows: torch.Tensor) -> torch.Tensor:
@@ -166,9 +178,9 @@ class TreeConstraint(StepConstraint):
         can_open = ~self.done & room
         if self.limit is not None:
             # shortest completion after an open: the missing leaves (with their words), then a close per open bracket
-            per_leaf = 2 if self.words_in_target == "after_leaf" else 1
+            per_leaf = 2 if self.words_in_target in ("after_leaf", "before_leaf") else 1
             can_open &= self.steps + 1 + per_leaf * (self.need - self.placed) + self.depth + 1 <= self.limit
-        leaf = self._forced_mask(inside & room) if self.words_in_target == "as_leaf" \
+        leaf = self._forced_mask(inside & room) if self.words_in_target in ("as_leaf", "before_leaf") \
             else (inside & room).unsqueeze(1) & self._leaf_fits_word()
         return (
             can_open.unsqueeze(1) & self.is_open
@@ -179,10 +191,16 @@ class TreeConstraint(StepConstraint):
 
     def mask(self, logprobs: torch.Tensor) -> torch.Tensor:
         """logprobs (N, V) with every token that would break the tree set to -inf (and a forced word at 0)."""
-        masked = logprobs.masked_fill(~self.allowed(), float("-inf"))
+        allowed = self.allowed()
+        masked = logprobs.masked_fill(~allowed, float("-inf"))
         if self.words_in_target == "after_leaf":
             # the word after a leaf is the source's, not a choice: scoring it would rank trees by word frequency
-            masked = masked.masked_fill(self._forced_mask(self.expect_word), 0.0)
+            masked = masked.masked_fill(self._forced_mask(self.completing), 0.0)
+        elif self.words_in_target == "before_leaf":
+            # placing a leaf is a choice, which word it carries is not: score "some word here", not this word
+            any_word = logprobs.masked_fill(~self.word_like, float("-inf")).logsumexp(dim=1, keepdim=True)
+            forced = self._forced_mask(~self.completing) & allowed
+            masked = torch.where(forced, any_word.expand_as(masked), masked)
         return masked
 
     def advance(self, origin: torch.Tensor, tokens: torch.Tensor) -> None:
@@ -197,16 +215,17 @@ class TreeConstraint(StepConstraint):
         if self.word_class is not None:
             self.word_class = self.word_class[origin]
         kind = self.kind[tokens]  # (N,)
-        # a word written after its leaf is no bracket and no leaf, whatever its vocabulary entry looks like
-        structural = ~self.expect_word[origin]
+        # a leaf's second token (after_leaf: its word; before_leaf: its tag) is no bracket and no new leaf, whatever
+        # its vocabulary entry looks like
+        structural = ~self.completing[origin]
         opening = (kind == OPEN) & ~self.done & structural
         # a forbidden token only arrives on a row whose score is already -inf; keep its state sane
         closing = (kind == CLOSE) & (self.depth > 0) & structural
-        if self.words_in_target == "as_leaf":
-            leaf = (tokens == self._forced_word()) & (kind != OPEN) & (kind != CLOSE) & (kind != EOS)
+        if self.words_in_target in ("as_leaf", "before_leaf"):
+            leaf = (tokens == self._forced_word()) & (kind != OPEN) & (kind != CLOSE) & (kind != EOS) & structural
         else:
             leaf = (kind == LEAF) & structural
-        self.expect_word = leaf & (self.words_in_target == "after_leaf")
+        self.completing = leaf & (self.words_in_target in ("after_leaf", "before_leaf"))
         if opening.any():
             if int(self.depth.max()) + 1 > self.stack.size(1):
                 self.stack = torch.cat([self.stack, torch.full_like(self.stack, -1)], dim=1)

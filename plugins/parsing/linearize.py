@@ -7,9 +7,10 @@ keep_pos_tags the leaves are the POS tags instead.
 
 The words themselves can be written into the target too (words_in_target), so that the decoder always reads the
 word it is at, as a parsing language model does (Choe & Charniak 2016): "after_leaf" writes each word after its
-leaf, `(NP DT The NN cat )NP`; "as_leaf" makes the word the leaf, `(NP The cat )NP` (no tags). The constrained
-decoder forces the i-th word token to be the i-th source word; delinearize drops the written words again and
-puts the source words back.
+leaf, `(NP DT The NN cat )NP`; "before_leaf" writes it before its leaf, `(NP The DT cat NN )NP`, so that the tag is
+predicted by a decoder that has just read its word; "as_leaf" makes the word the leaf, `(NP The cat )NP` (no tags).
+The constrained decoder forces the i-th word token to be the i-th source word; delinearize drops the written words
+again and puts the source words back.
 """
 
 from __future__ import annotations
@@ -43,10 +44,9 @@ def linearize(tree: Tree, keep_pos_tags: bool = False, words_in_target: str = "n
 
     def visit(node: Tree) -> None:
         if is_preterminal(node):
-            if words_in_target != "as_leaf":
-                tokens.append(node.label() if keep_pos_tags else PLACEHOLDER)
-            if words_in_target != "none":
-                tokens.append(node[0])
+            leaf = [] if words_in_target == "as_leaf" else [node.label() if keep_pos_tags else PLACEHOLDER]
+            word = [] if words_in_target == "none" else [node[0]]
+            tokens.extend(word + leaf if words_in_target == "before_leaf" else leaf + word)
             return
         tokens.append("(" + node.label())
         for child in node:
@@ -78,7 +78,9 @@ def delinearize(sequence: str, words: list[str], words_in_target: str = "none") 
     """Put the words back at the leaves of a bracket sequence, repairing what is malformed.
 
     With words_in_target "after_leaf" the token after each leaf is its written word, dropped here (a leaf with no
-    word after it is one repair); with "as_leaf" every leaf token is a written word and the leaf is tagged XX.
+    word after it is one repair); with "before_leaf" a leaf token is a written word and the token after it its tag
+    (a word with no tag after it is tagged XX, one repair); with "as_leaf" every leaf token is a written word and
+    the leaf is tagged XX.
     The tree always carries the source words: what the output wrote for them (<unk>, say) is not kept.
 
     Repairs, each counted once: a bare '(' is dropped; a closing bracket with no open constituent is
@@ -118,14 +120,17 @@ def delinearize(sequence: str, words: list[str], words_in_target: str = "none") 
             repairs += 1
         elif placed < len(words):
             tag = PLACEHOLDER if words_in_target == "as_leaf" else token
+            if words_in_target in ("after_leaf", "before_leaf"):
+                following, missing = skip_written_word(tokens, position)
+                repairs += missing
+                if words_in_target == "before_leaf":
+                    tag = tokens[position] if not missing else PLACEHOLDER
+                position = following
             (stack[-1] if stack else roots).append(Tree(tag, [words[placed]]))
             placed += 1
-            if words_in_target == "after_leaf":
-                position, missing_word = skip_written_word(tokens, position)
-                repairs += missing_word
         else:
             repairs += 1
-            if words_in_target == "after_leaf":
+            if words_in_target in ("after_leaf", "before_leaf"):
                 position, _ = skip_written_word(tokens, position)
     while stack:
         repairs += 1
@@ -144,7 +149,8 @@ def delinearize(sequence: str, words: list[str], words_in_target: str = "none") 
 
 
 def skip_written_word(tokens: list[str], position: int) -> tuple[int, int]:
-    """(position after the word written at position, 1 if there is none there: a bracket or the end)."""
+    """(position after the word (after_leaf) or tag (before_leaf) written at position, 1 if there is none there: a
+    bracket or the end)."""
     if position < len(tokens) and not is_open(tokens[position]) and not is_close(tokens[position]) \
             and tokens[position] not in ("(", ")"):
         return position + 1, 0

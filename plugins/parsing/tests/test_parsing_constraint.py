@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -256,6 +257,35 @@ def test_after_leaf_forces_each_source_word_after_its_leaf_at_no_cost():
     assert set(allowed_in(c, WORD_VOCAB)) == {")S"}
 
 
+def test_before_leaf_scores_placing_a_word_then_asks_for_its_tag():
+    c = TreeConstraint(ListTokenizer(WORD_VOCAB), words_in_target="before_leaf")
+    c.start(request_for(["John left Mary"]), torch.tensor([0]))
+    feed_words(c, WORD_VOCAB, "(S")
+    allowed = allowed_in(c, WORD_VOCAB)
+    # all log-probs are -1: "a word here" gathers the mass of every word-like entry (XX, NN, John, left, <unk>)
+    word_like = len(WORD_VOCAB) - 3 - sum(t.startswith(("(", ")")) for t in WORD_VOCAB)
+    assert allowed.pop("John") == pytest.approx(-1.0 + math.log(word_like))
+    assert set(allowed) == {"(S", "(NP", "(VP"} and set(allowed.values()) == {-1.0}
+    feed_words(c, WORD_VOCAB, "John")
+    assert set(allowed_in(c, WORD_VOCAB)) == {"XX", "NN", "John", "left"}  # its tag: any leaf entry
+    feed_words(c, WORD_VOCAB, "NN")
+    assert "left" in allowed_in(c, WORD_VOCAB) and ")S" not in allowed_in(c, WORD_VOCAB)
+    feed_words(c, WORD_VOCAB, "left XX")
+    assert set(allowed_in(c, WORD_VOCAB)) >= {"<unk>", "(NP"}  # "Mary" is outside the target vocabulary
+    feed_words(c, WORD_VOCAB, "<unk> NN")
+    assert set(allowed_in(c, WORD_VOCAB)) == {")S"}
+
+
+def test_before_leaf_gives_a_punctuation_word_its_tag_after_it():
+    vocab = PUNCT_VOCAB + ["John"]
+    c = TreeConstraint(ListTokenizer(vocab), words_in_target="before_leaf", **PUNCT_RULE)
+    c.start(request_for(["John ."]), torch.tensor([0]))
+    feed_words(c, vocab, "(S John")
+    assert leaves_allowed(c, vocab) == {"XX", "NN", "POS", "John"}
+    feed_words(c, vocab, "NN .")
+    assert leaves_allowed(c, vocab) == {",", ".", "''"}
+
+
 def test_as_leaf_makes_the_next_source_word_the_only_leaf():
     c = TreeConstraint(ListTokenizer(WORD_VOCAB), words_in_target="as_leaf")
     c.start(request_for(["John left"]), torch.tensor([0]))
@@ -267,7 +297,7 @@ def test_as_leaf_makes_the_next_source_word_the_only_leaf():
     assert set(allowed_in(c, WORD_VOCAB)) == {")S"}
 
 
-@pytest.mark.parametrize("mode", ["after_leaf", "as_leaf"])
+@pytest.mark.parametrize("mode", ["after_leaf", "before_leaf", "as_leaf"])
 def test_beam_search_with_words_in_target_writes_the_source_words(mode):
     tokenizer = ListTokenizer(WORD_VOCAB)
     sources = ["John", "John left", "left John Mary left", "Mary John left John left"]
@@ -278,8 +308,8 @@ def test_beam_search_with_words_in_target_writes_the_source_words(mode):
         for hyp in nbest:
             tokens = [WORD_VOCAB[i] for i in hyp.tokens if i != tokenizer.eos_id]
             leaves = [t for t in tokens if not t.startswith(("(", ")"))]
-            # after_leaf: leaves and words alternate (a word may also have been chosen as a leaf)
-            written = leaves[1::2] if mode == "after_leaf" else leaves
+            # leaves and words alternate (a word may also have been chosen as a leaf)
+            written = {"after_leaf": leaves[1::2], "before_leaf": leaves[0::2]}.get(mode, leaves)
             assert written == [w if w in WORD_VOCAB else "<unk>" for w in source.split()], tokens
             result = delinearize(" ".join(tokens), source.split(), mode)
             assert result.repairs == 0 and result.tree.leaves() == source.split(), tokens

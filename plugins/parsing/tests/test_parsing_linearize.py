@@ -33,6 +33,8 @@ def test_the_words_can_follow_their_leaves_or_be_the_leaves():
         "(S (NP NNP John )NP (VP VBZ has (NP DT a NN dog )NP )VP . . )S"
     assert linearize(TREE, words_in_target="after_leaf") == \
         "(S (NP XX John )NP (VP XX has (NP XX a XX dog )NP )VP XX . )S"
+    assert linearize(TREE, keep_pos_tags=True, words_in_target="before_leaf") == \
+        "(S (NP John NNP )NP (VP has VBZ (NP a DT dog NN )NP )VP . . )S"
     assert linearize(TREE, words_in_target="as_leaf") == "(S (NP John )NP (VP has (NP a dog )NP )VP . )S"
     with pytest.raises(ValueError, match="after_leaf"):
         linearize(TREE, keep_pos_tags=True, words_in_target="as_leaf")
@@ -47,6 +49,15 @@ def test_written_words_are_dropped_and_the_source_words_put_back():
     # a leaf without its word is one repair; the next bracket is read as a bracket, not as the word
     missing = delinearize("(S (NP NNP )NP (VP VBZ has (NP DT a NN dog )NP )VP . . )S", WORDS, "after_leaf")
     assert (missing.tree, missing.repairs) == (TREE, 1)
+
+
+def test_before_leaf_reads_the_tag_after_each_written_word():
+    before = delinearize("(S (NP <unk> NNP )NP (VP has VBZ (NP a DT dog NN )NP )VP . . )S", WORDS, "before_leaf")
+    assert (before.tree, before.repairs) == (TREE, 0)
+    # a word whose tag is missing gets XX (one repair), and the bracket after it stays a bracket
+    untagged = delinearize("(S (NP John )NP (VP has VBZ (NP a DT dog NN )NP )VP . . )S", WORDS, "before_leaf")
+    assert untagged.repairs == 1
+    assert flat(untagged.tree) == "(S (NP (XX John)) (VP (VBZ has) (NP (DT a) (NN dog))) (. .))"
 
 
 def test_delinearize_puts_the_words_back():
@@ -103,6 +114,8 @@ def test_round_trip_over_every_tree_of_the_sample(sample_trees):
         assert (placeholder.tree, placeholder.repairs) == (with_placeholders(gold), 0), flat(gold)
         after = delinearize(linearize(gold, keep_pos_tags=True, words_in_target="after_leaf"), words, "after_leaf")
         assert (after.tree, after.repairs) == (gold, 0), flat(gold)
+        before = delinearize(linearize(gold, keep_pos_tags=True, words_in_target="before_leaf"), words, "before_leaf")
+        assert (before.tree, before.repairs) == (gold, 0), flat(gold)
         as_leaf = delinearize(linearize(gold, words_in_target="as_leaf"), words, "as_leaf")
         assert (as_leaf.tree, as_leaf.repairs) == (with_placeholders(gold), 0), flat(gold)
 

@@ -46,15 +46,18 @@ def test_keep_pos_tags_puts_the_tags_in_the_target(ptb_sample):
     assert target.endswith(". )S")
 
 
+EXPECTED_START = {"after_leaf": "(S (NP NNP Savin NNP Corp. )NP", "before_leaf": "(S (NP Savin NNP Corp. NNP )NP",
+                  "as_leaf": "(S (NP Savin Corp. )NP"}
+
+
 @pytest.mark.parametrize("settings", [dict(keep_pos_tags=True, words_in_target="after_leaf"),
+                                      dict(keep_pos_tags=True, words_in_target="before_leaf"),
                                       dict(words_in_target="as_leaf")])
 def test_targets_with_words_score_100_and_carry_the_source_words(settings, ptb_sample):
     task = PtbTask(PtbSettings(valid_files="0160", **settings))
     examples = task.examples("valid", ptb_sample)
     first = examples[0]
-    after_leaf = settings["words_in_target"] == "after_leaf"
-    expected = "(S (NP NNP Savin NNP Corp. )NP" if after_leaf else "(S (NP Savin Corp. )NP"
-    assert first.target.startswith(expected)
+    assert first.target.startswith(EXPECTED_START[settings["words_in_target"]])
     hyps = [task.postprocess(ex.target, ex.source) for ex in examples]
     report = task.score_outputs(hyps, [ex.ref for ex in examples], [ex.source for ex in examples])
     assert report.metrics["f1"] == 100.0 and report.metrics["repairs"] == 0
@@ -189,7 +192,7 @@ def test_recipes_validate(name):
     # the paper's input length + 300, plus one token per word where the target also carries the words
     words = recipe.task.settings.words_in_target
     assert recipe.decode.settings.words_in_target == words
-    expected_a = 2.0 if words == "after_leaf" else 1.0
+    expected_a = 2.0 if words in ("after_leaf", "before_leaf") else 1.0
     assert (recipe.decode.settings.max_len_a, recipe.decode.settings.max_len_b) == (expected_a, 300)
 
 
