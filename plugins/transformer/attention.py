@@ -14,10 +14,11 @@ import torch.nn.functional as F
 from torch import nn
 
 
-def key_padding_mask(pad: torch.Tensor) -> torch.Tensor | None:
-    """(B, S) True at padding -> SDPA mask (B, 1, 1, S) True at real keys; None when no row is padded."""
-    if not bool(pad.any()):
-        return None
+def key_padding_mask(pad: torch.Tensor) -> torch.Tensor:
+    """(B, S) True at padding -> SDPA mask (B, 1, 1, S) True at real keys.
+
+    Always a mask, even for a batch without padding: asking the device whether there is any padding would make
+    the host wait for it in every forward, and a length-bucketed batch is padded almost always anyway."""
     keep = ~pad
     # a source made only of padding would give softmax over nothing (NaN); let it see its first key
     keep[:, 0] |= pad.all(dim=1)
@@ -32,7 +33,7 @@ def band_mask(length: int, window: int, causal: bool, device: torch.device | Non
     return allowed & (distance >= 0) if causal else allowed
 
 
-def encoder_self_mask(pad: torch.Tensor, window: int) -> torch.Tensor | None:
+def encoder_self_mask(pad: torch.Tensor, window: int) -> torch.Tensor:
     """SDPA mask of encoder self-attention for pad (B, S): the key padding mask, and with window > 0 the
     band of restricted self-attention as well: (B, 1, S, S), True where a query may look."""
     if window <= 0:
