@@ -15,8 +15,9 @@ it is the decision to place a leaf there, so it is scored as the model's probabi
 of this word, and the leaf's tag must follow), or as the leaf itself ("as_leaf").
 
 With POS-tag leaves, punctuation follows the words: a word that is always punctuation (',', '--') gets one of the
-tags the scorer deletes (EVALB COLLINS.prm: `` '' . : ,) and any other word gets none. EVALB cannot score a tree
-whose punctuation differs from the gold tree's (it stops with a length mismatch), so the rule decides nothing the
+tags the scorer deletes (EVALB COLLINS.prm: `` '' . : ,) and any other word gets none; a word that may be either
+("'": possessive or closing quote) is free, except right after punctuation, where it closes a quotation. EVALB
+cannot score a tree whose punctuation differs from the gold tree's (it stops with a length mismatch), so the rule decides nothing the
 sentence does not already say, and a wrong punctuation tag can no longer cost a whole sentence.
 """
 
@@ -134,9 +135,17 @@ class TreeConstraint(StepConstraint):
 
     def _word_classes(self, sources: list[str], device: torch.device) -> torch.Tensor:
         """(B, longest) per source word: NOT_PUNCT, PUNCT or EITHER (padding: EITHER)."""
-        classes = [[PUNCT if w in self.punctuation_words else EITHER if w in self.either_words else NOT_PUNCT
-                    for w in source.split()] for source in sources]
-        return padded(classes, EITHER, device)
+        return padded([self._classes_of(source.split()) for source in sources], EITHER, device)
+
+    def _classes_of(self, words: list[str]) -> list[int]:
+        """A free word right after punctuation closes a quotation (`. '`: no possessive follows a full stop), so it
+        takes a punctuation tag there."""
+        classes = []
+        for i, w in enumerate(words):
+            after_punct = i > 0 and words[i - 1] in self.punctuation_words
+            classes.append(PUNCT if w in self.punctuation_words or (w in self.either_words and after_punct)
+                           else EITHER if w in self.either_words else NOT_PUNCT)
+        return classes
 
     def _leaf_fits_word(self) -> torch.Tensor:
         """(N, V) True at the leaves whose punctuation status matches the next word's (all leaves without the rule)."""

@@ -68,4 +68,6 @@ class TreeBeamSettings(BeamSettings):
     punctuation_words: list[str] = setting(PTB_PUNCTUATION_WORDS, help="source words that always take a "
                                            "punctuation tag (the Penn Treebank's)")
     either_words: list[str] = setting(PTB_EITHER_WORDS, help="source words free to take a punctuation tag or "
-                                      "another (PTB: \"'\" is POS after a plural, '' as a closing quote)")
+                                      "another (PTB: \"'\" is POS after a plural, '' as a closing quote), "
+                                      "except right after a punctuation word, where they take a punctuation "
+                                      "tag (wsj_0001-0159: 5 of 5 times)")

@@ -330,21 +330,31 @@ PUNCT_RULE = {"punctuation_tags": ["``", "''", ".", ":", ","], "punctuation_word
               "either_words": ["'"]}
 
 
-def leaves_allowed(constraint: TreeConstraint, vocab: list[str]) -> set[str]:
-    return {t for t in allowed_in(constraint, vocab) if not t.startswith(("(", ")")) and t != "</s>"}
+def leaves_allowed(constraint: TreeConstraint, vocab: list[str], row: int = 0) -> set[str]:
+    return {t for t in allowed_in(constraint, vocab, row) if not t.startswith(("(", ")")) and t != "</s>"}
 
 
 def test_punctuation_words_take_punctuation_tags_and_other_words_none():
     c = TreeConstraint(ListTokenizer(PUNCT_VOCAB), **PUNCT_RULE)
-    c.start(request_for(["John , ' left"]), torch.tensor([0]))
+    c.start(request_for(["John , left ' left"]), torch.tensor([0]))
     feed_words(c, PUNCT_VOCAB, "(S")
     assert leaves_allowed(c, PUNCT_VOCAB) == {"XX", "NN", "POS"}  # "John"
     feed_words(c, PUNCT_VOCAB, "NN")
     assert leaves_allowed(c, PUNCT_VOCAB) == {",", ".", "''"}  # ","
-    feed_words(c, PUNCT_VOCAB, ",")
+    feed_words(c, PUNCT_VOCAB, ", NN")
     assert leaves_allowed(c, PUNCT_VOCAB) == {"XX", "NN", ",", ".", "POS", "''"}  # "'" may be either
     feed_words(c, PUNCT_VOCAB, "POS")
     assert leaves_allowed(c, PUNCT_VOCAB) == {"XX", "NN", "POS"}  # "left"
+
+
+def test_a_free_word_right_after_punctuation_takes_a_punctuation_tag():
+    c = TreeConstraint(ListTokenizer(PUNCT_VOCAB), **PUNCT_RULE)
+    c.start(request_for(["John . '", "John '"]), torch.tensor([0, 1]))
+    for token in "(S NN".split():
+        c.advance(torch.arange(2), torch.tensor([PUNCT_VOCAB.index(token)] * 2))
+    assert leaves_allowed(c, PUNCT_VOCAB, row=1) == {"XX", "NN", ",", ".", "POS", "''"}  # "John '": either
+    c.advance(torch.arange(2), torch.tensor([PUNCT_VOCAB.index(".")] * 2))
+    assert leaves_allowed(c, PUNCT_VOCAB, row=0) == {",", ".", "''"}  # ". '": a closing quote
 
 
 def test_the_punctuation_rule_reads_the_next_word_after_each_written_word():
