@@ -17,8 +17,8 @@ of this word, and the leaf's tag must follow), or as the leaf itself ("as_leaf")
 With POS-tag leaves, punctuation follows the words: a word that is always punctuation (',', '--') gets one of the
 tags the scorer deletes (EVALB COLLINS.prm: `` '' . : ,) and any other word gets none; a word that may be either
 ("'": possessive or closing quote) is free, except right after punctuation, where it closes a quotation. EVALB
-cannot score a tree whose punctuation differs from the gold tree's (it stops with a length mismatch), so the rule decides nothing the
-sentence does not already say, and a wrong punctuation tag can no longer cost a whole sentence.
+cannot score a tree whose punctuation differs from the gold tree's (it stops with a length mismatch), so the rule
+decides nothing the sentence does not already say, and a wrong punctuation tag can no longer cost a whole sentence.
 """
 
 from __future__ import annotations
