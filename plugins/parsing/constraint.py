@@ -199,7 +199,8 @@ class TreeConstraint(StepConstraint):
         )
 
     def mask(self, logprobs: torch.Tensor) -> torch.Tensor:
-        """logprobs (N, V) with every token that would break the tree set to -inf (and a forced word at 0)."""
+        """logprobs (N, V) with every token that would break the tree set to -inf; a forced word scores 0
+        (after_leaf) or the probability of any word there (before_leaf)."""
         allowed = self.allowed()
         masked = logprobs.masked_fill(~allowed, float("-inf"))
         if self.words_in_target == "after_leaf":
