@@ -1,23 +1,15 @@
 """bench/decode_speed.py runs end to end on a tiny model and reports every figure (no timing thresholds), and its
 torch.nn baseline search keeps the forced output length."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.bench_scripts import load_bench
 
 
 def bench_module():
-    """bench/decode_speed.py, imported from its path (bench/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("decode_speed_bench", ROOT / "bench" / "decode_speed.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["decode_speed_bench"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("decode_speed.py")
 
 
 def test_smoke_two_tiny_sources_give_every_figure(tmp_path, capsys):

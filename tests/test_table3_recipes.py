@@ -4,7 +4,6 @@ training FLOPs; bench/table3.py scales each row's change to Multi30k."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from seqxduce.api import VocabInfo
 from seqxduce.cli import add_plugin_commands
 from seqxduce.cost import training_cost
 from seqxduce.recipe import load_recipe
+from tests.bench_scripts import load_bench
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -64,12 +64,7 @@ def differences(path: Path, base: Path) -> dict[str, object]:
 
 
 def bench_module():
-    """bench/table3.py, imported from its path (bench/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("table3_bench", ROOT / "bench" / "table3.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["table3_bench"] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("table3.py")
 
 
 @pytest.fixture(scope="module")

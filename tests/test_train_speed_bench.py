@@ -3,13 +3,14 @@ baseline is the same model (same parameters, same counted FLOPs). No timing is c
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.bench_scripts import load_bench
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--set", "model.d_model=16", "--set", "model.d_ff=32", "--set", "model.heads=2", "--set", "model.layers=1",
@@ -19,12 +20,7 @@ FIGURES = ["tok_s", "tok_s_min", "tok_s_max", "step_ms", "flops_per_step", "flop
 
 
 def bench_module():
-    """bench/train_speed.py, imported from its path (bench/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("train_speed_bench", ROOT / "bench" / "train_speed.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["train_speed_bench"] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("train_speed.py")
 
 
 def positive(record: dict, model: str) -> None:

@@ -4,7 +4,6 @@ ACT steps of a trained run's source and output positions)."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from seqxduce.cli import add_plugin_commands
 from seqxduce.data import encode_source
 from seqxduce.decoding import decode_lines, load_run
 from seqxduce.recipe import load_recipe
+from tests.bench_scripts import load_bench
 
 PAD, BOS, EOS = 0, 1, 2
 VOCAB = VocabInfo(src_size=20, tgt_size=20, pad_id=PAD, bos_id=BOS, eos_id=EOS, shared=True)
@@ -348,12 +348,7 @@ def test_the_paired_addition_recipe_is_the_measured_cpu_setup():
 
 
 def bench_module():
-    """bench/length_generalization.py, imported from its path (bench/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("length_generalization", RECIPES.parent / "bench" /
-                                                  "length_generalization.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("length_generalization.py")
 
 
 @pytest.mark.parametrize("size", ["cpu", "paper"])
