@@ -56,13 +56,17 @@ class World:
         ids = [self.device.index] if self.device is not None and self.device.type == "cuda" else None
         return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
 
+    def require_shards(self) -> None:
+        """A UserError unless there are several processes to shard a model over (FSDP)."""
+        if self.world_size == 1:
+            raise UserError("[train] fsdp = true shards the model over several processes; start the run with "
+                            "torchrun --nproc_per_node N (N > 1), or set fsdp = false")
+
     def _shard(self, model: torch.nn.Module) -> torch.nn.Module:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
-        if self.world_size == 1:
-            raise UserError("[train] fsdp = true shards the model over several processes; start the run with "
-                            "torchrun --nproc_per_node N (N > 1), or set fsdp = false")
+        self.require_shards()
         mesh = init_device_mesh(self.device.type if self.device is not None else "cpu", (self.world_size,))
         # One unit, the whole model: its parameters are gathered for forward and backward, while gradients and
         # Adam's state (3 of the 4 copies training keeps) stay sharded. Units per layer would gather one layer at

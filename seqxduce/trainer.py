@@ -155,9 +155,8 @@ class Trainer:
         self.rundir = RunDir(run_dir)
         self.run_dir = self.rundir.path
         self.dist = distributed.setup(recipe.train.device, recipe.train.collective_timeout)
-        if recipe.train.fsdp and self.dist.world_size == 1:
-            raise UserError("[train] fsdp = true shards the model over several processes; start the run with "
-                            "torchrun --nproc_per_node N (N > 1), or set fsdp = false")
+        if recipe.train.fsdp:  # before the data and the model are built
+            self.dist.require_shards()
         self.device = self.dist.device or resolve_device(recipe.train.device)
         self.is_main = self.dist.rank == 0
         if self.is_main and self.settings.tensorboard:
@@ -453,9 +452,13 @@ class Trainer:
 
     def _prepare(self, plan: PlannedStep) -> list[Batch]:
         """A planned step's batches, padded, and in pinned memory when they go to a GPU (in the prefetch thread)."""
-        batches = [collate([self.train_pairs[j] for j in indices], self.pad_id, self.bos_id, self.eos_id)
-                   for indices in plan.group]
+        batches = self._collate(plan.group)
         return [b.pin_memory() for b in batches] if self.device.type == "cuda" else batches
+
+    def _collate(self, group: list[list[int]]) -> list[Batch]:
+        """The padded batches of a group of training-pair index lists."""
+        return [collate([self.train_pairs[j] for j in indices], self.pad_id, self.bos_id, self.eos_id)
+                for indices in group]
 
     def _run(self) -> TrainResult:
         s = self.settings
@@ -596,8 +599,7 @@ class Trainer:
         if ready is not None and ready[0] is group:
             self._prefetched = None
             return ready[1], ready[2]
-        return [collate([self.train_pairs[j] for j in indices], self.pad_id, self.bos_id, self.eos_id)
-                for indices in group], None
+        return self._collate(group), None
 
     # ------------------------------------------------------------ validation
 
