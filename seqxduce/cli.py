@@ -117,14 +117,21 @@ def prepare(ctx: click.Context, recipe_file: Path, overrides: tuple[str, ...]) -
 @click.option("--resume", is_flag=True, help="continue from the run directory's latest checkpoint")
 @click.option("--overwrite", is_flag=True, help="replace the run already in the run directory (its recipe, "
               "tokenizers, checkpoints, average and metrics are removed first)")
+@click.option("--tokenizers-from", type=click.Path(path_type=Path, file_okay=False),
+              help="a new run takes this run directory's tokenizer files instead of training its own, so that "
+                   "the two can be ensembled (decode --ensemble)")
+@click.option("--single", is_flag=True, hidden=True,
+              help="train this directory alone even if the recipe names several members (the members' processes)")
 @click.pass_context
 def train(ctx: click.Context, recipe_file: Path, out: Path | None, overrides: tuple[str, ...], resume: bool,
-          overwrite: bool) -> None:
+          overwrite: bool, tokenizers_from: Path | None, single: bool) -> None:
     """Train a model from a recipe into a run directory. Run under torchrun for several processes.
 
+    With [train] members = N, trains N seeds side by side (RUN and RUN/members/K); decoding RUN ensembles them.
     Ctrl-C or SIGTERM finishes the current step, saves it and exits (130 or 143); --resume continues."""
     _registry(ctx)
-    result = engine.train(recipe_file, out=out, resume=resume, overrides=overrides, overwrite=overwrite)
+    result = engine.train(recipe_file, out=out, resume=resume, overrides=overrides, overwrite=overwrite,
+                          tokenizers_from=tokenizers_from, single=single)
     figures = " ".join(f"{k}={v}" if isinstance(v, str) else f"{k}={v:.4g}" for k, v in result.metrics.items())
     click.echo(f"trained to step {result.step} in {result.run_dir} {figures}".rstrip())
 
@@ -162,6 +169,7 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
             engine.check_writable(path, f"{option} {path}")
     annotate = annotations is not None
     checkpoint = engine.checkpoint_for(run)
+    ensemble = (*engine.ensemble_members(run, overrides), *ensemble)  # a run trained with [train] members = N
     click.echo(f"decoding with {checkpoint}" + "".join(f" + {p}" for p in ensemble), err=True)
     run = checkpoint  # the one named: a damaged newest checkpoint is passed over once, not twice
     if split is not None:

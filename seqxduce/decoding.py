@@ -15,6 +15,7 @@ from seqxduce.api import Decoder, DecodeRequest, Example, Hypothesis, Model, Pos
 from seqxduce.data import encode_source, pad_sources
 from seqxduce.decode_options import compile_step, quantize_for_decoding
 from seqxduce.device import autocast_context, resolve_device
+from seqxduce.members import members_to_decode
 from seqxduce.recipe import Recipe
 
 
@@ -79,11 +80,14 @@ def load_run(path: Path, overrides: Sequence[str] = (), ensemble: Sequence[Path]
 
     Overrides of [model] keys are refused unless the model declares them decode-time keys (for instance a
     Universal Transformer's depth, `--set model.steps=N`); see components.check_decode_overrides. With ensemble
-    (more checkpoints or run directories sharing this run's tokenizer files), the model is their ensemble. The
+    (more checkpoints or run directories sharing this run's tokenizer files), the model is their ensemble, as it
+    is for a run directory trained with [train] members = N (seqxduce.members). The
     model is then quantized and its step compiled as [decode] quantize / compile say (decode_options)."""
     run, checkpoint = rundir.locate(path)
     recipe = run.load_recipe(overrides)
     components.check_decode_overrides(recipe, tuple(overrides))
+    if Path(path).is_dir():  # the run as a whole: with [train] members = N, its members' ensemble
+        ensemble = [*members_to_decode(run, recipe), *ensemble]
     device = resolve_device(recipe.train.device)
     built = run.components(recipe)
     ckpt.load_weights(built.model, ckpt.load(checkpoint)["model"], checkpoint,

@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from seqxduce.trainer import TrainResult
 
 __all__ = ["load_recipe", "load_run_recipe", "prepare", "train", "decode", "decode_split", "evaluate", "average",
-           "format_outputs", "format_annotations", "checkpoint_for", "read_lines", "check_writable"]
+           "format_outputs", "format_annotations", "checkpoint_for", "ensemble_members", "read_lines", "check_writable"]
 
 
 def load_run_recipe(run_dir: Path, overrides: Sequence[str] = ()) -> Recipe:
@@ -35,12 +35,15 @@ def prepare(recipe: Recipe) -> Path:
 
 
 def train(recipe: Recipe | str | Path, out: str | Path | None = None, resume: bool = False,
-          overrides: Sequence[str] = (), overwrite: bool = False) -> TrainResult:
+          overrides: Sequence[str] = (), overwrite: bool = False,
+          tokenizers_from: str | Path | None = None, single: bool = False) -> TrainResult:
     """Train a recipe (a Recipe or a recipe file) into run directory `out` (default runs/<recipe name>).
 
     With resume, a recipe file gives way to the recipe saved in `out` (plus overrides): the run continues
     with the settings it was started with. A directory holding another run's files is refused unless resume,
-    or overwrite (which removes that run's files first).
+    or overwrite (which removes that run's files first). tokenizers_from: a folder whose tokenizer files a new
+    run takes instead of training its own (a run to ensemble with). A recipe with [train] members = N > 1
+    trains N seeds of it (seqxduce.members) unless single (how each member's own process is started).
     """
     from seqxduce.rundir import RunDir
     from seqxduce.trainer import train as _train
@@ -53,7 +56,15 @@ def train(recipe: Recipe | str | Path, out: str | Path | None = None, resume: bo
     if not isinstance(recipe, Recipe):
         resume_saved = resume and RunDir(out).recipe_file.is_file()
         recipe = load_run_recipe(out, overrides) if resume_saved else load_recipe(recipe, overrides)
-    return _train(recipe, out, resume=resume, overwrite=overwrite)
+    if recipe.train.members > 1 and not single:
+        from seqxduce.members import train_members
+        from seqxduce.trainer import TrainResult
+
+        step = train_members(recipe, out, resume=resume, overwrite=overwrite, tokenizers_from=tokenizers_from,
+                             overrides=overrides)
+        return TrainResult(out, step, {})
+    return _train(recipe, out, resume=resume, overwrite=overwrite,
+                  tokenizers_from=None if tokenizers_from is None else Path(tokenizers_from))
 
 
 def decode(run: str | Path, sources: Sequence[str], overrides: Sequence[str] = (),
@@ -74,6 +85,18 @@ def decode_split(run: str | Path, split: str, overrides: Sequence[str] = (),
     from seqxduce.decoding import load_run
 
     return _decode_split(load_run(Path(run), overrides, ensemble), split, annotate=annotate)
+
+
+def ensemble_members(run: str | Path, overrides: Sequence[str] = ()) -> list[Path]:
+    """The other members a run directory trained with [train] members = N > 1 (decoding the run ensembles
+    them); [] for a checkpoint file or a single-model run."""
+    from seqxduce.members import members_to_decode
+    from seqxduce.rundir import RunDir
+
+    if not Path(run).is_dir():
+        return []
+    rundir = RunDir(run)
+    return members_to_decode(rundir, rundir.load_recipe(overrides))
 
 
 def checkpoint_for(run: str | Path) -> Path:

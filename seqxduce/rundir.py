@@ -276,6 +276,26 @@ class RunDir:
             for saved in staging.iterdir():
                 replace_durably(saved, self.path / saved.name)
 
+    def copy_tokenizers(self, recipe: Recipe, source: Path) -> None:
+        """Take the recipe's tokenizer files from another folder (a run, or the members' shared tokenizers) instead
+        of training new ones, so that the two runs read and write the same ids and can be ensembled."""
+        source_dir = RunDir(source)
+        if not source_dir.has_tokenizers(recipe):
+            raise UserError(f"--tokenizers-from {source}: holds no tokenizer files for [tokenizer] name = "
+                            f"{recipe.tokenizer.core.name!r} (shared = {recipe.tokenizer.core.shared}); name the "
+                            "folder of a run trained with the same [tokenizer] settings")
+        self.path.mkdir(parents=True, exist_ok=True)
+        if source_dir.path.resolve() == self.path.resolve():
+            return
+        for prefix in set(tokenizer_prefixes(recipe.tokenizer.core.shared)):
+            for old in self.path.glob(f"{prefix}*"):
+                old.unlink()
+        with tempfile.TemporaryDirectory(prefix=".tokenizer-work-", dir=self.path) as work:
+            for original in source_dir.tokenizer_files(recipe):
+                staged = Path(work) / original.name
+                shutil.copyfile(original, staged)
+                replace_durably(staged, self.path / original.name)
+
     def load_tokenizers(self, recipe: Recipe) -> components.Tokenizers:
         """The tokenizer(s) saved here."""
         src_prefix, tgt_prefix = tokenizer_prefixes(recipe.tokenizer.core.shared)

@@ -111,6 +111,13 @@ class TrainSettings(Settings):
                                         "for the CPU, where compiling costs more than it saves on small runs); "
                                         "validation, decoding and checkpoints use the uncompiled model",
                            choices=("auto", "on", "off"))
+    members: int = setting(1, help="train this many models of the recipe, the k-th with seed + k - 1 and the same "
+                                   "tokenizer files, into the run directory (the first) and <run>/members/<k>; "
+                                   "decoding the run averages their predictions (an ensemble of independent runs); "
+                                   "each validates itself alone during training", min=1)
+    parallel_members: int = setting(0, help="members trained at the same time, each in its own process, the CPU "
+                                            "threads split between them; 0 = one per CPU core (at most members) "
+                                            "on the CPU, one at a time on CUDA", min=0)
     tensorboard: bool = setting(False, help="also write TensorBoard event files to <run>/tensorboard "
                                             "(needs pip install 'seqxduce[tensorboard]')")
 

@@ -149,7 +149,8 @@ def set_step_seed(seed: int, rank: int, step: int) -> None:
 class Trainer:
     """One training run in one run directory, on one rank of a (possibly single-process) world."""
 
-    def __init__(self, recipe: Recipe, run_dir: Path, resume: bool = False, overwrite: bool = False):
+    def __init__(self, recipe: Recipe, run_dir: Path, resume: bool = False, overwrite: bool = False,
+                 tokenizers_from: Path | None = None):
         self.recipe = recipe
         self.settings = recipe.train
         self.rundir = RunDir(run_dir)
@@ -174,7 +175,7 @@ class Trainer:
             raise UserError(f"[task] name = {recipe.task.core.name!r} read no training examples from "
                             f"{self.data_dir}: the training file is empty")
         self.valid_examples = self.task.examples("valid", self.data_dir) if "valid" in self.task.splits else []
-        self._train_tokenizers(resume)
+        self._train_tokenizers(resume, tokenizers_from)
         torch.manual_seed(self.settings.seed)
         built = self.rundir.components(recipe, self.task)
         self.tokenizers = built.tokenizers
@@ -227,11 +228,15 @@ class Trainer:
             self.task.prepare(self.data_dir)
         self.dist.barrier()
 
-    def _train_tokenizers(self, resume: bool) -> None:
-        """A resumed run keeps the tokenizers its checkpoints were trained with; a new run trains its own,
-        replacing any left in the run directory by an earlier attempt (they may come from other settings)."""
+    def _train_tokenizers(self, resume: bool, tokenizers_from: Path | None) -> None:
+        """A resumed run keeps the tokenizers its checkpoints were trained with; a new run trains its own (or
+        copies tokenizers_from's), replacing any left in the run directory by an earlier attempt (they may come
+        from other settings)."""
         if not resume and self.is_main:
-            self.rundir.train_tokenizers(self.recipe, self.train_examples)
+            if tokenizers_from is not None:
+                self.rundir.copy_tokenizers(self.recipe, tokenizers_from)
+            else:
+                self.rundir.train_tokenizers(self.recipe, self.train_examples)
         self.dist.barrier()
         if not self.rundir.has_tokenizers(self.recipe):
             raise UserError(f"--resume: {self.run_dir} holds no tokenizer files; train into a new --out")
@@ -691,16 +696,17 @@ def _as_random_state(value: Any) -> tuple:
     return (version, tuple(internal), gauss)
 
 
-def train(recipe: Recipe, out: Path, resume: bool = False, overwrite: bool = False) -> TrainResult:
+def train(recipe: Recipe, out: Path, resume: bool = False, overwrite: bool = False,
+          tokenizers_from: Path | None = None) -> TrainResult:
     """Train the recipe's model into run directory `out` (resuming from its latest checkpoint if asked; with
-    overwrite, replacing a run already there)."""
+    overwrite, replacing a run already there; a new run copies tokenizers_from's tokenizer files if given)."""
     if resume:  # a run finished by max_steps is known from its newest checkpoint alone: no data to load
         rundir = RunDir(out)
         rundir.check_start(resume=True, overwrite=overwrite)
         latest = int(rundir.newest_readable(mmap=True)[1].get("step", 0))
         if latest >= recipe.train.max_steps:
             return finished_already(rundir, recipe.train, latest, int(os.environ.get("RANK", "0")) == 0)
-    trainer = Trainer(recipe, Path(out), resume=resume, overwrite=overwrite)
+    trainer = Trainer(recipe, Path(out), resume=resume, overwrite=overwrite, tokenizers_from=tokenizers_from)
     try:
         result = trainer.run()
         if trainer.is_main:
