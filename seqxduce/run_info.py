@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from seqxduce import components, rundir
+from seqxduce.api import UserError
 from seqxduce.curves import RunLog, read_run_log
+from seqxduce.members import members_to_decode
 from seqxduce.recipe import Recipe, toml_value
 from seqxduce.rundir import AVERAGE_FILE, METRICS_FILE
 
@@ -49,6 +51,7 @@ class RunInfo:
     versions: dict[str, str]
     wall_time_s: float | None = None
     notes: list[str] = field(default_factory=list)
+    members: list[str] = field(default_factory=list)  # the other members decode ensembles in ([train] members)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data for --json."""
@@ -68,6 +71,12 @@ def run_info(path: Path) -> RunInfo:
     step = int(state.get("step", 0))
     tokens, logged_to = tokens_seen(log, step)
     notes = []
+    members: list[str] = []
+    if Path(path).is_dir():
+        try:
+            members = [str(m) for m in members_to_decode(run, recipe)]
+        except UserError as err:  # an unfinished member: say so, the rest of the facts still stand
+            notes.append(str(err))
     if tokens is None and log.train:
         notes.append("tokens seen: this run's metrics.jsonl predates the target_tokens figure")
     return RunInfo(
@@ -78,7 +87,7 @@ def run_info(path: Path) -> RunInfo:
         last_train=_figures(log.train[-1]) if log.train else {},
         last_valid=_figures(log.valid[-1]) if log.valid else {},
         vocabulary=vocabulary(tokenizers), checkpoints=checkpoint_list(run_dir), versions=versions(recipe),
-        wall_time_s=_wall_time(log), notes=notes,
+        wall_time_s=_wall_time(log), notes=notes, members=members,
     )
 
 
@@ -211,7 +220,8 @@ def _version(distribution: str) -> str:
 def format_info(info: RunInfo) -> str:
     """The facts as aligned text lines for a terminal."""
     lines = [("run", info.run_dir),
-             ("decode uses", f"{info.checkpoint} ({info.checkpoint_reason})"),
+             ("decode uses", f"{info.checkpoint} ({info.checkpoint_reason})"
+                             + "".join(f" + {m}" for m in info.members)),
              ("step", _step_line(info)),
              ("parameters", f"{info.parameters:,}")]
     for section, summary in info.recipe.items():

@@ -172,3 +172,12 @@ def test_a_failing_member_stops_the_others_and_names_itself(two_members: Path, t
     assert "member 2 of 2" in result.output and "Traceback" not in result.output
     # member 1 was stopped and saved, not left to train 100,000 steps
     assert int(torch.load(RunDir(copy).step_checkpoints()[-1], weights_only=False)["step"]) < 100000
+
+
+def test_info_names_the_members_decode_ensembles(two_members: Path):
+    from seqxduce.run_info import format_info, run_info
+
+    info = run_info(two_members)
+    assert info.members == [str(two_members / "members" / "2")]
+    assert f"+ {two_members / 'members' / '2'}" in format_info(info).splitlines()[1]
+    assert run_info(two_members / "checkpoints" / "step_00000006.pt").members == []  # one checkpoint named
