@@ -17,7 +17,7 @@ SETTINGS = ["task.train_files=0001-0012", "task.valid_files=0160",
             "task.words_in_target=after_leaf", "decode.words_in_target=after_leaf", "tokenizer.unknown=signature",
             "model.layers=1", "model.d_model=32", "model.d_ff=64", "model.heads=2", "train.max_steps=80",
             "train.max_tokens=1024", "train.warmup_steps=40", "train.validate_every=0", "train.checkpoint_every=80",
-            "train.average_last=1", "decode.beam=3"]
+            "train.average_last=1", "train.members=1", "decode.beam=3"]
 
 
 @pytest.fixture(scope="module")
