@@ -61,6 +61,16 @@ def _is_orphan(path: Path) -> bool:
     return bool(ORPHAN.match(path.name))
 
 
+def _remove(path: Path) -> bool:
+    """Remove a file or folder; False when it is already gone (another process of the run, e.g. a rank whose
+    write check removes its own probe, got there first)."""
+    try:
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def _describe(paths: Sequence[Path], base: Path) -> str:
     """'recipe.toml, checkpoints/step_00000004.pt and 3 more' for a message."""
     names = [str(p.relative_to(base)) if p.is_relative_to(base) else str(p) for p in paths]
@@ -217,9 +227,8 @@ class RunDir:
                 path.unlink()
             if removed:
                 said.append(f"--overwrite: removed the earlier run's {_describe(removed, self.path)}")
-        orphans = [p for folder in (self.path, self.checkpoint_dir) for p in folder.iterdir() if _is_orphan(p)]
-        for path in orphans:
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        found = [p for folder in (self.path, self.checkpoint_dir) for p in folder.iterdir() if _is_orphan(p)]
+        orphans = [path for path in found if _remove(path)]
         if orphans:
             said.append(f"removed {_describe(orphans, self.path)}, left by a save that was cut off")
         return said

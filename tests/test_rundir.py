@@ -54,3 +54,28 @@ def test_the_core_has_no_import_cycle():
 
     for module in graph:
         visit(module, ())
+
+
+def test_opening_copes_with_a_temporary_file_that_another_process_removes_first(tmp_path, monkeypatch):
+    """Under torchrun, rank 1's write check creates and removes its probe while rank 0 opens the run directory:
+    rank 0 may list the probe as left over and find it gone when it removes it (CI saw a FileNotFoundError)."""
+    from seqxduce import rundir as rundir_module
+
+    run = RunDir(tmp_path / "run")
+    run.checkpoint_dir.mkdir(parents=True)
+    probe = run.path / ".write-check-0123abcd"
+    left = run.checkpoint_dir / ".step_00000010.pt.abc123.tmp"
+    probe.touch()
+    left.touch()
+    listed = rundir_module._is_orphan
+
+    def listed_then_gone(path: Path) -> bool:
+        if path == probe and path.exists():
+            path.unlink()  # the other rank's own clean-up, between the listing and the removal
+            return True
+        return listed(path)
+
+    monkeypatch.setattr(rundir_module, "_is_orphan", listed_then_gone)
+    said = run.open()
+    assert not left.exists() and not probe.exists()
+    assert len(said) == 1 and ".step_00000010.pt.abc123.tmp" in said[0] and "write-check" not in said[0], said
