@@ -105,6 +105,9 @@ class VocabInfo:
     bos_id: int
     eos_id: int
     shared: bool
+    # the source vocabulary's entries by id, for a model that composes an entry's embedding from its spelling
+    # (empty where the builder did not give them)
+    src_tokens: tuple[str, ...] = ()
 
 
 @dataclass

@@ -38,6 +38,7 @@ class Tokenizers:
             bos_id=self.tgt.bos_id,
             eos_id=self.tgt.eos_id,
             shared=self.shared,
+            src_tokens=tuple(self.src.id_to_token(i) for i in range(self.src.vocab_size)),
         )
 
 

@@ -9,6 +9,8 @@ from torch import nn
 
 from seqxduce.api import UserError, VocabInfo
 
+from .char_ngrams import CharNgramEmbedding, NgramSpec
+
 
 def sinusoid_table(length: int, dim: int) -> torch.Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (paper, sec. 3.5): (length, dim)."""
@@ -124,7 +126,8 @@ class Embeddings(nn.Module):
     the output projection is still tied to the target embedding when tie_output is set.
     """
 
-    def __init__(self, vocab: VocabInfo, d_model: int, share_embeddings: bool, tie_output: bool):
+    def __init__(self, vocab: VocabInfo, d_model: int, share_embeddings: bool, tie_output: bool,
+                 char_ngrams: NgramSpec | None = None):
         super().__init__()
         self.scale = math.sqrt(d_model)
         self.target = nn.Embedding(vocab.tgt_size, d_model, padding_idx=vocab.pad_id)
@@ -136,13 +139,16 @@ class Embeddings(nn.Module):
             self.source = self.target
         else:
             self.source = nn.Embedding(vocab.src_size, d_model, padding_idx=vocab.pad_id)
+        self.spelling = None if char_ngrams is None else _spelling(vocab, d_model, char_ngrams)
         self.output = nn.Linear(d_model, vocab.tgt_size, bias=False)
         if tie_output or (share_embeddings and vocab.shared):
             self.output.weight = self.target.weight
 
     def embed_source(self, src: torch.Tensor) -> torch.Tensor:
-        """(B, S) ids -> (B, S, C) scaled embeddings."""
-        return self.source(src) * self.scale
+        """(B, S) ids -> (B, S, C) scaled embeddings (plus the spelling's n-grams with char_ngrams)."""
+        if self.spelling is None:
+            return self.source(src) * self.scale
+        return (self.source(src) + self.spelling(src)) * self.scale
 
     def embed_target(self, tgt: torch.Tensor) -> torch.Tensor:
         """(B, T) ids -> (B, T, C) scaled embeddings."""
@@ -151,6 +157,22 @@ class Embeddings(nn.Module):
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """(..., C) decoder states -> (..., V) target logits."""
         return self.output(x)
+
+
+def char_ngram_spec(settings: object) -> NgramSpec | None:
+    """The character n-grams a model's char_ngrams settings ask for; None when off."""
+    longest = getattr(settings, "char_ngrams", 0)
+    if not longest:
+        return None
+    return NgramSpec(settings.char_ngrams_min, longest, settings.char_ngram_buckets)
+
+
+def _spelling(vocab: VocabInfo, d_model: int, spec: NgramSpec) -> CharNgramEmbedding:
+    if len(vocab.src_tokens) != vocab.src_size:
+        raise UserError(f"[model] char_ngrams = {spec.longest}: the model needs the spelling of its "
+                        f"{vocab.src_size} source entries, and its builder gave {len(vocab.src_tokens)}; "
+                        "build it through seqxduce (Tokenizers.vocab() gives them), or set char_ngrams = 0")
+    return CharNgramEmbedding(vocab.src_tokens, d_model, spec, skip={vocab.pad_id, vocab.bos_id, vocab.eos_id})
 
 
 def init_xavier(model: nn.Module, d_model: int) -> None:

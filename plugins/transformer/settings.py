@@ -54,6 +54,14 @@ class CommonSettings(Settings):
     max_positions: int = setting(1024, help="sinusoid: initial size of the table, which grows for longer inputs; "
                                             "learned: the number of positions learned, and a longer input is an "
                                             "error (keep train.max_*_len and decoded lengths below it)", min=1)
+    char_ngrams: int = setting(0, help="character-aware source embeddings: each source entry's embedding adds the "
+                                       "mean of hashed embeddings of its character n-grams of char_ngrams_min.."
+                                       "this many characters (fastText; the entry lower-cased, in < >), so rare "
+                                       "words share what their spelling says with common ones and an unknown-word "
+                                       "class such as <unk-lc-ing> with the -ing words; 0 = off", min=0)
+    char_ngrams_min: int = setting(3, help="shortest character n-gram of char_ngrams", min=1)
+    char_ngram_buckets: int = setting(16384, help="hash buckets (embedding rows) of the character n-grams",
+                                      min=1)
     init: str = setting("xavier", help="xavier: Xavier-uniform linears, N(0, d^-0.5) embeddings "
                                        "(tensor2tensor/fairseq); torch: PyTorch defaults",
                         choices=("xavier", "torch"))
@@ -65,6 +73,9 @@ class CommonSettings(Settings):
         if (not self.d_k or not self.d_v) and self.d_model % self.heads:
             raise UserError(f"[model] heads = {self.heads} does not divide d_model = {self.d_model}; "
                             "pick heads so that d_model / heads is a whole number, or set d_k and d_v")
+        if self.char_ngrams and self.char_ngrams < self.char_ngrams_min:
+            raise UserError(f"[model] char_ngrams = {self.char_ngrams} is below char_ngrams_min = "
+                            f"{self.char_ngrams_min}: give the longest n-gram (>= the shortest), or 0 for off")
         if self.source_positions == "backward" and self.positions != "sinusoid":
             raise UserError(f"[model] source_positions = \"backward\" needs positions = \"sinusoid\" (a learned "
                             f"table has no rows to count down from); positions = {self.positions!r} given")

@@ -33,7 +33,7 @@ from seqxduce.api import AttentionWeights, Model, ModelOutput, VocabInfo
 
 from .attention import encoder_self_mask, key_padding_mask
 from .attention_maps import record_attention
-from .embedding import Embeddings, init_xavier, make_positions, prepend_bos, training_offset_pair
+from .embedding import Embeddings, char_ngram_spec, init_xavier, make_positions, prepend_bos, training_offset_pair
 from .flops import forward_flops
 from .layers import DecoderLayer, EncoderLayer, FeedForward
 from .settings import TransformerSettings
@@ -54,7 +54,7 @@ class Transformer(nn.Module, Model):
         self.settings = s
         self.vocab = vocab
         pre_norm = s.norm == "pre"
-        self.embeddings = Embeddings(vocab, s.d_model, s.share_embeddings, s.tie_output)
+        self.embeddings = Embeddings(vocab, s.d_model, s.share_embeddings, s.tie_output, char_ngrams=char_ngram_spec(s))
         self.positions = make_positions(s.positions, s.d_model, s.max_positions)
         self.embed_drop = nn.Dropout(s.dropout)
         self.encoder = nn.ModuleList(

@@ -55,7 +55,15 @@ from seqxduce.api import AttentionWeights, Model, ModelOutput, VocabInfo
 from .act import Halting
 from .attention import encoder_self_mask, key_padding_mask
 from .attention_maps import record_attention
-from .embedding import Embeddings, init_xavier, make_positions, prepend_bos, sinusoid_table, training_offset_pair
+from .embedding import (
+    Embeddings,
+    char_ngram_spec,
+    init_xavier,
+    make_positions,
+    prepend_bos,
+    sinusoid_table,
+    training_offset_pair,
+)
 from .flops import forward_flops
 from .layers import DecoderLayer, EncoderLayer, FeedForward, SepConvTransition, Transition
 from .settings import UniversalSettings
@@ -96,7 +104,7 @@ class UniversalTransformer(nn.Module, Model):
         self.vocab = vocab
         self.depth = s.act_max_steps if s.act else s.steps
         pre_norm = s.norm == "pre"
-        self.embeddings = Embeddings(vocab, s.d_model, s.share_embeddings, s.tie_output)
+        self.embeddings = Embeddings(vocab, s.d_model, s.share_embeddings, s.tie_output, char_ngrams=char_ngram_spec(s))
         self.positions = make_positions(s.positions, s.d_model, s.max_positions)
         self.timesteps = TimestepSignal(s.timestep_signal, s.d_model, self.depth)
         self.embed_drop = nn.Dropout(s.dropout)
