@@ -91,8 +91,9 @@ def test_the_probe_sees_a_host_read():
     assert "aten._local_scalar_dense.default" in reads.seen and any(s.startswith("aten.index") for s in reads.seen)
 
 
-def test_the_transformer_plugin_step_reads_nothing_back_from_the_device(tmp_path):
-    trainer = Trainer(load_recipe(RECIPE, QUIET), tmp_path / "run")
+@pytest.mark.parametrize("char_ngrams", [0, 4])
+def test_the_transformer_plugin_step_reads_nothing_back_from_the_device(tmp_path, char_ngrams):
+    trainer = Trainer(load_recipe(RECIPE, [*QUIET, f"model.char_ngrams={char_ngrams}"]), tmp_path / "run")
     run_steps(trainer, 1)
     with HostReads() as reads:
         run_steps(trainer, 2)
