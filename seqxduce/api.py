@@ -202,6 +202,17 @@ class Tokenizer(abc.ABC):
     def id_to_token(self, index: int) -> str:
         """The vocabulary entry of one id (decoders with constraints read it)."""
 
+    def encode_sampled(self, texts: list[str], seed: int) -> list[list[int]] | None:
+        """Texts to ids with a sampled segmentation (subword regularization), without bos/eos; None (the
+        default) says that this tokenizer does not sample.
+
+        The trainer asks for it once per epoch with the whole training split, in the same order each time, and
+        a seed derived from ([train] seed, epoch): the same (texts, seed) must give the same ids in any process
+        or thread, so that --resume and every data-parallel rank rebuild the same batches. Each result must
+        decode() back to its text. Validation, test and decoding always use encode().
+        """
+        return None
+
 
 class Model(abc.ABC):
     """An encoder-decoder: full forward for training, encode + step with an explicit cache for decoding.

@@ -35,6 +35,7 @@ from seqxduce.device import autocast_context, resolve_device
 from seqxduce.recipe import Recipe
 from seqxduce.run_readme import write_run_readme
 from seqxduce.rundir import RunDir, prune
+from seqxduce.sampled_epochs import EpochEncoder
 from seqxduce.settings import TrainSettings
 from seqxduce.stopping import StopRequest, signal_name, stop_on_signals
 from seqxduce.tensorboard_log import TENSORBOARD_DIR, summary_writer_class
@@ -124,12 +125,13 @@ class TrainResult:
 @dataclass
 class PlannedStep:
     """One optimizer step as the schedule plans it: the data position, this rank's batches (pair indices) and
-    the target tokens of all ranks' batches (the gradient's normaliser)."""
+    the target tokens of all ranks' batches (the gradient's normaliser), and the pairs the batches index."""
 
     epoch: int
     step_in_epoch: int
     group: list[list[int]]
     global_tokens: int
+    pairs: list[Pair]  # the epoch's training pairs, which group indexes (sampled anew per epoch, or the fixed ones)
 
 
 @dataclass
@@ -183,9 +185,13 @@ class Trainer:
         self.pad_id, self.bos_id, self.eos_id = vocab.pad_id, vocab.bos_id, vocab.eos_id
         self.train_pairs = self._encode(self.train_examples, "train")
         self.valid_pairs = self._encode(self.valid_examples, "valid") if self.valid_examples else []
+        # the curriculum's longest source is the deterministic encoding's; a longer sampled one waits for its end
         self.longest_source = max(len(p.src) for p in self.train_pairs)
-        self.target_tokens = [len(p.tgt) + 1 for p in self.train_pairs]  # eos included, as the loss counts
-        self._last_batches: tuple[tuple[int, int | None] | None, list[list[int]]] = (None, [])
+        self.sampler = EpochEncoder(self.train_examples, self.tokenizers.src, self.tokenizers.tgt,
+                                    self.settings.max_source_len, self.settings.max_target_len,
+                                    self.settings.max_tokens, self.settings.seed)
+        self._sampled: tuple[int | None, list[Pair]] = (None, [])
+        self._last_batches: tuple[tuple[int, int | None] | None, list[Pair], list[list[int]]] = (None, [], [])
         self.model = built.model.to(self.device)
         self.d_model = self.model.schedule_width
         if resume_from is not None:  # into the plain module, before any sharding
@@ -369,14 +375,24 @@ class Trainer:
         s = self.settings
         return curriculum_cap(step, s.curriculum_start_len, s.curriculum_steps, self.longest_source)
 
-    def _epoch_batches(self, epoch: int, cap: int | None) -> list[list[int]]:
+    def _epoch_pairs(self, epoch: int) -> list[Pair]:
+        """The training pairs of an epoch: encoded anew from ([train] seed, epoch) when a tokenizer samples
+        (subword regularization), else the deterministic ones; every rank and a --resume get the same."""
+        if self._sampled[0] != epoch:
+            sampled = self.sampler.pairs(epoch)
+            self._sampled = (epoch, self.train_pairs if sampled is None else sampled)
+        return self._sampled[1]
+
+    def _epoch_batches(self, epoch: int, cap: int | None) -> tuple[list[Pair], list[list[int]]]:
+        """The epoch's pairs and their batches (lists of indices into those pairs)."""
         # a function of (epoch, cap) only, so --resume rebuilds the same batches; the last one is kept because
         # the run's checks and its schedule both start from it
         if self._last_batches[0] != (epoch, cap):
-            self._last_batches = ((epoch, cap), token_batches(self.train_pairs, self.settings.max_tokens,
-                                                              self.settings.seed, epoch, max_source=cap,
-                                                              bucket_width=self.settings.bucket_width))
-        return self._last_batches[1]
+            pairs = self._epoch_pairs(epoch)
+            self._last_batches = ((epoch, cap), pairs, token_batches(pairs, self.settings.max_tokens,
+                                                                     self.settings.seed, epoch, max_source=cap,
+                                                                     bucket_width=self.settings.bucket_width))
+        return self._last_batches[1], self._last_batches[2]
 
     def run(self) -> TrainResult:
         """Train to max_steps. A first Ctrl-C or SIGTERM finishes the current step and saves it, so that --resume
@@ -435,40 +451,40 @@ class Trainer:
         s, world = self.settings, self.dist.world_size
         step, epoch, step_in_epoch = self.state.step, self.state.epoch, self.state.step_in_epoch
         cap = self._source_cap(step)
-        batches = self._epoch_batches(epoch, cap)
+        pairs, batches = self._epoch_batches(epoch, cap)
         per_epoch = steps_in_epoch(len(batches), world, s.update_freq)
         while step < s.max_steps:
             if self._source_cap(step) != cap:  # the curriculum admits longer sources
                 cap = self._source_cap(step)
-                batches = self._epoch_batches(epoch, cap)
+                pairs, batches = self._epoch_batches(epoch, cap)
                 per_epoch = steps_in_epoch(len(batches), world, s.update_freq)
             if step_in_epoch >= per_epoch:
                 if s.max_epochs and epoch >= s.max_epochs:
                     return
                 epoch, step_in_epoch = epoch + 1, 0
-                batches = self._epoch_batches(epoch, cap)
+                pairs, batches = self._epoch_batches(epoch, cap)
                 per_epoch = steps_in_epoch(len(batches), world, s.update_freq)
             group = batches_for_step(batches, step_in_epoch, self.dist.rank, world, s.update_freq)
-            # the target tokens of every rank's batches, known here without asking the other ranks
+            # the target tokens of every rank's batches (eos included, as the loss counts), known here without
+            # asking the other ranks
             every_rank = batches_for_step(batches, step_in_epoch, 0, 1, world * s.update_freq)
-            tokens = sum(self.target_tokens[i] for batch in every_rank for i in batch)
-            yield PlannedStep(epoch, step_in_epoch, group, tokens)
+            tokens = sum(len(pairs[i].tgt) + 1 for batch in every_rank for i in batch)
+            yield PlannedStep(epoch, step_in_epoch, group, tokens, pairs)
             step, step_in_epoch = step + 1, step_in_epoch + 1
 
     def _prepare(self, plan: PlannedStep) -> list[Batch]:
         """A planned step's batches, padded, and in pinned memory when they go to a GPU (in the prefetch thread)."""
-        batches = self._collate(plan.group)
+        batches = self._collate(plan.group, plan.pairs)
         return [b.pin_memory() for b in batches] if self.device.type == "cuda" else batches
 
-    def _collate(self, group: list[list[int]]) -> list[Batch]:
-        """The padded batches of a group of training-pair index lists."""
-        return [collate([self.train_pairs[j] for j in indices], self.pad_id, self.bos_id, self.eos_id)
-                for indices in group]
+    def _collate(self, group: list[list[int]], pairs: list[Pair]) -> list[Batch]:
+        """The padded batches of a group of index lists into pairs."""
+        return [collate([pairs[j] for j in indices], self.pad_id, self.bos_id, self.eos_id) for indices in group]
 
     def _run(self) -> TrainResult:
         s = self.settings
         cap = self._source_cap(self.state.step)
-        batches = self._epoch_batches(self.state.epoch, cap)
+        _, batches = self._epoch_batches(self.state.epoch, cap)
         per_epoch = steps_in_epoch(len(batches), self.dist.world_size, s.update_freq)
         if per_epoch == 0 and cap is not None:
             raise UserError(f"[train] curriculum_start_len = {s.curriculum_start_len} leaves no training pair "
@@ -599,12 +615,12 @@ class Trainer:
 
     def _collated(self, group: list[list[int]]) -> tuple[list[Batch], int | None]:
         """The group's batches and global token count: as built ahead by the prefetcher when it holds this group,
-        else collated now (the count then unknown)."""
+        else collated now from the current epoch's pairs (the count then unknown)."""
         ready = self._prefetched
         if ready is not None and ready[0] is group:
             self._prefetched = None
             return ready[1], ready[2]
-        return self._collate(group), None
+        return self._collate(group, self._epoch_pairs(self.state.epoch)), None
 
     # ------------------------------------------------------------ validation
 
