@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from seqxduce.api import Settings, setting
+from seqxduce.api import Settings, UserError, setting
 
 
 @dataclass
@@ -25,3 +25,29 @@ class SentencePieceSettings(Settings):
     split_digits: bool = setting(False, help="split numbers into single digits")
     num_threads: int = setting(2, help="threads used to train the model", min=1)
     seed: int = setting(1, help="seed of sentencepiece's sampling (input_sentence_size, unigram)")
+    # subword regularization: only the training split's encoding samples (the trainer asks for it per epoch)
+    sample_alpha: float = setting(0.0, help="subword regularization of the training split (0 = off): each epoch "
+                                            "encodes it anew with a sampled segmentation (valid, test and "
+                                            "decoding keep the best one); bpe: BPE-dropout's probability of "
+                                            "dropping a merge (Provilkov et al. 2020: 0.1), below 1; unigram: "
+                                            "Kudo 2018's smoothing exponent (smaller = more varied)",
+                                  min=0.0)
+    sample_nbest: int = setting(-1, help="unigram sampling only: sample among this many best segmentations "
+                                         "(-1 = from all of them, at least 2 otherwise)",
+                                min=-1)
+
+    def validate(self) -> None:
+        """Sampling needs a model with several segmentations, and sample_nbest is unigram sampling's only."""
+        if self.sample_alpha > 0 and self.model_type not in ("bpe", "unigram"):
+            raise UserError(f"[tokenizer] sample_alpha = {self.sample_alpha:g}: a {self.model_type} model has one "
+                            "segmentation to sample from; set model_type = \"bpe\" or \"unigram\", or "
+                            "sample_alpha = 0")
+        if self.model_type == "bpe" and self.sample_alpha >= 1:
+            raise UserError(f"[tokenizer] sample_alpha = {self.sample_alpha:g} drops every BPE merge (single "
+                            "characters only); use a dropout probability below 1, e.g. 0.1")
+        if self.sample_nbest in (0, 1):
+            raise UserError(f"[tokenizer] sample_nbest = {self.sample_nbest} leaves nothing to sample from; use "
+                            "-1 (all segmentations) or at least 2")
+        if self.sample_nbest != -1 and (self.model_type != "unigram" or self.sample_alpha == 0):
+            raise UserError(f"[tokenizer] sample_nbest = {self.sample_nbest} applies to unigram sampling only "
+                            "(model_type = \"unigram\" with sample_alpha > 0); remove it")

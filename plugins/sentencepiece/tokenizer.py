@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -13,6 +14,12 @@ from seqxduce.api import Tokenizer, UserError
 from .settings import SentencePieceSettings
 
 SPECIALS = {"pad": (0, "<pad>"), "bos": (1, "<s>"), "eos": (2, "</s>"), "unk": (3, "<unk>")}
+
+# sentencepiece's sampling seed is one global of the library: setting it and encoding must not interleave with
+# another thread's sampling (the trainer encodes the next epoch in its prefetch thread)
+_SAMPLING = threading.Lock()
+# the library reads the seed as a 32-bit unsigned int whose largest value means "no seed" (random)
+_SEEDS = 2**32 - 1
 
 
 def _nonempty(texts: Iterable[str]) -> Iterator[str]:
@@ -91,6 +98,21 @@ class SentencePieceTokenizer(Tokenizer):
     def encode(self, text: str) -> list[int]:
         """Text to subword ids, without bos/eos."""
         return self._ready().encode(text, out_type=int)
+
+    def encode_sampled(self, texts: list[str], seed: int) -> list[list[int]] | None:
+        """Texts to subword ids with a sampled segmentation (BPE-dropout, or unigram sampling), without bos/eos;
+        None when [tokenizer] sample_alpha = 0."""
+        s = self.settings
+        if s.sample_alpha <= 0:
+            return None
+        processor = self._ready()
+        # one thread: the samples then depend only on the seed and the list (measured with sentencepiece 0.2:
+        # a unigram batch split over several threads samples differently, and each sentence's sample depends
+        # on its place in the list, as one random stream runs through it)
+        with _SAMPLING:
+            spm.set_random_generator_seed(seed % _SEEDS)
+            return processor.encode(list(texts), out_type=int, enable_sampling=True, alpha=s.sample_alpha,
+                                    nbest_size=s.sample_nbest, num_threads=1)
 
     def decode(self, ids: Sequence[int]) -> str:
         """Subword ids to text; pad/bos/eos are dropped (unknown pieces read as ' ⁇ ')."""
