@@ -7,8 +7,9 @@ bit for bit: the check for a rewrite of seqxduce/search.py that must not change 
 Not a pytest module (no test_ prefix): the recorded floats depend on the torch build and the CPU, so the record is
 made and compared on one machine, never committed. Cases: TableModel tables (some with ties, some with forbidden
 tokens), a random constraint that can forbid everything (dead ends), ensembles, the parser's tree constraint in
-each words-in-target mode, and a randomly initialized Transformer; beam widths 1 to 6, nbest 1 to beam, alpha
-below, at and above 0, early_stop on and off, min_len, greedy search too.
+each words-in-target mode, tables of exactly tying log-probs (finished hypotheses of equal score from different
+steps), and a randomly initialized Transformer; beam widths 1 to 6, nbest 1 to beam, alpha below, at and above 0,
+early_stop on and off, min_len, greedy search too.
 """
 
 from __future__ import annotations
@@ -119,6 +120,11 @@ def random_table(g: torch.Generator, kind: str) -> TableModel:
         table = table.round()  # equal log-probs, so equal scores that the tie rule must order
     elif kind == "forbidden":
         table = table.masked_fill(torch.rand(table.shape, generator=g) < 0.3, float("-inf"))
+    elif kind == "uniform":
+        # every log-prob is -log 1, -log 2 or -log 4, so hypotheses that end at different steps tie exactly
+        support = 2 ** torch.randint(0, 3, (length, vocab), generator=g)
+        ranks = torch.rand(table.shape, generator=g).argsort(-1).argsort(-1)
+        table = torch.zeros_like(table).masked_fill(ranks >= support.unsqueeze(-1), float("-inf"))
     return TableModel(table)
 
 
@@ -155,6 +161,18 @@ def table_cases(count: int) -> dict:
             allowed = torch.rand(vocab, vocab, generator=g) < 0.5
             allowed[torch.rand(vocab, generator=g) < 0.3] = False  # after these tokens nothing is allowed
             out[f"{name}-deadends"] = as_json(beam_search(model, req, s, RandomMaskConstraint(allowed, 1)))
+    return out
+
+
+def tie_cases(count: int) -> dict:
+    """Ties between a new finished hypothesis and older ones: the new one must go after them."""
+    out = {}
+    for i in range(count):
+        g = torch.Generator().manual_seed(10_000 + i)
+        model, req, s = random_table(g, "uniform"), random_request(g), random_settings(g)
+        s.alpha = [0.0, 0.0, 0.6, -0.5][i % 4]
+        name = f"ties{i}-beam{s.beam}-a{s.alpha}-n{s.nbest}-es{int(s.early_stop)}-min{s.min_len}"
+        out[name] = as_json(beam_search(model, req, s))
     return out
 
 
@@ -213,7 +231,7 @@ def transformer_cases() -> dict:
 
 
 def all_cases() -> dict:
-    return {**table_cases(300), **tree_cases(), **transformer_cases()}
+    return {**table_cases(300), **tie_cases(200), **tree_cases(), **transformer_cases()}
 
 
 def main(argv: list[str]) -> int:
