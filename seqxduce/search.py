@@ -9,7 +9,6 @@ recomputes a prefix (the model's cache is reordered).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch
@@ -120,8 +119,9 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
     the worst of its `nbest` best finished ones (see `_live_bound`). `early_stop` is fairseq's heuristic
     instead: a source leaves as soon as it has `beam` finished hypotheses, which can miss better, longer ones.
 
-    Each step reads one number back from the device, how many sources are done, to shrink the batch; the
-    finished lists and the prefixes (as back-pointers, `_History`) stay on the device until the search ends.
+    Each step reads one number back from the device, how many sources are done, to shrink the batch (one more
+    read sizes the length penalties); the finished lists and the prefixes (as back-pointers, `_History`) stay on
+    the device until the search ends.
     """
     settings = settings or BeamSettings()
     beam, alpha, min_len, early_stop = settings.beam, settings.alpha, settings.min_len, settings.early_stop
@@ -131,7 +131,7 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
     if batch == 0:
         return []
     limits_all = max_lengths(request, settings.max_len_a, settings.max_len_b)
-    penalties = _penalty_table(request, settings.max_len_a, settings.max_len_b, alpha)
+    penalties = _penalty_table(limits_all, alpha)
     memory = model.encode(request.src)
     # row r of the search batch belongs to source alive[r // beam]
     alive = torch.arange(batch, device=device)
@@ -169,7 +169,7 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
         finite = torch.isfinite(top_scores)
 
         # eos candidates ranked within the first `beam` of their source are offered to its n-best list
-        from_rows = torch.arange(n_alive, device=device).unsqueeze(1) * beam + top_beam[:, :beam]  # (S, beam)
+        from_rows = torch.arange(n_alive, device=device).unsqueeze(1) * beam + top_beam[:, :beam]  # (n_alive, beam)
         finished.offer(step, from_rows, top_scores[:, :beam], logprobs[:, request.eos_id][from_rows],
                        (is_eos & finite)[:, :beam], penalties[step + 1:step + 2], request.eos_id)
 
@@ -247,14 +247,15 @@ def _live_bound(best_live: torch.Tensor, length: int, limits: torch.Tensor, alph
     return torch.maximum(best_live / shortest, best_live / longest)
 
 
-def _penalty_table(request: DecodeRequest, a: float, b: int, alpha: float) -> torch.Tensor:
+def _penalty_table(limits: torch.Tensor, alpha: float) -> torch.Tensor:
     """length_penalty(n, alpha) for every length n a hypothesis can reach, as float64 on the device.
 
-    Computed in Python as the search always did, so that a score is the same double as before; sized from the
-    source's padded width (an upper bound of every row's limit), so the host reads nothing to size it."""
-    longest = max(1, math.floor(max(request.src.size(1) * a, 0.0) + b)) + 1  # +1: float32 rounding in max_lengths
-    values = [length_penalty(n, alpha) for n in range(longest + 3)]  # up to the limit, its eos, and one more
-    return torch.tensor(values, dtype=torch.float64, device=request.src.device)
+    Computed in Python as the search always did, so that a score is the same double as before. Sizing it reads
+    the longest limit once, before the search: a bound from the padded source width alone would need no read,
+    but grows without limit with max_len_a and max_len_b."""
+    longest = int(limits.max())  # a row stops at its limit: eos there ends it at length limit + 1
+    values = [length_penalty(n, alpha) for n in range(longest + 3)]  # and a dead end, one more
+    return torch.tensor(values, dtype=torch.float64, device=limits.device)
 
 
 class _History:
