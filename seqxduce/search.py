@@ -9,6 +9,7 @@ recomputes a prefix (the model's cache is reordered).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -119,9 +120,8 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
     the worst of its `nbest` best finished ones (see `_live_bound`). `early_stop` is fairseq's heuristic
     instead: a source leaves as soon as it has `beam` finished hypotheses, which can miss better, longer ones.
 
-    Each step reads one number back from the device, how many sources are done, to shrink the batch (one more
-    read sizes the length penalties); the finished lists and the prefixes (as back-pointers, `_History`) stay on
-    the device until the search ends.
+    Each step reads one number back from the device, how many sources are done, to shrink the batch; the
+    finished lists and the prefixes (as back-pointers, `_History`) stay on the device until the search ends.
     """
     settings = settings or BeamSettings()
     beam, alpha, min_len, early_stop = settings.beam, settings.alpha, settings.min_len, settings.early_stop
@@ -131,7 +131,7 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
     if batch == 0:
         return []
     limits_all = max_lengths(request, settings.max_len_a, settings.max_len_b)
-    penalties = _penalty_table(limits_all, alpha)
+    penalties = _penalty_table(request, settings.max_len_a, settings.max_len_b, alpha)
     memory = model.encode(request.src)
     # row r of the search batch belongs to source alive[r // beam]
     alive = torch.arange(batch, device=device)
@@ -247,15 +247,16 @@ def _live_bound(best_live: torch.Tensor, length: int, limits: torch.Tensor, alph
     return torch.maximum(best_live / shortest, best_live / longest)
 
 
-def _penalty_table(limits: torch.Tensor, alpha: float) -> torch.Tensor:
+def _penalty_table(request: DecodeRequest, a: float, b: int, alpha: float) -> torch.Tensor:
     """length_penalty(n, alpha) for every length n a hypothesis can reach, as float64 on the device.
 
-    Computed in Python as the search always did, so that a score is the same double as before. Sizing it reads
-    the longest limit once, before the search: a bound from the padded source width alone would need no read,
-    but grows without limit with max_len_a and max_len_b."""
-    longest = int(limits.max())  # a row stops at its limit: eos there ends it at length limit + 1
-    values = [length_penalty(n, alpha) for n in range(longest + 3)]  # and a dead end, one more
-    return torch.tensor(values, dtype=torch.float64, device=limits.device)
+    Computed in Python as the search always did, so that a score is the same double as before. Sized from the
+    padded source width, the longest source length the host knows without asking the device for the limits."""
+    # max_lengths rounds in float32, which may floor one higher than this double does
+    longest = max(1, math.floor(max(request.src.size(1) * a, 0.0) + b)) + 1
+    # a row ends at its limit at the latest, its eos making the length limit + 1; a dead end there, one more
+    values = [length_penalty(n, alpha) for n in range(longest + 3)]
+    return torch.tensor(values, dtype=torch.float64, device=request.src.device)
 
 
 class _History:
