@@ -9,6 +9,7 @@ recomputes a prefix (the model's cache is reordered).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -38,15 +39,17 @@ def _forbid_specials(logprobs: torch.Tensor, request: DecodeRequest) -> None:
 
 
 def _force_length(logprobs: torch.Tensor, step: int, limits: torch.Tensor, eos: int, min_len: int) -> None:
-    """Only eos where a row reached its maximum length; never eos before min_len."""
+    """Only eos where a row reached its maximum length; never eos before min_len.
+
+    Masks every row, at its limit or not, so that the host never asks the device whether any row is there."""
     if step < min_len:
         logprobs[:, eos] = float("-inf")
-    at_limit = limits <= step
-    if bool(at_limit.any()):
-        eos_scores = logprobs[at_limit, eos].clone()
-        logprobs[at_limit] = float("-inf")
-        # a row at its limit always has a way out, even if a constraint forbade eos
-        logprobs[at_limit, eos] = torch.where(torch.isinf(eos_scores), torch.zeros_like(eos_scores), eos_scores)
+    at_limit = limits <= step  # (N,)
+    eos_scores = logprobs[:, eos].clone()
+    # a row at its limit always has a way out, even if a constraint forbade eos
+    way_out = torch.where(torch.isinf(eos_scores), torch.zeros_like(eos_scores), eos_scores)
+    logprobs.masked_fill_(at_limit.unsqueeze(1), float("-inf"))
+    logprobs[:, eos] = torch.where(at_limit, way_out, eos_scores)
 
 
 def _next_logprobs(model: Model, last: torch.Tensor, memory, cache, request: DecodeRequest,
@@ -116,13 +119,19 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
     A source leaves the search once no live hypothesis can still finish with a higher normalized score than
     the worst of its `nbest` best finished ones (see `_live_bound`). `early_stop` is fairseq's heuristic
     instead: a source leaves as soon as it has `beam` finished hypotheses, which can miss better, longer ones.
+
+    Each step reads one number back from the device, how many sources are done, to shrink the batch; the
+    finished lists and the prefixes (as back-pointers, `_History`) stay on the device until the search ends.
     """
     settings = settings or BeamSettings()
     beam, alpha, min_len, early_stop = settings.beam, settings.alpha, settings.min_len, settings.early_stop
     nbest = min(settings.nbest, beam)
     batch = request.src.size(0)
     device = request.src.device
+    if batch == 0:
+        return []
     limits_all = max_lengths(request, settings.max_len_a, settings.max_len_b)
+    penalties = _penalty_table(request, settings.max_len_a, settings.max_len_b, alpha)
     memory = model.encode(request.src)
     # row r of the search batch belongs to source alive[r // beam]
     alive = torch.arange(batch, device=device)
@@ -131,23 +140,20 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
     cache = model.init_cache(memory)
     if constraint is not None:
         constraint.start(request, expand)
-    prefixes = torch.full((batch * beam, 1), request.bos_id, dtype=torch.long, device=device)
-    positional = torch.zeros((batch * beam, 0), dtype=torch.float, device=device)
+    last = torch.full((batch * beam,), request.bos_id, dtype=torch.long, device=device)
+    history = _History()
     # only the first beam of each source is live at step 0, so the others never duplicate it
     scores = torch.full((batch, beam), float("-inf"), device=device)
     scores[:, 0] = 0.0
-    finished = [_NBest(beam if early_stop else nbest) for _ in range(batch)]
-    # per source, kept in step with `finished` (only sources that gained a hypothesis are rewritten), so that
-    # no step reads every n-best list: the score to beat (-inf while not full) and whether it is full
-    worst = torch.full((batch,), float("-inf"), device=device)
-    full_lists = torch.zeros(batch, dtype=torch.bool, device=device)
+    finished = _Finished(batch, beam if early_stop else nbest, device)
+    results = _Finished(batch, finished.size, device)  # the lists of the sources that left, by source index
+    src_limits = limits_all
 
     step = 0
-    while alive.numel() > 0:
-        n_alive = alive.numel()
-        limits = limits_all[alive].repeat_interleave(beam)
-        logprobs, cache = _next_logprobs(model, prefixes[:, -1], memory, cache, request, constraint, step, limits,
-                                         min_len)
+    n_alive = batch
+    while n_alive > 0:
+        row_limits = src_limits.unsqueeze(1).expand(n_alive, beam).reshape(-1)
+        logprobs, cache = _next_logprobs(model, last, memory, cache, request, constraint, step, row_limits, min_len)
         vocab = logprobs.size(-1)
         # 2*beam candidates always hold at least beam that do not end in eos (one eos per row at most). No
         # row gives more than 2*beam of a source's best 2*beam, so each row's best 2*beam tokens are taken
@@ -162,9 +168,10 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
         is_eos = top_token == request.eos_id
         finite = torch.isfinite(top_scores)
 
-        grown = _collect_finished(finished, alive, prefixes, positional, logprobs, top_scores, top_beam,
-                                  is_eos & finite, beam, alpha, request.eos_id)
-        _note(grown, finished, worst, full_lists)
+        # eos candidates ranked within the first `beam` of their source are offered to its n-best list
+        from_rows = torch.arange(n_alive, device=device).unsqueeze(1) * beam + top_beam[:, :beam]  # (n_alive, beam)
+        finished.offer(step, from_rows, top_scores[:, :beam], logprobs[:, request.eos_id][from_rows],
+                       (is_eos & finite)[:, :beam], penalties[step + 1:step + 2], request.eos_id)
 
         # the first `beam` live (non-eos) candidates continue
         live_rank = torch.where(is_eos, torch.full_like(top_scores, float("inf")),
@@ -172,32 +179,38 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
         keep = live_rank.argsort(dim=1)[:, :beam]
         new_scores = top_scores.gather(1, keep)
         new_beam = top_beam.gather(1, keep)
-        new_token = top_token.gather(1, keep)
+        new_token = top_token.gather(1, keep).view(-1)
         origin = (torch.arange(n_alive, device=device).unsqueeze(1) * beam + new_beam).view(-1)
+        new_logprob = logprobs[origin, new_token]
 
         if early_stop:
-            full = full_lists[alive]
+            full = finished.full()
         else:
-            full = _live_bound(new_scores.max(dim=1).values, step + 1, limits_all[alive], alpha) <= worst[alive]
+            full = _live_bound(new_scores.max(dim=1).values, step + 1, src_limits, alpha) <= finished.worst()
         source_done = full | ~torch.isfinite(new_scores).any(dim=1)
-        new_token = new_token.view(-1)
-        prefixes = torch.cat([prefixes[origin], new_token.view(-1, 1)], dim=1)
-        positional = torch.cat([positional[origin], logprobs[origin, new_token].view(-1, 1)], dim=1)
         scores = new_scores
-        if bool(source_done.any()):
-            _note(_finish_dead_ends(finished, alive, source_done, prefixes, positional, scores, beam, alpha),
-                  finished, worst, full_lists)
-            keep_sources = (~source_done).nonzero().flatten()
-            rows = (keep_sources.unsqueeze(1) * beam + torch.arange(beam, device=device)).view(-1)
-            alive, scores = alive[keep_sources], scores[keep_sources]
-            prefixes, positional, origin, new_token = prefixes[rows], positional[rows], origin[rows], new_token[rows]
-        if alive.numel() > 0:
+        n_done = int(source_done.sum())  # the step's one host read
+        if n_done > 0:
+            finished.finish_dead_ends(source_done, step, scores, origin, new_token, new_logprob,
+                                      penalties[step + 2:step + 3])
+            # the sources still going first, in their order, then those done
+            order = torch.argsort(source_done.to(torch.uint8), stable=True)
+            kept, gone = order[: n_alive - n_done], order[n_alive - n_done:]
+            results.store(alive[gone], finished, gone)
+            finished.keep(kept)
+            rows = (kept.unsqueeze(1) * beam + torch.arange(beam, device=device)).view(-1)
+            alive, scores, src_limits = alive[kept], scores[kept], src_limits[kept]
+            origin, new_token, new_logprob = origin[rows], new_token[rows], new_logprob[rows]
+            n_alive -= n_done
+        if n_alive > 0:
+            history.append(origin, new_token, new_logprob)
             if constraint is not None:
                 constraint.advance(origin, new_token)
             memory, cache = model.reorder(memory, cache, origin)
+            last = new_token
         step += 1
 
-    return [f.best(nbest) for f in finished]
+    return results.hypotheses(history, nbest)
 
 
 class GreedyDecoder(Decoder):
@@ -220,33 +233,6 @@ class BeamDecoder(Decoder):
         return beam_search(model, request, self.settings)
 
 
-class _NBest:
-    """The `size` best finished hypotheses of one source, kept sorted best first."""
-
-    def __init__(self, size: int):
-        self.size = size
-        self.hyps: list[Hypothesis] = []
-
-    @property
-    def full(self) -> bool:
-        return len(self.hyps) >= self.size
-
-    @property
-    def worst(self) -> float:
-        """The score a new hypothesis must beat to enter (-inf while there is room)."""
-        return self.hyps[-1].score if self.full else float("-inf")
-
-    def add(self, hyp: Hypothesis) -> None:
-        if self.full and hyp.score <= self.worst:
-            return
-        at = next((i for i, h in enumerate(self.hyps) if hyp.score > h.score), len(self.hyps))
-        self.hyps.insert(at, hyp)
-        del self.hyps[self.size:]
-
-    def best(self, n: int) -> list[Hypothesis]:
-        return self.hyps[:n]
-
-
 def _live_bound(best_live: torch.Tensor, length: int, limits: torch.Tensor, alpha: float) -> torch.Tensor:
     """The highest normalized score any continuation of a live hypothesis can still finish with.
 
@@ -261,45 +247,132 @@ def _live_bound(best_live: torch.Tensor, length: int, limits: torch.Tensor, alph
     return torch.maximum(best_live / shortest, best_live / longest)
 
 
-def _note(sources: set[int], finished: list[_NBest], worst: torch.Tensor, full: torch.Tensor) -> None:
-    """Copy the n-best lists of `sources` that changed into the per-source tensors the search reads."""
-    for s in sources:
-        worst[s] = finished[s].worst
-        full[s] = finished[s].full
+def _penalty_table(request: DecodeRequest, a: float, b: int, alpha: float) -> torch.Tensor:
+    """length_penalty(n, alpha) for every length n a hypothesis can reach, as float64 on the device.
+
+    Computed in Python as the search always did, so that a score is the same double as before. Sized from the
+    padded source width, the longest source length the host knows without asking the device for the limits."""
+    # max_lengths rounds in float32, which may floor one higher than this double does
+    longest = max(1, math.floor(max(request.src.size(1) * a, 0.0) + b)) + 1
+    # a row ends at its limit at the latest, its eos making the length limit + 1; a dead end there, one more
+    values = [length_penalty(n, alpha) for n in range(longest + 3)]
+    return torch.tensor(values, dtype=torch.float64, device=request.src.device)
 
 
-def _collect_finished(finished, alive, prefixes, positional, logprobs, top_scores, top_beam, take, beam, alpha, eos):
-    """Offer eos candidates ranked within the first `beam` of their source to its n-best finished list."""
-    take = take.clone()
-    take[:, beam:] = False
-    grown = set()
-    for s, k in take.nonzero().tolist():
-        source = finished[int(alive[s])]
-        total = float(top_scores[s, k])
-        row = s * beam + int(top_beam[s, k])
-        length = prefixes.size(1)  # the tokens after bos plus this eos
-        score = total / length_penalty(length, alpha)
-        if source.full and score <= source.worst:
-            continue
-        lps = positional[row].tolist() + [float(logprobs[row, eos])]
-        source.add(Hypothesis(tokens=prefixes[row, 1:].tolist(), score=score, logprob=total,
-                              positional_logprobs=lps))
-        grown.add(int(alive[s]))
-    return grown
+class _History:
+    """The search's prefixes as back-pointers: per step, the row each new row continues, its token and log-prob.
+
+    Copying every prefix at every step would cost (N, length); a finished hypothesis instead names the step and
+    row it ended at, and its tokens are followed back through these once, when the search ends."""
+
+    def __init__(self) -> None:
+        self.origin: list[torch.Tensor] = []  # per step t: (N_t+1,) rows of step t
+        self.token: list[torch.Tensor] = []
+        self.logprob: list[torch.Tensor] = []
+
+    def append(self, origin: torch.Tensor, token: torch.Tensor, logprob: torch.Tensor) -> None:
+        self.origin.append(origin)
+        self.token.append(token)
+        self.logprob.append(logprob)
+
+    def trace(self, step: torch.Tensor, row: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tokens and log-probs (M, steps + 1) of the prefixes of rows `row` (M,) at steps `step` (M,): columns
+        before each step hold its prefix, the rest is left for the caller."""
+        steps = len(self.origin)
+        tokens = torch.zeros((row.numel(), steps + 1), dtype=torch.long, device=row.device)
+        logprobs = torch.zeros((row.numel(), steps + 1), dtype=torch.float, device=row.device)
+        at = row.clone()
+        for t in reversed(range(steps)):
+            active = step > t  # the hypotheses whose prefix reaches back to this step
+            index = torch.where(active, at, torch.zeros_like(at))  # rows of step t + 1
+            tokens[:, t] = self.token[t][index]
+            logprobs[:, t] = self.logprob[t][index]
+            at = torch.where(active, self.origin[t][index], at)
+        return tokens, logprobs
 
 
-def _finish_dead_ends(finished, alive, source_done, prefixes, positional, scores, beam, alpha):
-    """A source that leaves the search without any finished hypothesis keeps its best live one."""
-    grown = set()
-    for s in source_done.nonzero().flatten().tolist():
-        source = finished[int(alive[s])]
-        if source.hyps:
-            continue
-        k = int(scores[s].argmax())
-        row = s * beam + k
-        total = float(scores[s, k])
-        tokens = prefixes[row, 1:].tolist()
-        source.add(Hypothesis(tokens=tokens, score=total / length_penalty(len(tokens) + 1, alpha), logprob=total,
-                              positional_logprobs=positional[row].tolist()))
-        grown.add(int(alive[s]))
-    return grown
+class _Finished:
+    """The `size` best finished hypotheses of each of `n` sources, as tensors, best first (slots past `count`
+    unused); a hypothesis is the step and row it ended at (see _History), its last token and that token's
+    log-prob, how many tokens it has (eos is not one), its log-prob and its score."""
+
+    def __init__(self, n: int, size: int, device: torch.device):
+        self.size = size
+        self.score = torch.full((n, size), float("-inf"), dtype=torch.float64, device=device)
+        self.count = torch.zeros(n, dtype=torch.long, device=device)
+        self.where = torch.zeros((n, size, 4), dtype=torch.long, device=device)  # step, row, last token, length
+        self.logprob = torch.zeros((n, size, 2), device=device)  # total, the last token's
+
+    def full(self) -> torch.Tensor:
+        return self.count >= self.size
+
+    def worst(self) -> torch.Tensor:
+        """(n,) float32: the score a new hypothesis must beat to enter (-inf while there is room)."""
+        last = self.score[:, -1]
+        return torch.where(self.full(), last, torch.full_like(last, float("-inf"))).float()
+
+    def offer(self, step: int, rows: torch.Tensor, totals: torch.Tensor, eos_logprobs: torch.Tensor,
+              take: torch.Tensor, penalty: torch.Tensor, eos: int) -> None:
+        """Add the candidates `take` (n, k) that end rows `rows` with eos at `step`, scored totals / penalty.
+
+        One stable sort of the old list followed by the candidates in their order is _NBest.add one at a time:
+        a hypothesis goes after those with an equal score, and one that does not beat a full list's worst
+        falls off its end. A float64 score divided by a (1,) tensor, never a scalar, is the double the search
+        computed in Python (CUDA multiplies by the reciprocal of a host scalar)."""
+        none = torch.full_like(totals, float("-inf"), dtype=torch.float64)
+        score = torch.where(take, totals.double() / penalty, none)
+        where = torch.stack([torch.full_like(rows, step), rows, torch.full_like(rows, eos),
+                             torch.full_like(rows, step)], dim=-1)
+        self._merge(score, where, torch.stack([totals, eos_logprobs], dim=-1))
+        self.count = (self.count + take.sum(dim=1)).clamp(max=self.size)
+
+    def _merge(self, score: torch.Tensor, where: torch.Tensor, logprob: torch.Tensor) -> None:
+        scores = torch.cat([self.score, score], dim=1)
+        order = scores.sort(dim=1, descending=True, stable=True).indices[:, : self.size]
+        self.score = scores.gather(1, order)
+        self.where = torch.cat([self.where, where], dim=1).gather(1, order.unsqueeze(2).expand(-1, -1, 4))
+        self.logprob = torch.cat([self.logprob, logprob], dim=1).gather(1, order.unsqueeze(2).expand(-1, -1, 2))
+
+    def finish_dead_ends(self, done: torch.Tensor, step: int, scores: torch.Tensor, origin: torch.Tensor,
+                         token: torch.Tensor, logprob: torch.Tensor, penalty: torch.Tensor) -> None:
+        """A source that leaves the search without any finished hypothesis keeps its best live one: the new row
+        (origin, token) of the highest of its `scores` (n, beam) after `step`."""
+        dead = done & (self.count == 0)
+        beam = scores.size(1)
+        best = scores.argmax(dim=1)
+        row = torch.arange(scores.size(0), device=scores.device) * beam + best  # the new rows
+        total = scores.gather(1, best.unsqueeze(1)).squeeze(1)
+        score = total.double() / penalty
+        where = torch.stack([torch.full_like(best, step), origin[row], token[row], torch.full_like(best, step + 1)], 1)
+        self.score[:, 0] = torch.where(dead, score, self.score[:, 0])
+        self.where[:, 0] = torch.where(dead.unsqueeze(1), where, self.where[:, 0])
+        self.logprob[:, 0] = torch.where(dead.unsqueeze(1), torch.stack([total, logprob[row]], 1), self.logprob[:, 0])
+        self.count = torch.where(dead, torch.ones_like(self.count), self.count)
+
+    def keep(self, index: torch.Tensor) -> None:
+        self.score, self.count = self.score[index], self.count[index]
+        self.where, self.logprob = self.where[index], self.logprob[index]
+
+    def store(self, sources: torch.Tensor, other: _Finished, index: torch.Tensor) -> None:
+        """Copy the lists `index` of `other` to the lists `sources` of this one."""
+        self.score[sources], self.count[sources] = other.score[index], other.count[index]
+        self.where[sources], self.logprob[sources] = other.where[index], other.logprob[index]
+
+    def hypotheses(self, history: _History, nbest: int) -> list[list[Hypothesis]]:
+        """The first `nbest` of each list as Hypothesis objects, their tokens followed back through history."""
+        where = self.where.view(-1, 4)
+        step, row, last, length = where.unbind(1)
+        tokens, positional = history.trace(step, row)
+        tokens.scatter_(1, step.unsqueeze(1), last.unsqueeze(1))
+        positional.scatter_(1, step.unsqueeze(1), self.logprob.view(-1, 2)[:, 1:])
+        tokens, positional, steps, lengths = tokens.tolist(), positional.tolist(), step.tolist(), length.tolist()
+        scores, totals, counts = self.score.tolist(), self.logprob[..., 0].tolist(), self.count.tolist()
+        out = []
+        for source, count in enumerate(counts):
+            hyps = []
+            for slot in range(min(count, nbest)):
+                m = source * self.size + slot
+                hyps.append(Hypothesis(tokens=tokens[m][: lengths[m]], score=scores[source][slot],
+                                       logprob=totals[source][slot], positional_logprobs=positional[m][: steps[m] + 1]))
+            out.append(hyps)
+        return out

@@ -16,6 +16,10 @@ import pytest
 from seqxduce.api import DecodeRequest, Model
 from seqxduce.registry import Registry, new_manager, registry, reset_registry
 
+# aten operations that copy a device value to the host (or need its size there) and so wait for the device
+HOST_WAITS = {"aten._local_scalar_dense.default", "aten.nonzero.default", "aten.masked_select.default",
+              "aten.is_nonzero.default", "aten.equal.default"}
+
 # the token ids of TableModel's vocabulary that table_request declares; a test names its own tokens from 3 on
 PAD, BOS, EOS = 0, 1, 2
 
@@ -138,3 +142,36 @@ def table_request(lengths: list[int]) -> DecodeRequest:
     for i, n in enumerate(lengths):
         src[i, :n] = 3
     return DecodeRequest(src=src, sources=["x"] * len(lengths), bos_id=BOS, eos_id=EOS, pad_id=PAD)
+
+
+def _host_reads_class() -> type:
+    import torch  # here: importing the fixtures needs no torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class HostReads(TorchDispatchMode):
+        """Records every operation that, on a CUDA tensor, would make the host wait for the device: on the CPU
+        it stands in for torch.cuda.set_sync_debug_mode("error"). Blind to .tolist(), which the CPU reads
+        without dispatching."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = str(func)
+            bool_index = name.startswith("aten.index") and any(
+                isinstance(i, torch.Tensor) and i.dtype == torch.bool for a in args if isinstance(a, (list, tuple))
+                for i in a)
+            if name in HOST_WAITS or bool_index:
+                self.seen.append(name)
+            return func(*args, **(kwargs or {}))
+
+    return HostReads
+
+
+def __getattr__(name: str):
+    """HostReads subclasses a torch class, so it is built when a test first imports it (PEP 562)."""
+    if name == "HostReads":
+        cls = globals()["HostReads"] = _host_reads_class()
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

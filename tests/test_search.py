@@ -11,7 +11,7 @@ from seqxduce.api import UserError
 from seqxduce.registry import registry
 from seqxduce.search import BeamDecoder, GreedyDecoder, beam_search, greedy_search, length_penalty
 from seqxduce.search_settings import BeamSettings, SearchSettings
-from seqxduce.testing import BOS, EOS, TableModel
+from seqxduce.testing import BOS, EOS, HostReads, TableModel
 from seqxduce.testing import table_request as request
 
 A, B = 3, 4
@@ -193,3 +193,40 @@ def test_one_default_length_limit_and_the_parsers_own_defaults_keep_the_declared
     assert (tree.beam, tree.alpha, tree.max_len_a, tree.max_len_b) == (21, 0.3, 1.0, 300)
     with pytest.raises(UserError, match=r"^TreeBeamSettings\.beam = 0 is out of range; use a number >= 1$"):
         TreeBeamSettings(beam=0)
+
+
+# ---------------------------------------------------------------- host reads: what makes the host wait for a GPU
+
+
+class CountingTableModel(TableModel):
+    """A TableModel that counts its decoder steps."""
+
+    steps = 0
+
+    def step(self, tokens, memory, cache):
+        self.steps += 1
+        return super().step(tokens, memory, cache)
+
+
+@pytest.mark.parametrize("settings", [
+    BeamSettings(beam=4, alpha=0.6, max_len_a=1.5, max_len_b=3, nbest=2),
+    BeamSettings(beam=3, alpha=0.0, max_len_a=1.0, max_len_b=2, early_stop=True, min_len=2),
+    BeamSettings(beam=1, alpha=1.0, max_len_a=0.5, max_len_b=4),
+])
+def test_beam_search_reads_the_device_at_most_once_per_step(settings):
+    """The one read per step is whether a source is done (the batch shrinks); finished hypotheses stay on the
+    device until the end. Sources of different lengths leave at different steps, so the shrink is exercised."""
+    torch.manual_seed(6)
+    model = CountingTableModel(torch.randn(12, 9, 9) * 2)
+    with HostReads() as reads:
+        hyps = beam_search(model, request([3, 5, 1, 7, 2]), settings)
+    assert all(hyps) and model.steps > 3
+    assert len(reads.seen) <= model.steps, reads.seen
+
+
+def test_greedy_search_reads_the_device_once_per_step():
+    torch.manual_seed(7)
+    model = CountingTableModel(torch.randn(12, 9, 9) * 2)
+    with HostReads() as reads:
+        greedy_search(model, request([3, 5, 1]), SearchSettings(max_len_a=1.0, max_len_b=3))
+    assert len(reads.seen) <= model.steps + 1, reads.seen  # whether every row is done, before each step and after

@@ -10,35 +10,15 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from seqxduce.api import ModelOutput
 from seqxduce.data import token_batches
 from seqxduce.recipe import load_recipe
+from seqxduce.testing import HostReads
 from seqxduce.trainer import Trainer
 
 RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
 QUIET = ["train.validate_every=0", "train.valid_decode_examples=0"]
-# aten operations that copy a device value to the host (or need its size there) and so wait for the device
-WAITS = {"aten._local_scalar_dense.default", "aten.nonzero.default", "aten.masked_select.default",
-         "aten.is_nonzero.default", "aten.equal.default"}
-
-
-class HostReads(TorchDispatchMode):
-    """Records every operation that, on a CUDA tensor, would make the host wait for the device."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = str(func)
-        bool_index = name.startswith("aten.index") and any(
-            isinstance(i, torch.Tensor) and i.dtype == torch.bool for a in args if isinstance(a, (list, tuple))
-            for i in a)
-        if name in WAITS or bool_index:
-            self.seen.append(name)
-        return func(*args, **(kwargs or {}))
 
 
 class BagModel(nn.Module):

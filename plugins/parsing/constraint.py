@@ -122,6 +122,7 @@ class TreeConstraint(StepConstraint):
         self.empty = torch.zeros(n, dtype=torch.bool, device=device)
         self.done = torch.zeros(n, dtype=torch.bool, device=device)
         self.stack = torch.full((n, 16), -1, dtype=torch.long, device=device)  # (N, capacity) open labels
+        self.advanced = 0  # tokens advanced so far, on the host
 
     def _word_ids(self, sources: list[str], device: torch.device) -> torch.Tensor:
         """(B, longest) target ids of each source's words, padded with -1."""
@@ -236,11 +237,14 @@ class TreeConstraint(StepConstraint):
         else:
             leaf = (kind == LEAF) & structural
         self.completing = leaf & (self.words_in_target in ("after_leaf", "before_leaf"))
-        if opening.any():
-            if int(self.depth.max()) + 1 > self.stack.size(1):
-                self.stack = torch.cat([self.stack, torch.full_like(self.stack, -1)], dim=1)
-            rows = opening.nonzero(as_tuple=True)[0]
-            self.stack[rows, self.depth[rows]] = self.label[tokens[rows]]
+        # a row opens at most one bracket per token, so no row is deeper than the tokens advanced: the stack grows
+        # by that count, known on the host, and the push is masked, so the device is never asked how deep rows are
+        if self.advanced >= self.stack.size(1):
+            self.stack = torch.cat([self.stack, torch.full_like(self.stack, -1)], dim=1)
+        self.advanced += 1
+        at = self.depth.unsqueeze(1)  # (N, 1) where a row's new open label goes
+        self.stack.scatter_(1, at, torch.where(opening.unsqueeze(1), self.label[tokens].unsqueeze(1),
+                                               self.stack.gather(1, at)))
         self.depth = self.depth + opening.long() - closing.long()
         self.placed = self.placed + leaf.long()
         # a closed child makes its parent non-empty, as a leaf does

@@ -16,6 +16,7 @@ from seqxduce_parsing.settings import TreeBeamSettings
 from seqxduce.api import DecodeRequest, Model, ModelOutput, Tokenizer, UserError
 from seqxduce.search import beam_search, greedy_search
 from seqxduce.search_settings import BeamSettings, SearchSettings
+from seqxduce.testing import HostReads
 
 VOCAB = ["<pad>", "<s>", "</s>", "<unk>", "XX", "(S", ")S", "(NP", ")NP", "(VP", ")VP", "(PP"]
 
@@ -383,3 +384,23 @@ def test_beam_search_keeps_the_sentences_punctuation():
             tokens = [PUNCT_VOCAB[i] for i in hyp.tokens if i != tokenizer.eos_id]
             leaves = [t for t in tokens if not t.startswith(("(", ")"))]
             assert [t in {",", ".", "''"} for t in leaves] == [w in {",", "."} for w in source.split()], tokens
+
+
+class CountingModel(RandomModel):
+    steps = 0
+
+    def step(self, tokens, memory, cache):
+        self.steps += 1
+        return super().step(tokens, memory, cache)
+
+
+@pytest.mark.parametrize("mode", ["none", "after_leaf"])
+def test_beam_search_under_the_constraint_reads_the_device_at_most_once_per_step(mode):
+    """The constraint adds no host read of its own to the search's one per step (a GPU would wait at each)."""
+    sources = ["John", "John left", "left John Mary left John left"]
+    constraint = TreeConstraint(ListTokenizer(WORD_VOCAB), max_len_a=1.0, max_len_b=16, words_in_target=mode)
+    model = CountingModel(len(WORD_VOCAB), 1)
+    with HostReads() as reads:
+        beam_search(model, request_for(sources), BeamSettings(beam=4, alpha=0.3, max_len_a=1.0, max_len_b=16),
+                    constraint=constraint)
+    assert len(reads.seen) <= model.steps, reads.seen

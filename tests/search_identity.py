@@ -1,0 +1,254 @@
+"""Records what the searches return on many seeded tiny models, and compares a later version's outputs with it
+bit for bit: the check for a rewrite of seqxduce/search.py that must not change a single output.
+
+    python tests/search_identity.py record /tmp/before.json   # with the search as it was
+    python tests/search_identity.py compare /tmp/before.json  # after the change: exit 1 on any difference
+
+Not a pytest module (no test_ prefix): the recorded floats depend on the torch build and the CPU, so the record is
+made and compared on one machine, never committed. Cases: TableModel tables (some with ties, some with forbidden
+tokens), a random constraint that can forbid everything (dead ends), ensembles, the parser's tree constraint in
+each words-in-target mode, tables of exactly tying log-probs (finished hypotheses of equal score from different
+steps), and a randomly initialized Transformer; beam widths 1 to 6, nbest 1 to beam, alpha below, at and above 0,
+early_stop on and off, min_len, greedy search too.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import types
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import torch
+
+from seqxduce.api import DecodeRequest, Hypothesis, Model, StepConstraint, Tokenizer
+from seqxduce.ensemble import EnsembleModel
+from seqxduce.search import beam_search, greedy_search
+from seqxduce.search_settings import SearchSettings
+from seqxduce.testing import TableModel, table_request
+
+TREE_VOCAB = ["<pad>", "<s>", "</s>", "<unk>", "XX", "(S", ")S", "(NP", ")NP", "(VP", ")VP", "(PP",
+              "NN", "John", "left", ",", ".", "''"]
+
+
+def beam_settings(beam: int, alpha: float, nbest: int, early_stop: bool, min_len: int, a: float, b: int):
+    """Plain attributes, not BeamSettings: its range check refuses alpha < 0, which the search still handles."""
+    return types.SimpleNamespace(beam=beam, alpha=alpha, nbest=nbest, early_stop=early_stop, min_len=min_len,
+                                 max_len_a=a, max_len_b=b)
+
+
+def as_json(hyps: list[list[Hypothesis]]) -> list:
+    return [[[h.tokens, h.score, h.logprob, h.positional_logprobs] for h in nbest] for nbest in hyps]
+
+
+class RandomMaskConstraint(StepConstraint):
+    """Allows token j after token i where allowed[i, j]; a row of allowed may be all False, so a hypothesis can
+    reach a point where nothing is allowed before its length limit (a dead end)."""
+
+    def __init__(self, allowed: torch.Tensor, bos: int):
+        self.allowed, self.bos = allowed, bos
+
+    def start(self, request: DecodeRequest, rows: torch.Tensor) -> None:
+        self.last = torch.full((rows.numel(),), self.bos, dtype=torch.long)
+
+    def mask(self, logprobs: torch.Tensor) -> torch.Tensor:
+        return logprobs.masked_fill(~self.allowed[self.last], float("-inf"))
+
+    def advance(self, origin: torch.Tensor, tokens: torch.Tensor) -> None:
+        self.last = tokens.clone()
+
+
+class ListTokenizer(Tokenizer):
+    """A fixed vocabulary with the specials at 0-3 (as in the parser's constraint tests)."""
+
+    def __init__(self, tokens: list[str]):
+        self.tokens = tokens
+
+    def train(self, texts: Iterable[str], workdir: Path) -> None:
+        raise NotImplementedError
+
+    def save(self, directory: Path, prefix: str) -> None:
+        raise NotImplementedError
+
+    def load(self, directory: Path, prefix: str) -> None:
+        raise NotImplementedError
+
+    def encode(self, text: str) -> list[int]:
+        return [self.tokens.index(t) if t in self.tokens else self.unk_id for t in text.split()]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return " ".join(self.tokens[i] for i in ids if i > self.unk_id)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.tokens)
+
+    def id_to_token(self, index: int) -> str:
+        return self.tokens[index]
+
+
+class RandomModel(Model):
+    """Log-probs drawn afresh at every step from a seeded generator (depends on how many rows the batch has)."""
+
+    def __init__(self, vocab_size: int, seed: int):
+        self.vocab_size = vocab_size
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def forward(self, src, tgt_in):  # pragma: no cover - search never calls it
+        raise NotImplementedError
+
+    def encode(self, src):
+        return src
+
+    def init_cache(self, memory):
+        return None
+
+    def step(self, tokens, memory, cache):
+        return (torch.randn(tokens.size(0), self.vocab_size, generator=self.generator) * 3.0).log_softmax(-1), None
+
+    def reorder(self, memory, cache, index):
+        return memory[index], None
+
+
+def random_table(g: torch.Generator, kind: str) -> TableModel:
+    vocab = int(torch.randint(5, 10, (1,), generator=g))
+    length = int(torch.randint(1, 9, (1,), generator=g))
+    table = torch.randn(length, vocab, vocab, generator=g) * 2
+    if kind == "ties":
+        table = table.round()  # equal log-probs, so equal scores that the tie rule must order
+    elif kind == "forbidden":
+        table = table.masked_fill(torch.rand(table.shape, generator=g) < 0.3, float("-inf"))
+    elif kind == "uniform":
+        # every log-prob is -log 1, -log 2 or -log 4, so hypotheses that end at different steps tie exactly
+        support = 2 ** torch.randint(0, 3, (length, vocab), generator=g)
+        ranks = torch.rand(table.shape, generator=g).argsort(-1).argsort(-1)
+        table = torch.zeros_like(table).masked_fill(ranks >= support.unsqueeze(-1), float("-inf"))
+    return TableModel(table)
+
+
+def random_request(g: torch.Generator) -> DecodeRequest:
+    return table_request([int(n) for n in torch.randint(1, 6, (int(torch.randint(1, 5, (1,), generator=g)),),
+                                                        generator=g)])
+
+
+def random_settings(g: torch.Generator):
+    pick = lambda options: options[int(torch.randint(len(options), (1,), generator=g))]  # noqa: E731
+    beam = pick([1, 2, 3, 4, 6])
+    return beam_settings(beam, pick([0.0, 0.6, 1.0, 2.0, -0.5]), pick(sorted({1, 2, beam})), pick([False, True]),
+                         pick([0, 0, 1, 3]), pick([0.0, 0.5, 1.5]), pick([1, 2, 4, 6]))
+
+
+def table_cases(count: int) -> dict:
+    out = {}
+    for i in range(count):
+        g = torch.Generator().manual_seed(i)
+        kind = ["plain", "ties", "forbidden"][i % 3]
+        model, req, s = random_table(g, kind), random_request(g), random_settings(g)
+        name = f"table{i}-{kind}-beam{s.beam}-a{s.alpha}-n{s.nbest}-es{int(s.early_stop)}-min{s.min_len}"
+        out[name] = as_json(beam_search(model, req, s))
+        if i % 4 == 0:
+            out[f"{name}-greedy"] = as_json(greedy_search(model, req, SearchSettings(
+                max_len_a=s.max_len_a, max_len_b=s.max_len_b, min_len=s.min_len)))
+        if i % 5 == 0:
+            other = random_table(torch.Generator().manual_seed(i + 1000), "plain")
+            if other.table.size(-1) == model.table.size(-1):
+                out[f"{name}-ensemble"] = as_json(beam_search(EnsembleModel([model, other]), req, s))
+            out[f"{name}-ensemble-self"] = as_json(beam_search(EnsembleModel([model, model]), req, s))
+        if i % 3 == 1:
+            vocab = model.table.size(-1)
+            allowed = torch.rand(vocab, vocab, generator=g) < 0.5
+            allowed[torch.rand(vocab, generator=g) < 0.3] = False  # after these tokens nothing is allowed
+            out[f"{name}-deadends"] = as_json(beam_search(model, req, s, RandomMaskConstraint(allowed, 1)))
+    return out
+
+
+def tie_cases(count: int) -> dict:
+    """Ties between a new finished hypothesis and older ones: the new one must go after them."""
+    out = {}
+    for i in range(count):
+        g = torch.Generator().manual_seed(10_000 + i)
+        model, req, s = random_table(g, "uniform"), random_request(g), random_settings(g)
+        s.alpha = [0.0, 0.0, 0.6, -0.5][i % 4]
+        name = f"ties{i}-beam{s.beam}-a{s.alpha}-n{s.nbest}-es{int(s.early_stop)}-min{s.min_len}"
+        out[name] = as_json(beam_search(model, req, s))
+    return out
+
+
+def tree_cases() -> dict:
+    from seqxduce_parsing.constraint import TreeConstraint
+
+    tokenizer = ListTokenizer(TREE_VOCAB)
+    punct = {"punctuation_tags": ["``", "''", ".", ":", ","], "punctuation_words": [",", "."], "either_words": ["'"]}
+    out = {}
+    sources = [["a", "a b", "a b c", "a b c d e f", "a b c d"], ["John", "John left", "left John Mary left"],
+               ["a , b .", ". a", "a b , , c"]]
+    for seed in range(4):
+        for mode in ["none", "after_leaf", "before_leaf", "as_leaf"]:
+            for src in sources:
+                extra = punct if src is sources[2] else {}
+                for beam, alpha, nbest, early in [(4, 0.3, 4, False), (3, 0.0, 1, True), (5, 1.0, 2, False)]:
+                    c = TreeConstraint(tokenizer, max_len_a=1.0, max_len_b=12, words_in_target=mode, **extra)
+                    longest = max(len(s.split()) for s in src) + 1
+                    raw = torch.zeros(len(src), longest, dtype=torch.long)
+                    for j, s in enumerate(src):
+                        raw[j, : len(s.split()) + 1] = 5
+                    req = DecodeRequest(src=raw, sources=src, bos_id=1, eos_id=2, pad_id=0)
+                    s = beam_settings(beam, alpha, nbest, early, 0, 1.0, 12)
+                    name = f"tree{seed}-{mode}-{src[0]}-beam{beam}"
+                    out[name] = as_json(beam_search(RandomModel(len(TREE_VOCAB), seed), req, s, c))
+    return out
+
+
+def transformer_cases() -> dict:
+    from seqxduce.recipe import load_recipe
+    from seqxduce.trainer import Trainer
+
+    recipe = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = Trainer(load_recipe(recipe, ["train.validate_every=0", "train.valid_decode_examples=0"]),
+                          Path(tmp) / "run")
+    model = trainer.model.eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.5)
+    tgt = trainer.tokenizers.tgt
+    out = {}
+    for seed in range(6):
+        g = torch.Generator().manual_seed(seed)
+        lengths = torch.randint(1, 7, (5,), generator=g).tolist()
+        src = torch.full((5, max(lengths) + 1), tgt.pad_id)
+        for j, n in enumerate(lengths):
+            src[j, :n] = torch.randint(4, trainer.tokenizers.src.vocab_size, (n,), generator=g)
+            src[j, n] = tgt.eos_id
+        req = DecodeRequest(src=src, sources=["x"] * 5, bos_id=tgt.bos_id, eos_id=tgt.eos_id, pad_id=tgt.pad_id)
+        s = random_settings(g)
+        out[f"transformer{seed}-beam{s.beam}-a{s.alpha}-es{int(s.early_stop)}"] = as_json(beam_search(model, req, s))
+        out[f"transformer{seed}-greedy"] = as_json(greedy_search(model, req, SearchSettings(max_len_b=4)))
+    return out
+
+
+def all_cases() -> dict:
+    return {**table_cases(300), **tie_cases(200), **tree_cases(), **transformer_cases()}
+
+
+def main(argv: list[str]) -> int:
+    mode, path = argv
+    got = all_cases()
+    if mode == "record":
+        Path(path).write_text(json.dumps(got))
+        print(f"recorded {len(got)} cases, {sum(len(h) for c in got.values() for h in c)} n-best lists")
+        return 0
+    want = json.loads(Path(path).read_text())
+    got = json.loads(json.dumps(got))  # the same round trip the record took
+    differ = [name for name in want if got.get(name) != want[name]]
+    print(f"{len(want) - len(differ)} of {len(want)} cases identical")
+    for name in differ[:10]:
+        print("DIFFERS:", name, "\n  want", want[name], "\n  got ", got.get(name))
+    return 1 if differ or set(got) != set(want) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
