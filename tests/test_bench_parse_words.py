@@ -26,3 +26,12 @@ def test_the_tagged_words_leave_out_empty_elements():
 
 def test_a_word_the_tokenizer_writes_as_a_class_is_unknown():
     assert parse_words.word_status(ClassTokenizer(), "the cat purred") == ["known", "known", "unknown"]
+
+
+def test_the_baseline_tags_each_word_with_its_most_frequent_training_tag():
+    class Example:
+        def __init__(self, ref):
+            self.ref = ref
+
+    trees = ["(S (NP (DT the) (NN saw)) (VP (VBD saw)))", "(S (VP (VBD saw) (NP (DT the) (NN cat))))"]
+    assert parse_words.most_frequent_tags([Example(t) for t in trees]) == {"the": "DT", "saw": "VBD", "cat": "NN"}
