@@ -12,7 +12,8 @@ When the target carries the words (words_in_target, see linearize.py), the word 
 source word as the target tokenizer writes it (<unk> for a word outside its vocabulary): after each leaf
 ("after_leaf"; the word is then given, so it costs nothing to the score), before each leaf ("before_leaf"; writing
 it is the decision to place a leaf there, so it is scored as the model's probability of any word at that point, not
-of this word, and the leaf's tag must follow), or as the leaf itself ("as_leaf").
+of this word, and the leaf's tag must follow), ahead of its leaf ("ahead": the first word is the first token and
+each other follows the leaf before it; given, so free, as after_leaf), or as the leaf itself ("as_leaf").
 
 With POS-tag leaves, punctuation follows the words: a word that is always punctuation (',', '--') gets one of the
 tags the scorer deletes (EVALB COLLINS.prm: `` '' . : ,) and any other word gets none; a word that may be either
@@ -112,8 +113,10 @@ class TreeConstraint(StepConstraint):
         self.words = self._word_ids(request.sources, device)[rows] if self.words_in_target != "none" else None
         self.punct_leaf, self.word_like = self.punct_leaf.to(device), self.word_like.to(device)
         self.word_class = self._word_classes(request.sources, device)[rows] if self.punct_rule else None
-        # a leaf awaits its second token: its word (after_leaf) or its tag (before_leaf)
-        self.completing = torch.zeros(n, dtype=torch.bool, device=device)
+        # a word is due: after a leaf, its word (after_leaf), its tag (before_leaf) or the next word (ahead); ahead
+        # also writes the first word before anything else
+        self.completing = (self.need > 0) if self.words_in_target == "ahead" \
+            else torch.zeros(n, dtype=torch.bool, device=device)
         # the search's limit: at most `limit` tokens before eos (see seqxduce.search.max_lengths)
         self.limit = max_lengths(request, *self.max_len)[rows] if self.max_len else None
         self.steps = torch.zeros(n, dtype=torch.long, device=device)
@@ -159,14 +162,15 @@ class TreeConstraint(StepConstraint):
         return self.is_leaf & ((word == EITHER) | (self.punct_leaf.unsqueeze(0) == (word == PUNCT)))
 
     def _forced_word(self) -> torch.Tensor:
-        """(N,) the target id of the word each row writes next (the last placed leaf's, after_leaf)."""
+        """(N,) the target id of the word each row writes next (the last placed leaf's, after_leaf; the next
+        leaf's, ahead)."""
         index = self.placed - 1 if self.words_in_target == "after_leaf" else self.placed
         return self.words.gather(1, index.clamp(0, self.words.size(1) - 1).unsqueeze(1)).squeeze(1)
 
     def allowed(self) -> torch.Tensor:
         """(N, V) True where a token keeps the row on the way to a well-formed tree."""
         completing = self.completing.unsqueeze(1)
-        if self.words_in_target == "after_leaf":
+        if self.words_in_target in ("after_leaf", "ahead"):
             return self._allowed_structure() & ~completing | self._forced_mask(self.completing)
         if self.words_in_target == "before_leaf":
             return self._allowed_structure() & ~completing | completing & self._leaf_fits_word()
@@ -188,7 +192,7 @@ class TreeConstraint(StepConstraint):
         can_open = ~self.done & room
         if self.limit is not None:
             # shortest completion after an open: the missing leaves (with their words), then a close per open bracket
-            per_leaf = 2 if self.words_in_target in ("after_leaf", "before_leaf") else 1
+            per_leaf = 2 if self.words_in_target in ("after_leaf", "before_leaf", "ahead") else 1
             can_open &= self.steps + 1 + per_leaf * (self.need - self.placed) + self.depth + 1 <= self.limit
         leaf = self._forced_mask(inside & room) if self.words_in_target in ("as_leaf", "before_leaf") \
             else (inside & room).unsqueeze(1) & self._leaf_fits_word()
@@ -204,7 +208,7 @@ class TreeConstraint(StepConstraint):
         (after_leaf) or the probability of any word there (before_leaf)."""
         allowed = self.allowed()
         masked = logprobs.masked_fill(~allowed, float("-inf"))
-        if self.words_in_target == "after_leaf":
+        if self.words_in_target in ("after_leaf", "ahead"):
             # the word after a leaf is the source's, not a choice: scoring it would rank trees by word frequency
             masked = masked.masked_fill(self._forced_mask(self.completing), 0.0)
         elif self.words_in_target == "before_leaf":
@@ -236,7 +240,10 @@ class TreeConstraint(StepConstraint):
             leaf = (tokens == self._forced_word()) & (kind != OPEN) & (kind != CLOSE) & (kind != EOS) & structural
         else:
             leaf = (kind == LEAF) & structural
-        self.completing = leaf & (self.words_in_target in ("after_leaf", "before_leaf"))
+        if self.words_in_target == "ahead":
+            self.completing = leaf & (self.placed + 1 < self.need)  # the next word follows, unless this was the last
+        else:
+            self.completing = leaf & (self.words_in_target in ("after_leaf", "before_leaf"))
         # a row opens at most one bracket per token, so no row is deeper than the tokens advanced: the stack grows
         # by that count, known on the host, and the push is masked, so the device is never asked how deep rows are
         if self.advanced >= self.stack.size(1):

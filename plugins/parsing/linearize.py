@@ -8,7 +8,10 @@ keep_pos_tags the leaves are the POS tags instead.
 The words themselves can be written into the target too (words_in_target), so that the decoder always reads the
 word it is at, as a parsing language model does (Choe & Charniak 2016): "after_leaf" writes each word after its
 leaf, `(NP DT The NN cat )NP`; "before_leaf" writes it before its leaf, `(NP The DT cat NN )NP`, so that the tag is
-predicted by a decoder that has just read its word; "as_leaf" makes the word the leaf, `(NP The cat )NP` (no tags).
+predicted by a decoder that has just read its word; "ahead" writes the first word before the tree and each other
+word right after the leaf before it, `The (NP DT cat NN )NP`, so that the decoder has read a word before it opens
+the brackets above it and tags it, while the word itself is never a choice (it always follows a leaf); "as_leaf"
+makes the word the leaf, `(NP The cat )NP` (no tags).
 The constrained decoder forces the i-th word token to be the i-th source word; delinearize drops the written words
 again and puts the source words back.
 """
@@ -40,11 +43,19 @@ def linearize(tree: Tree, keep_pos_tags: bool = False, words_in_target: str = "n
     """The bracket sequence of a preprocessed tree; words are left out (they are the input) unless words_in_target
     says where to write them."""
     check_word_mode(words_in_target, keep_pos_tags)
-    tokens: list[str] = []
+    words = tree.leaves()
+    ahead = words_in_target == "ahead"
+    tokens: list[str] = words[:1] if ahead else []
+    placed = 0
 
     def visit(node: Tree) -> None:
+        nonlocal placed
         if is_preterminal(node):
             leaf = [] if words_in_target == "as_leaf" else [node.label() if keep_pos_tags else PLACEHOLDER]
+            placed += 1
+            if ahead:  # the next word, if any, right after this leaf
+                tokens.extend(leaf + words[placed:placed + 1])
+                return
             word = [] if words_in_target == "none" else [node[0]]
             tokens.extend(word + leaf if words_in_target == "before_leaf" else leaf + word)
             return
@@ -79,8 +90,9 @@ def delinearize(sequence: str, words: list[str], words_in_target: str = "none") 
 
     With words_in_target "after_leaf" the token after each leaf is its written word, dropped here (a leaf with no
     word after it is one repair); with "before_leaf" a leaf token is a written word and the token after it its tag
-    (a word with no tag after it is tagged XX, one repair); with "as_leaf" every leaf token is a written word and
-    the leaf is tagged XX.
+    (a word with no tag after it is tagged XX, one repair); with "ahead" the first token and the token after each
+    leaf but the last are written words, dropped (one missing is one repair); with "as_leaf" every leaf token is a
+    written word and the leaf is tagged XX.
     The tree always carries the source words: what the output wrote for them (<unk>, say) is not kept.
 
     Repairs, each counted once: a bare '(' is dropped; a closing bracket with no open constituent is
@@ -104,6 +116,10 @@ def delinearize(sequence: str, words: list[str], words_in_target: str = "none") 
 
     tokens = sequence.split()
     position = 0
+    written = ("after_leaf", "before_leaf", "ahead")  # modes where a leaf brings a written word with it
+    if words_in_target == "ahead" and words:  # the first word, before the tree
+        position, missing = skip_written_word(tokens, position)
+        repairs += missing
     while position < len(tokens):
         token = tokens[position]
         position += 1
@@ -120,7 +136,7 @@ def delinearize(sequence: str, words: list[str], words_in_target: str = "none") 
             repairs += 1
         elif placed < len(words):
             tag = PLACEHOLDER if words_in_target == "as_leaf" else token
-            if words_in_target in ("after_leaf", "before_leaf"):
+            if words_in_target in written and not (words_in_target == "ahead" and placed + 1 == len(words)):
                 following, missing = skip_written_word(tokens, position)
                 repairs += missing
                 if words_in_target == "before_leaf":
@@ -130,7 +146,7 @@ def delinearize(sequence: str, words: list[str], words_in_target: str = "none") 
             placed += 1
         else:
             repairs += 1
-            if words_in_target in ("after_leaf", "before_leaf"):
+            if words_in_target in ("after_leaf", "before_leaf"):  # (ahead: no word follows a leaf past the last)
                 position, _ = skip_written_word(tokens, position)
     while stack:
         repairs += 1

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from seqxduce.api import Settings, setting, setting_like
 from seqxduce.search_settings import BeamSettings
 
-WORD_MODES = ("none", "after_leaf", "before_leaf", "as_leaf")  # where the linearization writes the words (linearize.py)
+# where the linearization writes the words (linearize.py)
+WORD_MODES = ("none", "after_leaf", "before_leaf", "as_leaf", "ahead")
 # The labels EVALB's COLLINS.prm deletes before scoring, and the Penn Treebank words that always carry one of them
 # (wsj_0001-0159: ',' 4,293 times ',', '--' 219 times ':', ...; "'" is POS 56 times and '' 9 times, so it is free).
 EVALB_PUNCTUATION_TAGS = ["``", "''", ".", ":", ","]
@@ -35,7 +36,10 @@ class PtbSettings(Settings):
                                                 "word it is at (Choe & Charniak 2016): after_leaf = each word after "
                                                 "its leaf, '(NP DT The NN cat )NP'; before_leaf = each word before "
                                                 "its leaf, '(NP The DT cat NN )NP' (the tag is predicted after "
-                                                "reading its word); as_leaf = the word is the leaf "
+                                                "reading its word); ahead = each word ahead of its leaf: the "
+                                                "first before the tree, each other right after the previous "
+                                                "leaf, 'The (NP DT cat NN )NP', so every bracket and tag is "
+                                                "chosen having read its word; as_leaf = the word is the leaf "
                                                 "(no tags); none = brackets and leaves only. Decode with tree_beam "
                                                 "and the same words_in_target, which forces the source words",
                                    choices=WORD_MODES)
@@ -59,7 +63,9 @@ class TreeBeamSettings(BeamSettings):
                                                 "it is given); before_leaf = a leaf starts with the next source "
                                                 "word, scored as the model's probability of writing any word "
                                                 "there, and its tag follows; as_leaf = each leaf is the next "
-                                                "source word. Must match the task's setting", choices=WORD_MODES)
+                                                "source word; ahead = the first token and the token after each "
+                                                "leaf but the last are forced to be the next source word (given, "
+                                                "so free). Must match the task's setting", choices=WORD_MODES)
     punctuation_tags: list[str] = setting(EVALB_PUNCTUATION_TAGS, help="leaf labels the scorer deletes as "
                                           "punctuation (EVALB COLLINS.prm); with keep_pos_tags a word of "
                                           "punctuation_words gets one of them and any other word none, so the "

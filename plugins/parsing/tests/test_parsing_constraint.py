@@ -258,6 +258,20 @@ def test_after_leaf_forces_each_source_word_after_its_leaf_at_no_cost():
     assert set(allowed_in(c, WORD_VOCAB)) == {")S"}
 
 
+def test_ahead_forces_the_first_word_first_and_each_next_word_after_a_leaf_at_no_cost():
+    c = TreeConstraint(ListTokenizer(WORD_VOCAB), words_in_target="ahead")
+    c.start(request_for(["John left Mary"]), torch.tensor([0]))
+    assert allowed_in(c, WORD_VOCAB) == {"John": 0.0}  # the first word comes before the tree
+    feed_words(c, WORD_VOCAB, "John")
+    assert set(allowed_in(c, WORD_VOCAB)) == {"(S", "(NP", "(VP"}
+    feed_words(c, WORD_VOCAB, "(S NN")
+    assert allowed_in(c, WORD_VOCAB) == {"left": 0.0}  # the next word, given
+    feed_words(c, WORD_VOCAB, "left XX")
+    assert allowed_in(c, WORD_VOCAB) == {"<unk>": 0.0}  # "Mary" is outside the target vocabulary
+    feed_words(c, WORD_VOCAB, "<unk> NN")
+    assert set(allowed_in(c, WORD_VOCAB)) == {")S"}  # no word after the last leaf
+
+
 def test_before_leaf_scores_placing_a_word_then_asks_for_its_tag():
     c = TreeConstraint(ListTokenizer(WORD_VOCAB), words_in_target="before_leaf")
     c.start(request_for(["John left Mary"]), torch.tensor([0]))
@@ -298,7 +312,7 @@ def test_as_leaf_makes_the_next_source_word_the_only_leaf():
     assert set(allowed_in(c, WORD_VOCAB)) == {")S"}
 
 
-@pytest.mark.parametrize("mode", ["after_leaf", "before_leaf", "as_leaf"])
+@pytest.mark.parametrize("mode", ["after_leaf", "before_leaf", "as_leaf", "ahead"])
 def test_beam_search_with_words_in_target_writes_the_source_words(mode):
     tokenizer = ListTokenizer(WORD_VOCAB)
     sources = ["John", "John left", "left John Mary left", "Mary John left John left"]
@@ -310,7 +324,7 @@ def test_beam_search_with_words_in_target_writes_the_source_words(mode):
             tokens = [WORD_VOCAB[i] for i in hyp.tokens if i != tokenizer.eos_id]
             leaves = [t for t in tokens if not t.startswith(("(", ")"))]
             # leaves and words alternate (a word may also have been chosen as a leaf)
-            written = {"after_leaf": leaves[1::2], "before_leaf": leaves[0::2]}.get(mode, leaves)
+            written = {"after_leaf": leaves[1::2], "before_leaf": leaves[0::2], "ahead": leaves[0::2]}.get(mode, leaves)
             assert written == [w if w in WORD_VOCAB else "<unk>" for w in source.split()], tokens
             result = delinearize(" ".join(tokens), source.split(), mode)
             assert result.repairs == 0 and result.tree.leaves() == source.split(), tokens

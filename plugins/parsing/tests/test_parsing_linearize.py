@@ -36,6 +36,8 @@ def test_the_words_can_follow_their_leaves_or_be_the_leaves():
     assert linearize(TREE, keep_pos_tags=True, words_in_target="before_leaf") == \
         "(S (NP John NNP )NP (VP has VBZ (NP a DT dog NN )NP )VP . . )S"
     assert linearize(TREE, words_in_target="as_leaf") == "(S (NP John )NP (VP has (NP a dog )NP )VP . )S"
+    assert linearize(TREE, keep_pos_tags=True, words_in_target="ahead") == \
+        "John (S (NP NNP has )NP (VP VBZ a (NP DT dog NN . )NP )VP . )S"
     with pytest.raises(ValueError, match="after_leaf"):
         linearize(TREE, keep_pos_tags=True, words_in_target="as_leaf")
 
@@ -49,6 +51,14 @@ def test_written_words_are_dropped_and_the_source_words_put_back():
     # a leaf without its word is one repair; the next bracket is read as a bracket, not as the word
     missing = delinearize("(S (NP NNP )NP (VP VBZ has (NP DT a NN dog )NP )VP . . )S", WORDS, "after_leaf")
     assert (missing.tree, missing.repairs) == (TREE, 1)
+
+
+def test_ahead_drops_the_first_token_and_the_word_after_each_leaf_but_the_last():
+    ahead = delinearize("<unk> (S (NP NNP has )NP (VP VBZ <unk> (NP DT dog NN . )NP )VP . )S", WORDS, "ahead")
+    assert (ahead.tree, ahead.repairs) == (TREE, 0)
+    # a missing first word and a leaf without the next word: one repair each, brackets still read as brackets
+    missing = delinearize("(S (NP NNP )NP (VP VBZ a (NP DT dog NN . )NP )VP . )S", WORDS, "ahead")
+    assert (missing.tree, missing.repairs) == (TREE, 2)
 
 
 def test_before_leaf_reads_the_tag_after_each_written_word():
@@ -116,6 +126,8 @@ def test_round_trip_over_every_tree_of_the_sample(sample_trees):
         assert (after.tree, after.repairs) == (gold, 0), flat(gold)
         before = delinearize(linearize(gold, keep_pos_tags=True, words_in_target="before_leaf"), words, "before_leaf")
         assert (before.tree, before.repairs) == (gold, 0), flat(gold)
+        ahead = delinearize(linearize(gold, keep_pos_tags=True, words_in_target="ahead"), words, "ahead")
+        assert (ahead.tree, ahead.repairs) == (gold, 0), flat(gold)
         as_leaf = delinearize(linearize(gold, words_in_target="as_leaf"), words, "as_leaf")
         assert (as_leaf.tree, as_leaf.repairs) == (with_placeholders(gold), 0), flat(gold)
 
