@@ -47,11 +47,12 @@ def test_keep_pos_tags_puts_the_tags_in_the_target(ptb_sample):
 
 
 EXPECTED_START = {"after_leaf": "(S (NP NNP Savin NNP Corp. )NP", "before_leaf": "(S (NP Savin NNP Corp. NNP )NP",
-                  "as_leaf": "(S (NP Savin Corp. )NP"}
+                  "as_leaf": "(S (NP Savin Corp. )NP", "ahead": "Savin (S (NP NNP Corp. NNP reported )NP"}
 
 
 @pytest.mark.parametrize("settings", [dict(keep_pos_tags=True, words_in_target="after_leaf"),
                                       dict(keep_pos_tags=True, words_in_target="before_leaf"),
+                                      dict(keep_pos_tags=True, words_in_target="ahead"),
                                       dict(words_in_target="as_leaf")])
 def test_targets_with_words_score_100_and_carry_the_source_words(settings, ptb_sample):
     task = PtbTask(PtbSettings(valid_files="0160", **settings))
