@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import pytest
 
-from seqxduce.api import DecodeRequest, Model
+from seqxduce.api import DecodeRequest, Model, Tokenizer
 from seqxduce.registry import Registry, new_manager, registry, reset_registry
 
 # aten operations that copy a device value to the host (or need its size there) and so wait for the device
@@ -131,6 +132,64 @@ class TableModel(Model):
 
     def reorder(self, memory, cache, index):
         return memory[index], cache
+
+
+class RandomModel(Model):
+    """A fake model whose log-probs are drawn afresh at every step from a seeded generator (so they depend on how
+    many rows the batch has): no notion of the task at all."""
+
+    def __init__(self, vocab_size: int, seed: int):
+        import torch
+
+        self.vocab_size = vocab_size
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def forward(self, src, tgt_in):  # pragma: no cover - search never calls it
+        raise NotImplementedError
+
+    def encode(self, src):
+        return src
+
+    def init_cache(self, memory):
+        return None
+
+    def step(self, tokens, memory, cache):
+        import torch
+
+        logits = torch.randn(tokens.size(0), self.vocab_size, generator=self.generator) * 3.0  # (B, V)
+        return logits.log_softmax(dim=-1), None
+
+    def reorder(self, memory, cache, index):
+        return memory[index], None
+
+
+class ListTokenizer(Tokenizer):
+    """A fixed vocabulary given as a list of entries, with the specials at 0-3 as the word tokenizer has them."""
+
+    def __init__(self, tokens: list[str]):
+        self.tokens = tokens
+
+    def train(self, texts: Iterable[str], workdir: Path) -> None:
+        raise NotImplementedError
+
+    def save(self, directory: Path, prefix: str) -> None:
+        raise NotImplementedError
+
+    def load(self, directory: Path, prefix: str) -> None:
+        raise NotImplementedError
+
+    def encode(self, text: str) -> list[int]:
+        return [self.tokens.index(t) if t in self.tokens else self.unk_id for t in text.split()]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return " ".join(self.tokens[i] for i in ids if i > self.unk_id)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.tokens)
+
+    def id_to_token(self, index: int) -> str:
+        return self.tokens[index]
 
 
 def table_request(lengths: list[int]) -> DecodeRequest:

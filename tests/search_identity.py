@@ -18,16 +18,15 @@ import json
 import sys
 import tempfile
 import types
-from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
 
-from seqxduce.api import DecodeRequest, Hypothesis, Model, StepConstraint, Tokenizer
+from seqxduce.api import DecodeRequest, Hypothesis, StepConstraint
 from seqxduce.ensemble import EnsembleModel
 from seqxduce.search import beam_search, greedy_search
 from seqxduce.search_settings import SearchSettings
-from seqxduce.testing import TableModel, table_request
+from seqxduce.testing import ListTokenizer, RandomModel, TableModel, table_request
 
 TREE_VOCAB = ["<pad>", "<s>", "</s>", "<unk>", "XX", "(S", ")S", "(NP", ")NP", "(VP", ")VP", "(PP",
               "NN", "John", "left", ",", ".", "''"]
@@ -58,58 +57,6 @@ class RandomMaskConstraint(StepConstraint):
 
     def advance(self, origin: torch.Tensor, tokens: torch.Tensor) -> None:
         self.last = tokens.clone()
-
-
-class ListTokenizer(Tokenizer):
-    """A fixed vocabulary with the specials at 0-3 (as in the parser's constraint tests)."""
-
-    def __init__(self, tokens: list[str]):
-        self.tokens = tokens
-
-    def train(self, texts: Iterable[str], workdir: Path) -> None:
-        raise NotImplementedError
-
-    def save(self, directory: Path, prefix: str) -> None:
-        raise NotImplementedError
-
-    def load(self, directory: Path, prefix: str) -> None:
-        raise NotImplementedError
-
-    def encode(self, text: str) -> list[int]:
-        return [self.tokens.index(t) if t in self.tokens else self.unk_id for t in text.split()]
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return " ".join(self.tokens[i] for i in ids if i > self.unk_id)
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self.tokens)
-
-    def id_to_token(self, index: int) -> str:
-        return self.tokens[index]
-
-
-class RandomModel(Model):
-    """Log-probs drawn afresh at every step from a seeded generator (depends on how many rows the batch has)."""
-
-    def __init__(self, vocab_size: int, seed: int):
-        self.vocab_size = vocab_size
-        self.generator = torch.Generator().manual_seed(seed)
-
-    def forward(self, src, tgt_in):  # pragma: no cover - search never calls it
-        raise NotImplementedError
-
-    def encode(self, src):
-        return src
-
-    def init_cache(self, memory):
-        return None
-
-    def step(self, tokens, memory, cache):
-        return (torch.randn(tokens.size(0), self.vocab_size, generator=self.generator) * 3.0).log_softmax(-1), None
-
-    def reorder(self, memory, cache, index):
-        return memory[index], None
 
 
 def random_table(g: torch.Generator, kind: str) -> TableModel:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,65 +11,12 @@ from seqxduce_parsing.constraint import TreeConstraint
 from seqxduce_parsing.linearize import delinearize
 from seqxduce_parsing.settings import TreeBeamSettings
 
-from seqxduce.api import DecodeRequest, Model, ModelOutput, Tokenizer, UserError
+from seqxduce.api import DecodeRequest, UserError
 from seqxduce.search import beam_search, greedy_search
 from seqxduce.search_settings import BeamSettings, SearchSettings
-from seqxduce.testing import HostReads
+from seqxduce.testing import HostReads, ListTokenizer, RandomModel
 
 VOCAB = ["<pad>", "<s>", "</s>", "<unk>", "XX", "(S", ")S", "(NP", ")NP", "(VP", ")VP", "(PP"]
-
-
-class ListTokenizer(Tokenizer):
-    """A fixed vocabulary: specials at 0-3, as the core's word tokenizer has them."""
-
-    def __init__(self, tokens: list[str]):
-        self.tokens = tokens
-
-    def train(self, texts: Iterable[str], workdir: Path) -> None:
-        raise NotImplementedError
-
-    def save(self, directory: Path, prefix: str) -> None:
-        raise NotImplementedError
-
-    def load(self, directory: Path, prefix: str) -> None:
-        raise NotImplementedError
-
-    def encode(self, text: str) -> list[int]:
-        return [self.tokens.index(t) if t in self.tokens else self.unk_id for t in text.split()]
-
-    def decode(self, ids: Sequence[int]) -> str:
-        return " ".join(self.tokens[i] for i in ids if i > self.unk_id)
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self.tokens)
-
-    def id_to_token(self, index: int) -> str:
-        return self.tokens[index]
-
-
-class RandomModel(Model):
-    """Log-probs drawn afresh at every step from a seeded generator: no notion of trees at all."""
-
-    def __init__(self, vocab_size: int, seed: int):
-        self.vocab_size = vocab_size
-        self.generator = torch.Generator().manual_seed(seed)
-
-    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> ModelOutput:
-        raise NotImplementedError
-
-    def encode(self, src: torch.Tensor) -> torch.Tensor:
-        return src
-
-    def init_cache(self, memory: torch.Tensor) -> None:
-        return None
-
-    def step(self, tokens: torch.Tensor, memory: torch.Tensor, cache: None) -> tuple[torch.Tensor, None]:
-        logits = torch.randn(tokens.size(0), self.vocab_size, generator=self.generator) * 3.0  # (B, V)
-        return logits.log_softmax(dim=-1), None
-
-    def reorder(self, memory: torch.Tensor, cache: None, index: torch.Tensor) -> tuple[torch.Tensor, None]:
-        return memory[index], None
 
 
 class ScriptedModel(RandomModel):
