@@ -193,7 +193,7 @@ def test_recipes_validate(name):
     # the paper's input length + 300, plus one token per word where the target also carries the words
     words = recipe.task.settings.words_in_target
     assert recipe.decode.settings.words_in_target == words
-    expected_a = 2.0 if words in ("after_leaf", "before_leaf") else 1.0
+    expected_a = 2.0 if words in ("after_leaf", "before_leaf", "ahead") else 1.0
     assert (recipe.decode.settings.max_len_a, recipe.decode.settings.max_len_b) == (expected_a, 300)
 
 
