@@ -130,7 +130,7 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
     device = request.src.device
     if batch == 0:
         return []
-    limits_all = max_lengths(request, settings.max_len_a, settings.max_len_b)
+    src_limits = max_lengths(request, settings.max_len_a, settings.max_len_b)  # (alive sources,)
     penalties = _penalty_table(request, settings.max_len_a, settings.max_len_b, alpha)
     memory = model.encode(request.src)
     # row r of the search batch belongs to source alive[r // beam]
@@ -147,7 +147,6 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
     scores[:, 0] = 0.0
     finished = _Finished(batch, beam if early_stop else nbest, device)
     results = _Finished(batch, finished.size, device)  # the lists of the sources that left, by source index
-    src_limits = limits_all
 
     step = 0
     n_alive = batch

@@ -10,6 +10,7 @@ from torch import nn
 from seqxduce.api import UserError, VocabInfo
 
 from .char_ngrams import CharNgramEmbedding, NgramSpec
+from .settings import CommonSettings
 
 
 def sinusoid_table(length: int, dim: int) -> torch.Tensor:
@@ -159,12 +160,11 @@ class Embeddings(nn.Module):
         return self.output(x)
 
 
-def char_ngram_spec(settings: object) -> NgramSpec | None:
+def char_ngram_spec(settings: CommonSettings) -> NgramSpec | None:
     """The character n-grams a model's char_ngrams settings ask for; None when off."""
-    longest = getattr(settings, "char_ngrams", 0)
-    if not longest:
+    if not settings.char_ngrams:
         return None
-    return NgramSpec(settings.char_ngrams_min, longest, settings.char_ngram_buckets)
+    return NgramSpec(settings.char_ngrams_min, settings.char_ngrams, settings.char_ngram_buckets)
 
 
 def _spelling(vocab: VocabInfo, d_model: int, spec: NgramSpec) -> CharNgramEmbedding:
