@@ -49,6 +49,12 @@ def encode_source(tokenizer: Tokenizer, text: str) -> list[int]:
     return tokenizer.encode(text) + [tokenizer.eos_id]
 
 
+def within_limits(src: list[int], tgt: list[int], max_src: int, max_tgt: int) -> bool:
+    """Whether an encoded pair fits the length caps: src as the encoder sees it (eos included), tgt plus the eos
+    the loss adds."""
+    return len(src) <= max_src and len(tgt) + 1 <= max_tgt
+
+
 def encode_pairs(
     examples: Sequence[Example], src_tok: Tokenizer, tgt_tok: Tokenizer, max_src: int, max_tgt: int
 ) -> tuple[list[Pair], int]:
@@ -58,7 +64,7 @@ def encode_pairs(
     for ex in examples:
         src = encode_source(src_tok, ex.source)
         tgt = tgt_tok.encode(ex.target)
-        if len(src) > max_src or len(tgt) + 1 > max_tgt:
+        if not within_limits(src, tgt, max_src, max_tgt):
             skipped += 1
             continue
         pairs.append(Pair(src, tgt))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from seqxduce.api import Example, Tokenizer
-from seqxduce.data import Pair, encode_source
+from seqxduce.data import Pair, encode_source, within_limits
 
 
 def sampling_seed(seed: int, epoch: int, side: int) -> int:
@@ -68,6 +68,6 @@ class EpochEncoder:
         return pairs
 
     def _fits(self, src: list[int], tgt: list[int], max_tokens: int | None) -> bool:
-        """Within the length caps (src with eos, tgt plus the eos the loss adds) and, if given, max_tokens."""
-        within = len(src) <= self.max_src and len(tgt) + 1 <= self.max_tgt
-        return within and (max_tokens is None or len(src) + len(tgt) + 1 <= max_tokens)
+        """Within the length caps (data.within_limits) and, if given, max_tokens."""
+        fits_tokens = max_tokens is None or len(src) + len(tgt) + 1 <= max_tokens
+        return within_limits(src, tgt, self.max_src, self.max_tgt) and fits_tokens
