@@ -71,15 +71,18 @@ def encode_pairs(
     return pairs, skipped
 
 
-def curriculum_cap(step: int, start_len: int, steps: int, longest: int) -> int | None:
+def curriculum_cap(step: int, start_len: int, steps: int, longest: int, hold: int = 0) -> int | None:
     """The longest source (tokens) a length curriculum lets train at `step`, or None once it is over.
 
-    The cap grows linearly from start_len at step 0 to the longest source at step `steps`, so short
-    pairs, which a model learns first, come alone at the start and long ones join gradually.
+    The cap stays at start_len for the first `hold` steps, then grows linearly to the longest source over the
+    next `steps`, so short pairs, which a model learns first, come alone at the start and long ones join
+    gradually. A hold gives a two-stage curriculum: a task whose short cases are learned only after a long
+    plateau (the UT's 'a + b') gets them alone until it has learned them, then every length.
     """
-    if start_len <= 0 or step >= steps or start_len >= longest:
+    if start_len <= 0 or step >= hold + steps or start_len >= longest:
         return None
-    return start_len + (longest - start_len) * step // steps
+    grown = max(step - hold, 0)
+    return start_len + (longest - start_len) * grown // steps
 
 
 def token_batches(pairs: Sequence[Pair], max_tokens: int, seed: int, epoch: int,

@@ -81,6 +81,10 @@ class TrainSettings(Settings):
                                                 "has at most this many tokens (eos included); 0 = off", min=0)
     curriculum_steps: int = setting(0, help="steps over which the curriculum's source cap grows linearly to "
                                             "the longest training source", min=0)
+    curriculum_hold_steps: int = setting(0, help="steps the curriculum's source cap stays at curriculum_start_len "
+                                                 "before it starts to grow (a two-stage curriculum: short "
+                                                 "sources alone until they are learned); 0 = grow from step 0",
+                                         min=0)
     log_every: int = setting(50, help="steps between progress lines in the metrics log", min=1)
     validate_every: int = setting(500, help="steps between validations (loss, ppl, task metric); 0 = only at end",
                                   min=0)
@@ -128,3 +132,7 @@ class TrainSettings(Settings):
         if self.curriculum_start_len and not self.curriculum_steps:
             raise UserError(f"[train] curriculum_start_len = {self.curriculum_start_len} needs curriculum_steps > 0 "
                             "(the steps over which long sources join); set it, or curriculum_start_len = 0")
+        if self.curriculum_hold_steps and not self.curriculum_start_len:
+            raise UserError(f"[train] curriculum_hold_steps = {self.curriculum_hold_steps} holds a length curriculum "
+                            "that is off; set curriculum_start_len (and curriculum_steps), or "
+                            "curriculum_hold_steps = 0")

@@ -373,7 +373,8 @@ class Trainer:
     def _source_cap(self, step: int) -> int | None:
         """The length curriculum's source cap at `step` (None: every pair trains)."""
         s = self.settings
-        return curriculum_cap(step, s.curriculum_start_len, s.curriculum_steps, self.longest_source)
+        return curriculum_cap(step, s.curriculum_start_len, s.curriculum_steps, self.longest_source,
+                              s.curriculum_hold_steps)
 
     def _epoch_pairs(self, epoch: int) -> list[Pair]:
         """The training pairs of an epoch: encoded anew from ([train] seed, epoch) when a tokenizer samples

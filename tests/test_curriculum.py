@@ -23,6 +23,13 @@ def test_cap_grows_linearly_from_the_start_to_the_longest_source_then_is_off():
     assert curriculum_cap(0, 11, 8, 11) is None  # nothing longer to hold back
 
 
+def test_a_hold_keeps_the_start_cap_then_grows_as_without_it():
+    caps = [curriculum_cap(step, 3, 8, 11, hold=4) for step in range(14)]
+    assert caps == [3, 3, 3, 3, 3, 4, 5, 6, 7, 8, 9, 10, None, None]
+    assert caps[4:] == [curriculum_cap(step, 3, 8, 11) for step in range(10)]
+    assert curriculum_cap(2, 0, 8, 11, hold=4) is None  # a hold does not turn a curriculum on
+
+
 def test_token_batches_keep_only_sources_within_the_cap():
     pairs = [Pair([5] * n, [6] * n) for n in (1, 2, 3, 4, 5, 6, 2, 3)]
     batches = token_batches(pairs, max_tokens=20, seed=0, epoch=0, max_source=3)
@@ -58,9 +65,29 @@ def test_resume_inside_the_curriculum_continues_exactly(tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_training_with_a_hold_sees_only_short_sources_until_the_hold_ends(tmp_path, monkeypatch):
+    hold = ["train.curriculum_hold_steps=6", "train.max_steps=16"]
+    trainer = Trainer(load_recipe(RECIPE, CURRICULUM + hold), tmp_path / "run")
+    longest_per_step = []
+    real_step = trainer.train_step
+
+    def record(group):
+        longest_per_step.append(max(len(trainer.train_pairs[i].src) for batch in group for i in batch))
+        return real_step(group)
+
+    monkeypatch.setattr(trainer, "train_step", record)
+    trainer.run()
+    caps = [curriculum_cap(step, 3, 8, 7, hold=6) or 7 for step in range(16)]
+    assert caps[:7] == [3] * 7 and caps[14:] == [7, 7]
+    assert all(longest <= cap for longest, cap in zip(longest_per_step, caps)), (longest_per_step, caps)
+    assert max(longest_per_step[:7]) <= 3 < max(longest_per_step[7:])
+
+
 def test_a_start_without_steps_or_below_every_source_is_a_clear_error(tmp_path):
     with pytest.raises(UserError, match="curriculum_steps"):
         load_recipe(RECIPE, ["train.curriculum_start_len=3"])
+    with pytest.raises(UserError, match="curriculum_hold_steps = 5 holds a length curriculum that is off"):
+        load_recipe(RECIPE, ["train.curriculum_hold_steps=5"])
     with pytest.raises(UserError, match="curriculum_start_len = 1 leaves no training pair"):
         Trainer(load_recipe(RECIPE, ["train.curriculum_start_len=1", "train.curriculum_steps=4"]),
                 tmp_path / "run").run()
