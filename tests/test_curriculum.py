@@ -37,8 +37,8 @@ def test_token_batches_keep_only_sources_within_the_cap():
     assert kept == [i for i, p in enumerate(pairs) if len(p.src) <= 3]
 
 
-def test_training_sees_only_short_sources_early_and_every_length_later(tmp_path, monkeypatch):
-    trainer = Trainer(load_recipe(RECIPE, CURRICULUM + ["train.max_steps=12"]), tmp_path / "run")
+def _longest_source_per_step(trainer: Trainer, monkeypatch) -> list[int]:
+    """Run the trainer; the longest source (tokens) of each step's batches."""
     longest_per_step = []
     real_step = trainer.train_step
 
@@ -48,6 +48,12 @@ def test_training_sees_only_short_sources_early_and_every_length_later(tmp_path,
 
     monkeypatch.setattr(trainer, "train_step", record)
     trainer.run()
+    return longest_per_step
+
+
+def test_training_sees_only_short_sources_early_and_every_length_later(tmp_path, monkeypatch):
+    trainer = Trainer(load_recipe(RECIPE, CURRICULUM + ["train.max_steps=12"]), tmp_path / "run")
+    longest_per_step = _longest_source_per_step(trainer, monkeypatch)
     assert trainer.longest_source == 7  # sources of up to 6 symbols, plus eos
     caps = [curriculum_cap(step, 3, 8, 7) or 7 for step in range(12)]
     assert all(longest <= cap for longest, cap in zip(longest_per_step, caps)), (longest_per_step, caps)
@@ -68,15 +74,7 @@ def test_resume_inside_the_curriculum_continues_exactly(tmp_path):
 def test_training_with_a_hold_sees_only_short_sources_until_the_hold_ends(tmp_path, monkeypatch):
     hold = ["train.curriculum_hold_steps=6", "train.max_steps=16"]
     trainer = Trainer(load_recipe(RECIPE, CURRICULUM + hold), tmp_path / "run")
-    longest_per_step = []
-    real_step = trainer.train_step
-
-    def record(group):
-        longest_per_step.append(max(len(trainer.train_pairs[i].src) for batch in group for i in batch))
-        return real_step(group)
-
-    monkeypatch.setattr(trainer, "train_step", record)
-    trainer.run()
+    longest_per_step = _longest_source_per_step(trainer, monkeypatch)
     caps = [curriculum_cap(step, 3, 8, 7, hold=6) or 7 for step in range(16)]
     assert caps[:7] == [3] * 7 and caps[14:] == [7, 7]
     assert all(longest <= cap for longest, cap in zip(longest_per_step, caps)), (longest_per_step, caps)
