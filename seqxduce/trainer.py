@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from seqxduce import checkpoint as ckpt
 from seqxduce import components, distributed
@@ -32,6 +31,7 @@ from seqxduce.data import (
     token_batches,
 )
 from seqxduce.device import autocast_context, resolve_device
+from seqxduce.loss import label_smoothed_nll
 from seqxduce.recipe import Recipe
 from seqxduce.run_readme import write_run_readme
 from seqxduce.rundir import RunDir, prune
@@ -56,22 +56,6 @@ def learning_rate(settings: TrainSettings, step: int, d_model: int | None) -> fl
     if not d_model:
         raise UserError("[train] schedule = \"inverse_sqrt\" needs the model's d_model; set schedule = \"constant\"")
     return inverse_sqrt_lr(step, d_model, settings.warmup_steps, settings.lr_scale)
-
-
-def label_smoothed_nll(logits: torch.Tensor, target: torch.Tensor, epsilon: float, pad_id: int
-                       ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Summed label-smoothed cross-entropy and summed NLL over non-pad targets.
-
-    The smoothed target puts 1 - epsilon on the gold token and epsilon spread uniformly over the whole
-    vocabulary (Szegedy et al. 2016, as used by Vaswani et al. 2017).
-    """
-    lprobs = F.log_softmax(logits.float(), dim=-1)  # (B, T, V)
-    mask = target != pad_id
-    nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (B, T)
-    uniform = -lprobs.mean(dim=-1)  # (B, T)
-    loss = (1.0 - epsilon) * nll + epsilon * uniform
-    # a select, not loss[mask]: boolean indexing waits for the device to learn the result's size
-    return torch.where(mask, loss, 0.0).sum(), torch.where(mask, nll, 0.0).sum()
 
 
 def clip_gradients(grads: list[torch.Tensor], max_norm: float, shards: distributed.World | None = None

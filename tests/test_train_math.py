@@ -5,9 +5,10 @@ import math
 import pytest
 import torch
 
+from seqxduce.loss import label_smoothed_nll
 from seqxduce.settings import TrainSettings
 from seqxduce.train_figures import Window, batch_stats
-from seqxduce.trainer import inverse_sqrt_lr, label_smoothed_nll, learning_rate
+from seqxduce.trainer import inverse_sqrt_lr, learning_rate
 
 
 def test_inverse_sqrt_schedule_matches_the_paper_formula():

@@ -1,0 +1,60 @@
+"""The label-smoothed loss's hand-written gradient (seqxduce.loss) against autograd over the textbook formula."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from seqxduce.loss import label_smoothed_nll
+
+
+def reference(logits: torch.Tensor, target: torch.Tensor, epsilon: float, pad_id: int):
+    """log_softmax, gather and mean under autograd: what the loss computed before its gradient was written out."""
+    lprobs = F.log_softmax(logits.float(), dim=-1)
+    mask = target != pad_id
+    nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    loss = (1.0 - epsilon) * nll + epsilon * -lprobs.mean(dim=-1)
+    return torch.where(mask, loss, 0.0).sum(), torch.where(mask, nll, 0.0).sum()
+
+
+def _case(seed: int, shape=(3, 5, 11)):
+    torch.manual_seed(seed)
+    logits = torch.randn(*shape) * 3
+    target = torch.randint(1, shape[-1], shape[:-1])
+    target[0, -2:] = 0  # padding
+    return logits, target
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.1, 0.5])
+def test_loss_nll_and_gradient_match_autograd(epsilon):
+    logits, target = _case(1)
+    mine = logits.clone().requires_grad_()
+    theirs = logits.clone().requires_grad_()
+    loss, nll = label_smoothed_nll(mine, target, epsilon, pad_id=0)
+    ref_loss, ref_nll = reference(theirs, target, epsilon, pad_id=0)
+    assert torch.allclose(loss, ref_loss, rtol=1e-5) and torch.allclose(nll, ref_nll, rtol=1e-5)
+    (2.5 * loss).backward()  # an upstream gradient other than 1 (e.g. a loss scale)
+    (2.5 * ref_loss).backward()
+    assert torch.allclose(mine.grad, theirs.grad, rtol=1e-5, atol=1e-6)
+    assert mine.grad[0, -2:].abs().max() == 0  # padding gets no gradient
+    assert not nll.requires_grad  # only the loss is differentiated
+
+
+def test_bf16_logits_get_a_bf16_gradient_computed_in_float32():
+    logits, target = _case(2)
+    half = logits.bfloat16().requires_grad_()
+    full = logits.bfloat16().float().requires_grad_()
+    loss, _ = label_smoothed_nll(half, target, 0.1, pad_id=0)
+    ref, _ = reference(full, target, 0.1, pad_id=0)
+    loss.backward()
+    ref.backward()
+    assert loss.dtype == torch.float32 and half.grad.dtype == torch.bfloat16
+    assert torch.allclose(loss, ref, rtol=1e-5)
+    assert torch.allclose(half.grad.float(), full.grad, rtol=1e-2, atol=1e-3)
+
+
+def test_under_no_grad_it_only_scores():
+    logits, target = _case(3)
+    with torch.no_grad():
+        loss, nll = label_smoothed_nll(logits, target, 0.1, pad_id=0)
+    ref_loss, ref_nll = reference(logits, target, 0.1, pad_id=0)
+    assert torch.allclose(loss, ref_loss, rtol=1e-5) and torch.allclose(nll, ref_nll, rtol=1e-5)
