@@ -51,7 +51,8 @@ class _LabelSmoothedNLL(torch.autograd.Function):
         epsilon = ctx.epsilon
         with torch.autocast(logits.device.type, enabled=False):
             weight = torch.where(mask, grad_loss.float(), 0.0).unsqueeze(-1)  # (..., 1): 0 at padding
-            grad = torch.sub(logits.float(), lse.unsqueeze(-1)).exp_()  # softmax
+            # bf16 logits minus float32 lse promote to float32 in one pass (no float copy of the logits first)
+            grad = torch.sub(logits, lse.unsqueeze(-1)).exp_()  # softmax
             grad.mul_(weight)
             if epsilon:
                 grad.sub_(weight * (epsilon / logits.size(-1)))
