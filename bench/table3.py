@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 import seqxduce
-from seqxduce.cost import training_cost
+from seqxduce.inspection.cost import training_cost
 from seqxduce.recipe import Recipe, build_recipe, load_recipe, read_toml
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"

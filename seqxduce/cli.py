@@ -8,9 +8,10 @@ from pathlib import Path
 
 import click
 
-from seqxduce import engine, inspect_commands
+from seqxduce import engine
 from seqxduce.api import Report, TrainingStopped, UserError
 from seqxduce.atomic import atomic_write_text
+from seqxduce.inspection import commands as inspect_commands
 from seqxduce.registry import KINDS, PluginLoadError, Registry, registry
 
 SET_HELP = "override a recipe value: section.key=value (repeatable), e.g. --set train.max_steps=100"
@@ -92,7 +93,7 @@ def recipe_show(ctx: click.Context, file: Path, overrides: tuple[str, ...]) -> N
 def recipe_info(ctx: click.Context, file: Path, overrides: tuple[str, ...]) -> None:
     """Print the model's parameter count and training FLOPs (per step and for max_steps), counted on a model
     built on torch's meta device; a run directory's recipe.toml uses the run's saved vocabulary."""
-    from seqxduce.cost import cost_lines
+    from seqxduce.inspection.cost import cost_lines
 
     _registry(ctx)
     for line in cost_lines(engine.load_recipe(file, overrides), Path(file).parent):

@@ -31,9 +31,9 @@ from seqxduce.data import (
     token_batches,
 )
 from seqxduce.device import autocast_context, resolve_device
+from seqxduce.inspection.run_readme import write_run_readme
 from seqxduce.loss import label_smoothed_nll
 from seqxduce.recipe import Recipe
-from seqxduce.run_readme import write_run_readme
 from seqxduce.rundir import RunDir, prune
 from seqxduce.sampled_epochs import EpochEncoder
 from seqxduce.settings import TrainSettings

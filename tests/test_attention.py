@@ -13,11 +13,11 @@ from seqxduce_transformer.transformer import Transformer
 from seqxduce_transformer.universal import UniversalTransformer
 
 from seqxduce.api import Model, VocabInfo
-from seqxduce.attention_maps import attention_view
-from seqxduce.attention_plot import grid_size, plan_rows
 from seqxduce.cli import add_plugin_commands
 from seqxduce.decoding import load_run
-from seqxduce.plotting import pixel_size
+from seqxduce.inspection.attention_maps import attention_view
+from seqxduce.inspection.attention_plot import grid_size, plan_rows
+from seqxduce.inspection.plotting import pixel_size
 
 VOCAB = VocabInfo(src_size=20, tgt_size=20, pad_id=0, bos_id=1, eos_id=2, shared=True)
 SRC = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 0, 0]])  # (2, 5), the second row padded

@@ -9,8 +9,8 @@ from click.testing import CliRunner
 from PIL import Image
 
 from seqxduce.cli import add_plugin_commands
-from seqxduce.curves import figure_size, panels_for, read_run_log, series
-from seqxduce.plotting import pixel_size
+from seqxduce.inspection.curves import figure_size, panels_for, read_run_log, series
+from seqxduce.inspection.plotting import pixel_size
 
 
 def invoke(*args):

@@ -175,7 +175,7 @@ def test_a_failing_member_stops_the_others_and_names_itself(two_members: Path, t
 
 
 def test_info_names_the_members_decode_ensembles(two_members: Path):
-    from seqxduce.run_info import format_info, run_info
+    from seqxduce.inspection.run_info import format_info, run_info
 
     info = run_info(two_members)
     assert info.members == [str(two_members / "members" / "2")]

@@ -7,7 +7,7 @@ from click.testing import CliRunner
 
 from seqxduce import components
 from seqxduce.cli import add_plugin_commands
-from seqxduce.run_info import run_info
+from seqxduce.inspection.run_info import run_info
 from seqxduce.rundir import RunDir
 
 

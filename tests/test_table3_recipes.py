@@ -15,7 +15,7 @@ from seqxduce_transformer.universal import UniversalTransformer
 
 from seqxduce.api import VocabInfo
 from seqxduce.cli import add_plugin_commands
-from seqxduce.cost import training_cost
+from seqxduce.inspection.cost import training_cost
 from seqxduce.recipe import load_recipe
 from tests.bench_scripts import load_bench
 

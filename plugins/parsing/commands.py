@@ -6,7 +6,7 @@ import io
 
 import click
 
-from seqxduce.interactive import interactive_command
+from seqxduce.inspection.interactive import interactive_command
 
 
 def show_tree(tree: str, flat: bool = False, **_: object) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from seqxduce.interactive import interactive_command
+from seqxduce.inspection.interactive import interactive_command
 
 
 def as_is(text: str) -> str:

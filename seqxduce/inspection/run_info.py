@@ -14,7 +14,7 @@ from typing import Any
 
 from seqxduce import components, rundir
 from seqxduce.api import UserError
-from seqxduce.curves import RunLog, read_run_log
+from seqxduce.inspection.curves import RunLog, read_run_log
 from seqxduce.members import members_to_decode
 from seqxduce.recipe import Recipe, toml_value
 from seqxduce.rundir import AVERAGE_FILE, METRICS_FILE

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from seqxduce.api import UserError
-from seqxduce.attention_maps import KIND_TITLES, KINDS, AttentionView, select
-from seqxduce.plotting import new_figure, pixel_size, save_png
+from seqxduce.inspection.attention_maps import KIND_TITLES, KINDS, AttentionView, select
+from seqxduce.inspection.plotting import new_figure, pixel_size, save_png
 
 CELL = 0.3  # inches per token on an axis
 CHAR = 0.075  # inches per character of a tick label at LABEL_SIZE points

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from seqxduce.api import UserError
-from seqxduce.plotting import new_figure, save_png
+from seqxduce.inspection.plotting import new_figure, save_png
 from seqxduce.rundir import METRICS_FILE
 
 PANEL_WIDTH, PANEL_HEIGHT, COLUMNS = 4.6, 3.2, 3

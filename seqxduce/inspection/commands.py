@@ -1,7 +1,7 @@
 """The commands that show what a run did and does: `seqxduce info`, `plot` and `attention`.
 
-Each parses its options and calls a function a Python user can call too (seqxduce.run_info, seqxduce.curves,
-seqxduce.attention_maps with seqxduce.attention_plot); torch and matplotlib load when a command runs.
+Each parses its options and calls a function a Python user can call too (run_info, curves, attention_maps with
+attention_plot, all in seqxduce.inspection); torch and matplotlib load when a command runs.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def _numbers(text: str | None, option: str) -> list[int] | None:
 def info(run: Path, as_json: bool) -> None:
     """Show a run: its recipe in short, parameters, step, tokens seen, best validation figures, vocabularies,
     checkpoints, which file `decode` uses and why, and software versions."""
-    from seqxduce.run_info import format_info, run_info
+    from seqxduce.inspection.run_info import format_info, run_info
 
     facts = run_info(run)
     click.echo(json.dumps(facts.as_dict(), indent=2) if as_json else format_info(facts))
@@ -51,7 +51,7 @@ def info(run: Path, as_json: bool) -> None:
 def plot(runs: tuple[Path, ...], output: Path, x_axis: str, extra: tuple[str, ...], dpi: int) -> None:
     """Plot training and validation loss, perplexity, learning rate, tokens/s, gradient norm and the task's
     metric of one or more runs (their metrics.jsonl), overlaid, into a PNG. Needs pip install 'seqxduce[plot]'."""
-    from seqxduce.curves import plot_curves
+    from seqxduce.inspection.curves import plot_curves
 
     path, (width, height) = plot_curves(list(runs), output, x=x_axis, extra=extra, dpi=dpi)
     click.echo(f"wrote {path} ({round(width * dpi)}x{round(height * dpi)} pixels, {len(runs)} run(s))")
@@ -77,10 +77,10 @@ def attention(run: Path, source: str, target: str | None, kinds: tuple[str, ...]
     """Draw a run's attention weights for one sentence as a PNG grid with the tokens on the axes (one row per
     kind and layer, one panel per head); a Universal Transformer's ponder counts appear beside the rows.
     Needs pip install 'seqxduce[plot]'."""
-    from seqxduce.attention_maps import attention_view
-    from seqxduce.attention_plot import plot_attention
     from seqxduce.decoding import load_run
-    from seqxduce.plotting import new_figure
+    from seqxduce.inspection.attention_maps import attention_view
+    from seqxduce.inspection.attention_plot import plot_attention
+    from seqxduce.inspection.plotting import new_figure
 
     if heads is not None and mean_heads:
         raise UserError("attention: give --heads or --mean-heads, not both")

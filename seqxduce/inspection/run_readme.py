@@ -8,7 +8,7 @@ from pathlib import Path
 
 from seqxduce.api import UserError
 from seqxduce.atomic import atomic_write_text
-from seqxduce.run_info import Best, RunInfo, count_text, figure_text, run_info, short_value
+from seqxduce.inspection.run_info import Best, RunInfo, count_text, figure_text, run_info, short_value
 
 README_FILE = "README.md"
 
