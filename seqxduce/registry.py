@@ -127,10 +127,12 @@ def check_hooks(pm: pluggy.PluginManager) -> None:
 
 
 class Registry:
-    """Name -> Component tables for the four kinds, built from a plugin manager's hooks."""
+    """Name -> Component tables for the four kinds, built from a plugin manager's hooks. A name registered twice
+    keeps its first registration, the second skipped with a warning naming both (strict: a UserError)."""
 
     def __init__(self, pm: pluggy.PluginManager, strict: bool = False):
         self.pm = pm
+        self.strict = strict
         self.tables: dict[str, dict[str, Component]] = {kind: {} for kind in KINDS}
         for kind in KINDS:
             hook = getattr(pm.hook, f"register_{kind}s")
@@ -157,10 +159,14 @@ class Registry:
         ) -> None:
             table = self.tables[kind]
             if name in table:
-                raise UserError(
-                    f"{kind} {name!r} is registered twice: by plugin {table[name].plugin!r} and by plugin "
-                    f"{plugin!r}; uninstall one of them or rename its {kind}"
-                )
+                clash = (f"{kind} {name!r} is registered twice: by plugin {table[name].plugin!r} and by plugin "
+                         f"{plugin!r}")
+                if self.strict:
+                    raise UserError(f"{clash}; uninstall one of them or rename its {kind}")
+                # as for a plugin that fails to import: the other commands and components keep working
+                warnings.warn(f"{clash}; the second is skipped (uninstall one of them or rename its {kind}; "
+                              "--strict-plugins makes this an error)", PluginLoadWarning, stacklevel=2)
+                return
             table[name] = Component(kind, name, factory, settings, dict(presets or {}), help, plugin,
                                     DISTRIBUTIONS.get(plugin, "(registered in code)"))
 

@@ -49,10 +49,42 @@ class DuplicateModel:
         register("transformer", lambda settings, vocab: None, settings=NoSettings)
 
 
-def test_duplicate_names_name_both_plugins():
-    with pytest.raises(UserError, match=r"model 'transformer' is registered twice.*'transformer'.*'test-plugin-0'"):
-        with plugins_registered(DuplicateModel()):
-            pass
+def _with_duplicate(strict: bool) -> Registry:
+    pm = new_manager()
+    pm.register(DuplicateModel(), name="duplicate")
+    return Registry(pm, strict=strict)
+
+
+def test_a_duplicate_name_skips_the_second_plugin_with_a_warning_naming_both():
+    with pytest.warns(PluginLoadWarning, match=r"model 'transformer' is registered twice: by plugin 'transformer' "
+                                               r"and by plugin 'duplicate'; the second is skipped"):
+        reg = _with_duplicate(strict=False)
+    # the first registration stands, and every other component is still there
+    assert reg.get("model", "transformer").plugin == "transformer"
+    for kind, expected in BUILT_IN.items():
+        assert expected <= set(reg.names(kind)), kind
+
+
+def test_a_duplicate_name_is_an_error_naming_both_plugins_when_strict():
+    with pytest.raises(UserError, match=r"model 'transformer' is registered twice.*'transformer'.*'duplicate'"):
+        _with_duplicate(strict=True)
+
+
+def test_commands_keep_working_beside_a_duplicate_name():
+    from click.testing import CliRunner
+
+    from seqxduce.cli import cli
+    from seqxduce.registry import reset_registry
+
+    with pytest.warns(PluginLoadWarning):
+        reg = _with_duplicate(strict=False)
+    reset_registry(reg)
+    try:
+        result = CliRunner().invoke(cli, ["plugins", "--kind", "model"], obj={})
+    finally:
+        reset_registry(None)
+    assert result.exit_code == 0, result.output
+    assert "transformer" in result.output and "universal_transformer" in result.output
 
 
 def test_unknown_name_lists_known_names_and_a_close_match():
