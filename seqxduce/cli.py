@@ -191,6 +191,33 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
         _check_unscored(ctx, report, allow_errors)
 
 
+@cli.command()
+@click.argument("run", metavar="RUN_DIR|CHECKPOINT", type=click.Path(path_type=Path))
+@click.option("--source", "source_file", required=True, type=click.Path(path_type=Path),
+              help="sources, one per line")
+@click.option("--target", "target_file", required=True, type=click.Path(path_type=Path),
+              help="targets, one per line, the i-th scored given the i-th source")
+@click.option("--normalize", is_flag=True,
+              help="add a third column: the total divided by the decoder's GNMT length penalty "
+                   "((5 + length) / 6) ** alpha with [decode] alpha (beam's score, as decode's n-best lines show "
+                   "it; greedy and sampling: the total)")
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="write the scores here instead of stdout")
+@click.option("--set", "overrides", multiple=True, help=SET_HELP + "; e.g. --set decode.alpha=1.0")
+@click.option("--ensemble", multiple=True, type=click.Path(path_type=Path),
+              help="also a checkpoint or run directory whose probabilities are averaged in, as in decode")
+@click.pass_context
+def score(ctx: click.Context, run: Path, source_file: Path, target_file: Path, normalize: bool,
+          output: Path | None, overrides: tuple[str, ...], ensemble: tuple[Path, ...]) -> None:
+    """Score given pairs with a trained run, as decode loads it (a multi-member run: its ensemble): one line per
+    pair, tab-separated, the target's total log-probability and its log-probability per token, both over its
+    tokens and eos (natural log), for filtering and reranking."""
+    _registry(ctx)
+    if output is not None:
+        engine.check_writable(output, f"--output {output}")
+    scores = engine.score_files(run, source_file, target_file, overrides=overrides, ensemble=ensemble)
+    _write(engine.format_scores(scores, normalize), output)
+
+
 def _check_unscored(ctx: click.Context, report: Report, allow_errors: bool) -> None:
     """Warn on stderr when the metric's figures leave outputs out, and exit 3 unless the user allows it."""
     if not report.invalid:

@@ -12,10 +12,12 @@ from seqxduce.recipe import Recipe, load_recipe
 
 if TYPE_CHECKING:  # pragma: no cover
     from seqxduce.decoding import Output
+    from seqxduce.scoring import PairScore
     from seqxduce.trainer import TrainResult
 
 __all__ = ["load_recipe", "load_run_recipe", "prepare", "train", "decode", "decode_split", "evaluate", "average",
-           "format_outputs", "format_annotations", "checkpoint_for", "ensemble_members", "read_lines", "check_writable"]
+           "format_outputs", "format_annotations", "checkpoint_for", "ensemble_members", "read_lines", "check_writable",
+           "score", "score_files", "format_scores"]
 
 
 def load_run_recipe(run_dir: Path, overrides: Sequence[str] = ()) -> Recipe:
@@ -85,6 +87,33 @@ def decode_split(run: str | Path, split: str, overrides: Sequence[str] = (),
     from seqxduce.decoding import load_run
 
     return _decode_split(load_run(Path(run), overrides, ensemble), split, annotate=annotate)
+
+
+def score(run: str | Path, sources: Sequence[str], targets: Sequence[str], overrides: Sequence[str] = (),
+          ensemble: Sequence[Path] = ()) -> list[PairScore]:
+    """Score given (source, target) pairs with a run as decode() loads it (its checkpoint, a multi-member run's
+    ensemble, and ensemble as in decode()): each target's total log-probability, eos counted (seqxduce.scoring)."""
+    from seqxduce.decoding import load_run
+    from seqxduce.scoring import score_pairs
+
+    return score_pairs(load_run(Path(run), overrides, ensemble), sources, targets)
+
+
+def score_files(run: str | Path, source_file: str | Path, target_file: str | Path, overrides: Sequence[str] = (),
+                ensemble: Sequence[Path] = ()) -> list[PairScore]:
+    """score() of the pairs of two files of one sentence per line (`seqxduce score`)."""
+    sources, targets = read_lines(Path(source_file)), read_lines(Path(target_file))
+    if len(sources) != len(targets):
+        raise UserError(f"--source {source_file} has {len(sources)} lines but --target {target_file} has "
+                        f"{len(targets)}: give one target line per source line")
+    return score(run, sources, targets, overrides=overrides, ensemble=ensemble)
+
+
+def format_scores(scores: Sequence[PairScore], normalize: bool = False) -> list[str]:
+    """One tab-separated line per pair: total log-prob, per token, and with normalize beam's normalized score."""
+    from seqxduce.scoring import format_scores as _format_scores
+
+    return _format_scores(scores, normalize)
 
 
 def ensemble_members(run: str | Path, overrides: Sequence[str] = ()) -> list[Path]:
