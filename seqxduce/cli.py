@@ -154,10 +154,14 @@ def train(ctx: click.Context, recipe_file: Path, out: Path | None, overrides: tu
 @click.option("--ensemble", multiple=True, type=click.Path(path_type=Path),
               help="also a checkpoint or run directory whose predictions are averaged in (repeat it; each must "
                    "share RUN's tokenizer files, e.g. another checkpoint of the same run)")
+@click.option("--alignments", type=click.Path(path_type=Path),
+              help="also write source-target word alignments here in Pharaoh format (0-0 1-2 ...), one line per "
+                   "output line, from the encoder-decoder attention ([decode] alignment_layer, default the "
+                   "penultimate layer, and alignment_heads, default all averaged)")
 @click.pass_context
 def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | None, output: Path | None,
            overrides: tuple[str, ...], examples: int, annotations: Path | None, allow_errors: bool,
-           ensemble: tuple[Path, ...]) -> None:
+           ensemble: tuple[Path, ...], alignments: Path | None) -> None:
     """Decode sources with a trained run (its averaged checkpoint if any, else the latest).
 
     With --split, exits with status 3 after writing everything when the metric left outputs out of its figures
@@ -165,7 +169,7 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
     _registry(ctx)
     if (input_file is None) == (split is None):
         raise UserError("decode: give exactly one of --input FILE (or -) and --split NAME")
-    for option, path in (("--output", output), ("--annotations", annotations)):
+    for option, path in (("--output", output), ("--annotations", annotations), ("--alignments", alignments)):
         if path is not None:  # before any work: a decode must not be lost for want of a place to write it
             engine.check_writable(path, f"{option} {path}")
     annotate = annotations is not None
@@ -187,6 +191,8 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
         _write(engine.format_outputs(outputs), output)
     if annotate:
         _write(engine.format_annotations(outputs), annotations)
+    if alignments is not None:
+        _write(engine.alignments(run, outputs, overrides=overrides, ensemble=ensemble), alignments)
     if split is not None:
         _check_unscored(ctx, report, allow_errors)
 
@@ -253,7 +259,9 @@ def _write(lines: list[str], output: Path | None) -> None:
 @click.option("--recipe", "recipe_or_run", type=click.Path(path_type=Path),
               help="a recipe file or run directory naming the task")
 @click.option("--task", "task_name", help="a task plugin name (with its default settings)")
-@click.option("--set", "overrides", multiple=True, help=SET_HELP)
+@click.option("--set", "overrides", multiple=True,
+              help=SET_HELP + "; with --task, that task's settings only, e.g. --set task.literature_bleu=true "
+                   "(translation: also the Multi30k papers' lowercased Moses-tokenized BLEU)")
 @click.option("--allow-errors", is_flag=True, help=ALLOW_ERRORS_HELP)
 @click.pass_context
 def evaluate(ctx: click.Context, hypotheses: Path, references: Path, recipe_or_run: Path | None,

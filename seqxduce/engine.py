@@ -11,13 +11,13 @@ from seqxduce.files import check_writable
 from seqxduce.recipe import Recipe, load_recipe
 
 if TYPE_CHECKING:  # pragma: no cover
-    from seqxduce.decoding import Output
+    from seqxduce.decoding import LoadedRun, Output
     from seqxduce.scoring import PairScore
     from seqxduce.trainer import TrainResult
 
 __all__ = ["load_recipe", "load_run_recipe", "prepare", "train", "decode", "decode_split", "evaluate", "average",
            "format_outputs", "format_annotations", "checkpoint_for", "ensemble_members", "read_lines", "check_writable",
-           "score", "score_files", "format_scores"]
+           "score", "score_files", "format_scores", "alignments"]
 
 
 def load_run_recipe(run_dir: Path, overrides: Sequence[str] = ()) -> Recipe:
@@ -116,6 +116,18 @@ def format_scores(scores: Sequence[PairScore], normalize: bool = False) -> list[
     return _format_scores(scores, normalize)
 
 
+def alignments(run: str | Path | LoadedRun, outputs: Sequence[Output], overrides: Sequence[str] = (),
+               ensemble: Sequence[Path] = ()) -> list[str]:
+    """Pharaoh word alignments (`0-0 1-2 ...`) of decoded outputs from the model's encoder-decoder attention, one
+    line per line format_outputs() gives; run: the loaded run that decoded them, or its path (loaded as decode()
+    loads it, with overrides and ensemble). See seqxduce.alignments for the layer, heads and words."""
+    from seqxduce.alignments import align_outputs
+    from seqxduce.decoding import LoadedRun, load_run
+
+    loaded = run if isinstance(run, LoadedRun) else load_run(Path(run), overrides, ensemble)
+    return align_outputs(loaded, outputs)
+
+
 def ensemble_members(run: str | Path, overrides: Sequence[str] = ()) -> list[Path]:
     """The other members a run directory trained with [train] members = N > 1 (decoding the run ensembles
     them); [] for a checkpoint file or a single-model run."""
@@ -161,7 +173,9 @@ def format_outputs(outputs: Sequence[Output]) -> list[str]:
 
 def evaluate(hypotheses: str | Path, references: str | Path, recipe: str | Path | None = None,
              task: str | None = None, overrides: Sequence[str] = ()) -> Report:
-    """Score a file of outputs against a file of references with a task's metric."""
+    """Score a file of outputs against a file of references with a task's metric: the task of a recipe file or run
+    directory (overrides as for training), or a task plugin by name with its defaults and `task.KEY=VALUE`
+    overrides (e.g. task="translation", overrides=["task.literature_bleu=true"])."""
     from seqxduce.registry import registry
     from seqxduce.settings_check import make_settings
 
@@ -173,9 +187,32 @@ def evaluate(hypotheses: str | Path, references: str | Path, recipe: str | Path 
         task_obj = loaded.task.component.build(loaded.task.settings)
     else:
         component = registry().get("task", task)
-        settings = make_settings(component.settings, {}, "task", f"--task {task}") if component.settings else None
+        values, raw = _task_overrides(task, component.settings, overrides)
+        settings = make_settings(component.settings, values, "task", f"--task {task}", raw) \
+            if component.settings else None
         task_obj = component.build(settings)
     return task_obj.score_files(Path(hypotheses), Path(references))
+
+
+def _task_overrides(task: str, settings: type | None, overrides: Sequence[str]) -> tuple[dict, dict]:
+    """The values and raw texts of `--set task.KEY=VALUE` for a task named by --task (no recipe: the task's
+    defaults and these); any other section, or a key the task does not have, is refused."""
+    import dataclasses
+
+    from seqxduce.recipe import override_value, split_override
+
+    known = {f.name for f in dataclasses.fields(settings)} if settings is not None else set()
+    values, raw = {}, {}
+    for text in overrides:
+        section, key, value = split_override(text)
+        if section != "task":
+            raise UserError(f"--set {text}: with --task only task settings apply (--set task.KEY=VALUE); "
+                            "give a recipe with --recipe for the others")
+        if key not in known:
+            raise UserError(f"--set {text}: task {task!r} has no setting {key!r}; its settings: "
+                            f"{', '.join(sorted(known)) or '(none)'}")
+        values[key], raw[key] = override_value(value), value
+    return values, raw
 
 
 def average(checkpoints: Sequence[str | Path], output: str | Path) -> Path:

@@ -32,6 +32,11 @@ class TranslationSettings(Settings):
                                min=0.0)
     tokenized_bleu: bool = setting(False, help="also report the paper-style tokenized BLEU (13a tokens, "
                                                "compounds split as ##AT##-##AT##); not comparable to sacreBLEU")
+    literature_bleu: bool = setting(False, help="also report BLEU as Multi30k papers of the fairseq era do "
+                                                "(Wu et al. 2021): hypotheses and references lowercased, "
+                                                "Moses-tokenized (sacremoses, tgt_lang), then sacreBLEU with "
+                                                "tokenize none (bleu_moses_lc); not comparable to sacreBLEU. "
+                                                "With evaluate: --set task.literature_bleu=true")
 
     def validate(self) -> None:
         """Checks the recipe loader runs before any data is read."""

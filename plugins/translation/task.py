@@ -42,6 +42,8 @@ class TranslationTask(Task):
         return [Example(source=src, target=tgt) for src, tgt in pairs]
 
     def score(self, hypotheses: list[str], references: list[str], sources: list[str] | None = None) -> Report:
-        """sacreBLEU (primary) and chrF, plus tokenized BLEU when [task] tokenized_bleu = true."""
+        """sacreBLEU (primary) and chrF, plus tokenized BLEU when [task] tokenized_bleu = true and the Multi30k
+        literature's BLEU when [task] literature_bleu = true."""
         return score_translations(hypotheses, references, tgt_lang=self.settings.tgt_lang,
-                                  tokenized_bleu=self.settings.tokenized_bleu)
+                                  tokenized_bleu=self.settings.tokenized_bleu,
+                                  literature_bleu=self.settings.literature_bleu)
