@@ -35,6 +35,18 @@ class DecodeCore(Settings):
                             choices=("none", "int8"))
     compile: bool = setting(False, help="torch.compile the model's decoding step (the first batches pay the "
                                         "compilation; off by default: measure with bench/decode_speed.py)")
+    # fairseq's --print-alignment reads the last layer; Garg et al. 2019 (fairseq's alignment models) found the
+    # penultimate layer's encoder-decoder attention the best aligner, hence -2
+    alignment_layer: int = setting(-2, help="decode --alignments: the encoder-decoder attention layer (or depth "
+                                            "step) the alignments are read from, 1-based, negative from the end "
+                                            "(-2 = the penultimate; a model with fewer layers: its first)")
+    alignment_heads: int = setting(0, help="decode --alignments: average the first N heads of that layer "
+                                           "(0 = all heads)", min=0)
+
+    def validate(self) -> None:
+        """Rules that bounds cannot express."""
+        if self.alignment_layer == 0:
+            raise UserError("[decode] alignment_layer = 0: layers count from 1 (or from the end with -1, -2, ...)")
 
 
 @dataclass
