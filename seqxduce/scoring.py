@@ -6,7 +6,11 @@ of the next token is read off, its eos included, as a decoder counts a hypothesi
 hypothesis's log-prob sums its tokens' and its eos'). The model is the run's as `decode` loads it
 (seqxduce.decoding.load_run): its checkpoint, a multi-member run's ensemble (probabilities averaged), quantized as
 [decode] says. So the score of an output that decode reported is the log-prob decode reported for it, up to float
-rounding (a full forward against incremental steps), and so is its normalized score (see PairScore).
+rounding (a full forward against incremental steps; more of it under bf16 or fp16 autocast), and so is its
+normalized score (see PairScore). Two outputs of a search differ by construction: one that ended without eos (a
+source whose every live hypothesis became impossible: the search keeps its best, eos not counted), and one whose
+eos a constraint forbade at the length limit (the search lets it out at log-prob 0); scoring counts the eos the
+model gives.
 """
 
 from __future__ import annotations
