@@ -120,3 +120,25 @@ def test_score_help_names_its_options():
     assert result.exit_code == 0, result.output
     for option in ("--source", "--target", "--normalize", "--output", "--ensemble", "length penalty"):
         assert option in result.output
+
+
+def test_a_multi_member_run_scores_with_its_ensemble_as_decode_decodes(tmp_path: Path):
+    from tests.conftest import TINY_RECIPE
+
+    run = tmp_path / "run"
+    trained = invoke("train", TINY_RECIPE, "--out", run, "--set", "train.members=2", "--set",
+                     "train.validate_every=0", "--set", "train.parallel_members=1")
+    assert trained.exit_code == 0, trained.output
+    sources = write(tmp_path / "src.txt", SOURCES)
+    decoded = invoke("decode", run, "--input", sources, "--output", tmp_path / "nbest.txt",
+                     *[f"--set={o}" for o in NBEST])
+    assert decoded.exit_code == 0, decoded.output
+    assert "members/2" in decoded.output  # decode named its second member
+    rows = [line.split("\t") for line in (tmp_path / "nbest.txt").read_text().splitlines()]
+    targets = [text for _, _, text in rows]
+    scored = engine.score(run, [SOURCES[int(i)] for i, _, _ in rows], targets, overrides=NBEST)
+    for (_, reported, _), s in zip(rows, scored):
+        assert s.normalized == pytest.approx(float(reported), abs=2e-4)
+    # the first member alone scores otherwise: the ensemble was used
+    alone = engine.score(run, [SOURCES[int(i)] for i, _, _ in rows], targets, overrides=[*NBEST, "train.members=1"])
+    assert any(abs(a.logprob - b.logprob) > 1e-3 for a, b in zip(scored, alone))
