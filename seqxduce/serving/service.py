@@ -8,6 +8,7 @@ decoder plugin); nothing here knows a task. decode() and attention() run in the 
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from typing import Any
@@ -37,6 +38,7 @@ class Service:
         self.settings = run.recipe.decode.settings
         self.fields = {f.name for f in dataclasses.fields(self.settings)} if self.settings is not None else set()
         self.decoders: OrderedDict[Hashable, Decoder] = OrderedDict()
+        self.lock = threading.Lock()  # the event loop checks a request's decoder while the worker uses another
 
     def decode_keys(self) -> dict[str, Any]:
         """The [decode] keys of the decoder plugin a request may set (nbest is a key of its own), with their values."""
@@ -69,9 +71,10 @@ class Service:
         """The decoder for a key of key_for (the run's own for no change), built once and kept."""
         if not key:
             return self.run.decoder
-        if key in self.decoders:
-            self.decoders.move_to_end(key)
-            return self.decoders[key]
+        with self.lock:
+            if key in self.decoders:
+                self.decoders.move_to_end(key)
+                return self.decoders[key]
         changes = dict(key)  # type: ignore[arg-type]
         try:
             settings = dataclasses.replace(self.settings, **changes)  # checked against the declared ranges
@@ -80,9 +83,10 @@ class Service:
             raise RequestError(422, f"{field}: {err}") from None
         section = self.run.recipe.decode
         decoder = section.component.factory(settings, self.run.tokenizers.tgt)
-        self.decoders[key] = decoder
-        if len(self.decoders) > DECODERS_KEPT:
-            self.decoders.popitem(last=False)
+        with self.lock:
+            self.decoders[key] = decoder
+            if len(self.decoders) > DECODERS_KEPT:
+                self.decoders.popitem(last=False)
         return decoder
 
     def decode(self, sources: Sequence[str], key: Hashable) -> list[Any]:
