@@ -109,6 +109,7 @@ def drive(port: int, pid: int, clients: int, seconds: float, requests: int | Non
     stop, lock, tally = threading.Event(), threading.Lock(), Tally()
     budget = [requests if requests is not None else -1]
     rss_before = rss_mib(pid)
+    counters_before = health(port)
     threads = [threading.Thread(target=client, args=(port, sources, expected, stop, budget, lock, seed * 1000 + k,
                                                      tally)) for k in range(clients)]
     start = time.perf_counter()
@@ -121,6 +122,9 @@ def drive(port: int, pid: int, clients: int, seconds: float, requests: int | Non
         t.join()
     elapsed = time.perf_counter() - start
     lat = sorted(tally.latencies)
+    counters = health(port)
+    batches = counters["batches"] - counters_before["batches"]
+    decoded = counters["decoded_sources"] - counters_before["decoded_sources"]
 
     def pct(p: float) -> float:
         return lat[min(len(lat) - 1, int(p * len(lat)))] * 1000 if lat else float("nan")
@@ -128,8 +132,15 @@ def drive(port: int, pid: int, clients: int, seconds: float, requests: int | Non
     return {"clients": clients, "answers": len(lat), "seconds": elapsed, "sources_per_s": len(lat) / elapsed,
             "p50_ms": pct(0.50), "p95_ms": pct(0.95), "p99_ms": pct(0.99),
             "mean_ms": statistics.fmean(lat) * 1000 if lat else float("nan"), "errors": tally.errors,
-            "mismatches": tally.mismatches, "first_error": tally.first_error, "rss_before_mib": rss_before,
+            "mismatches": tally.mismatches, "mean_batch": decoded / batches if batches else float("nan"),
+            "first_error": tally.first_error, "rss_before_mib": rss_before,
             "rss_after_mib": rss_mib(pid)}
+
+
+def health(port: int) -> dict:
+    """The server's /health counters (batches and sources decoded so far)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=60) as answer:
+        return json.loads(answer.read())
 
 
 def start_server(run: Path, port: int, extra: list[str]) -> subprocess.Popen:
@@ -184,7 +195,8 @@ def main() -> None:
                 rows.append(row)
                 print(f"round {row['round']} clients {clients:>3}: {row['sources_per_s']:8.1f} sources/s  "
                       f"p50 {row['p50_ms']:7.1f} ms  p95 {row['p95_ms']:7.1f} ms  p99 {row['p99_ms']:7.1f} ms  "
-                      f"answers {row['answers']}  errors {row['errors']}  mismatches {row['mismatches']}  "
+                      f"mean batch {row['mean_batch']:.1f}  answers {row['answers']}  "
+                      f"errors {row['errors']}  mismatches {row['mismatches']}  "
                       f"RSS {row['rss_before_mib']:.1f} -> {row['rss_after_mib']:.1f} MiB"
                       + (f"  first error: {row['first_error']}" if row["first_error"] else ""), flush=True)
     finally:

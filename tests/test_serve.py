@@ -347,7 +347,7 @@ def test_the_page_in_a_headless_browser(server, reverse_run, tmp_path):
     options.binary_location = str(CHROMIUM)
     for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'profile'}"):
+                 "--disable-dev-shm-usage", "--window-size=1000,1400", f"--user-data-dir={tmp_path / 'profile'}"):
         options.add_argument(flag)
     service = webdriver.ChromeService(executable_path=str(CHROMEDRIVER))  # never a downloaded browser
     browser = webdriver.Chrome(options=options, service=service)
