@@ -13,6 +13,7 @@ from seqxduce.api import Report, TrainingStopped, UserError
 from seqxduce.atomic import atomic_write_text
 from seqxduce.inspection import commands as inspect_commands
 from seqxduce.registry import KINDS, PluginLoadError, Registry, registry
+from seqxduce.serving.command import serve as serve_command
 
 SET_HELP = "override a recipe value: section.key=value (repeatable), e.g. --set train.max_steps=100"
 ALLOW_ERRORS_HELP = ("exit 0 even when the metric could not score some outputs (e.g. a parse that is not a tree); "
@@ -291,6 +292,7 @@ def average(checkpoints: tuple[Path, ...], output: Path) -> None:
 
 for _command in inspect_commands.COMMANDS:
     cli.add_command(_command)
+cli.add_command(serve_command)
 
 
 def add_plugin_commands(reg: Registry | None = None, strict: bool | None = None) -> click.Group:

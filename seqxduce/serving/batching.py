@@ -1,0 +1,235 @@
+"""Dynamic batching: requests put their sources in one bounded queue; a worker thread takes batches of sources
+that share decode settings, up to a token budget, waiting a few milliseconds after the first for more, decodes
+them with the function it was given, and hands each request its outputs in its own order.
+
+One thread owns the model, so the event loop stays free (`/health` answers during a long batch) and the model
+never runs two batches at once. torch and starlette are not imported here: the decode function is passed in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+Decode = Callable[[Sequence[str], Hashable], Sequence[Any]]  # (sources, settings key) -> an output or error each
+
+
+class QueueFull(Exception):
+    """The queue holds as many sources as it may: the client should retry later."""
+
+
+@dataclass(eq=False)
+class _Job:
+    """One request's sources (or one exclusive call), and where its answer goes."""
+
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future
+    key: Hashable = None
+    results: list[Any] = field(default_factory=list)
+    remaining: int = 0
+    call: Callable[[], Any] | None = None
+    cancelled: bool = False
+
+
+@dataclass(eq=False)
+class _Entry:
+    job: _Job
+    index: int
+    source: str
+    tokens: int
+    arrived: float
+
+
+@dataclass
+class Counters:
+    """What the worker has done, for /health."""
+
+    batches: int = 0
+    decoding: int = 0  # sources in the batch being decoded now
+    decoded: int = 0  # sources decoded
+    dropped: int = 0  # sources taken out of the queue because their client went away
+
+
+class Batcher:
+    """The queue and its worker thread; submit() and call() from the event loop, stop() to drain and end."""
+
+    def __init__(self, decode: Decode, max_queue: int, max_batch_tokens: int, max_batch_sources: int,
+                 max_wait_s: float, delay_s: float = 0.0):
+        self.decode = decode
+        self.max_queue = max_queue
+        self.max_batch_tokens = max_batch_tokens
+        self.max_batch_sources = max_batch_sources
+        self.max_wait_s = max_wait_s
+        self.delay_s = delay_s  # a pause before each batch: how the tests make a batch slow
+        self.queue: deque[_Entry | _Job] = deque()
+        self.cond = threading.Condition()
+        self.stopping = False
+        self.counters = Counters()
+        self.thread = threading.Thread(target=self._work, name="seqxduce-serve-batcher", daemon=True)
+
+    def start(self) -> None:
+        """Start the worker thread."""
+        self.thread.start()
+
+    def stop(self) -> None:
+        """Decode what is queued, then end the worker thread."""
+        with self.cond:
+            self.stopping = True
+            self.cond.notify_all()
+        self.thread.join()
+
+    def queued(self) -> int:
+        """Sources waiting (exclusive calls count one each)."""
+        with self.cond:
+            return len(self.queue)
+
+    def submit(self, sources: Sequence[str], tokens: Sequence[int], key: Hashable) -> asyncio.Future:
+        """Queue one request's sources (tokens: each one's length); the future gets their outputs in order, or the
+        first error. QueueFull when they do not fit."""
+        loop = asyncio.get_running_loop()
+        job = _Job(loop, loop.create_future(), key, [None] * len(sources), len(sources))
+        now = time.monotonic()
+        with self.cond:
+            if self.stopping:
+                raise QueueFull("the server is stopping")
+            if len(self.queue) + len(sources) > self.max_queue:
+                raise QueueFull(f"the queue holds {len(self.queue)} of at most {self.max_queue} sources")
+            self.queue.extend(_Entry(job, i, s, n, now) for i, (s, n) in enumerate(zip(sources, tokens)))
+            self.cond.notify_all()
+        job.future.job = job  # type: ignore[attr-defined]  (cancel() finds the job through its future)
+        return job.future
+
+    def call(self, function: Callable[[], Any]) -> asyncio.Future:
+        """Run function() in the worker thread between batches (it uses the model too); QueueFull as submit."""
+        loop = asyncio.get_running_loop()
+        job = _Job(loop, loop.create_future(), call=function)
+        with self.cond:
+            if self.stopping or len(self.queue) + 1 > self.max_queue:
+                raise QueueFull(f"the queue holds {len(self.queue)} of at most {self.max_queue} sources")
+            self.queue.append(job)
+            self.cond.notify_all()
+        job.future.job = job  # type: ignore[attr-defined]
+        return job.future
+
+    def cancel(self, future: asyncio.Future) -> None:
+        """Drop a request whose client went away: its queued sources leave the queue, later outputs are ignored."""
+        job: _Job = future.job  # type: ignore[attr-defined]
+        with self.cond:
+            job.cancelled = True
+            before = len(self.queue)
+            self.queue = deque(e for e in self.queue if (e.job if isinstance(e, _Entry) else e) is not job)
+            self.counters.dropped += before - len(self.queue)
+        if not future.done():
+            future.cancel()
+
+    def _work(self) -> None:
+        while True:
+            with self.cond:
+                batch = self._next_batch()
+                if batch is None:
+                    return
+            self.counters.decoding = 1 if isinstance(batch, _Job) else len(batch)
+            if self.delay_s:
+                time.sleep(self.delay_s)
+            if isinstance(batch, _Job):
+                self._run_call(batch)
+            else:
+                self._run_batch(batch)
+            self.counters.decoding = 0
+
+    def _next_batch(self) -> list[_Entry] | _Job | None:
+        """Under the lock: wait for work, then for a full batch or the first source's deadline; None to end."""
+        while True:
+            while not self.queue and not self.stopping:
+                self.cond.wait()
+            if not self.queue:
+                return None
+            first = self.queue[0]
+            if isinstance(first, _Job):
+                return self.queue.popleft()
+            deadline = first.arrived + self.max_wait_s
+            while not self.stopping and self.queue and self.queue[0] is first and not self._full(first.job.key):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self.cond.wait(left)
+            if self.queue and self.queue[0] is first:  # else its request was cancelled meanwhile: look again
+                taken = self._take(first.job.key)
+                if taken:  # none when the first belonged to a request that has failed: look again
+                    return taken
+
+    def _fits(self, key: Hashable) -> tuple[list[_Entry], bool]:
+        """The entries a batch of `key` takes from the front of the queue, and whether more would overflow it."""
+        taken: list[_Entry] = []
+        longest = 0
+        for entry in self.queue:
+            if isinstance(entry, _Job):
+                break  # an exclusive call waits for nobody behind it
+            if entry.job.key != key or entry.job.cancelled:
+                continue
+            grown = max(longest, entry.tokens)
+            if taken and (grown * (len(taken) + 1) > self.max_batch_tokens or len(taken) >= self.max_batch_sources):
+                return taken, True
+            taken.append(entry)
+            longest = grown
+        return taken, False
+
+    def _full(self, key: Hashable) -> bool:
+        return self._fits(key)[1]
+
+    def _take(self, key: Hashable) -> list[_Entry]:
+        taken, _ = self._fits(key)
+        chosen = set(map(id, taken))
+        # the sources of a request that failed in an earlier batch leave with them, undecoded
+        self.queue = deque(e for e in self.queue if id(e) not in chosen
+                           and not (isinstance(e, _Entry) and e.job.cancelled))
+        return taken
+
+    def _run_batch(self, batch: list[_Entry]) -> None:
+        try:
+            outputs: Sequence[Any] = self.decode([e.source for e in batch], batch[0].job.key)
+        except Exception as err:  # noqa: BLE001 - the requests get the error; the worker goes on
+            outputs = [err] * len(batch)
+        self.counters.batches += 1
+        self.counters.decoded += len(batch)
+        for entry, output in zip(batch, outputs):
+            job = entry.job
+            if job.cancelled:
+                continue
+            if isinstance(output, Exception):
+                job.cancelled = True  # its other sources need not be decoded any more
+                self._finish(job, error=output)
+                continue
+            job.results[entry.index] = output
+            job.remaining -= 1
+            if job.remaining == 0:
+                self._finish(job, result=job.results)
+
+    def _run_call(self, job: _Job) -> None:
+        if job.cancelled:
+            return
+        assert job.call is not None
+        try:
+            self._finish(job, result=job.call())
+        except Exception as err:  # noqa: BLE001 - as in _run_batch
+            self._finish(job, error=err)
+
+    @staticmethod
+    def _finish(job: _Job, result: Any = None, error: BaseException | None = None) -> None:
+        def settle() -> None:
+            if job.future.done():
+                return
+            if error is not None:
+                job.future.set_exception(error)
+            else:
+                job.future.set_result(result)
+
+        try:
+            job.loop.call_soon_threadsafe(settle)
+        except RuntimeError:  # the event loop has closed: nobody is waiting any more
+            pass

@@ -1,0 +1,128 @@
+"""The loaded run as the server uses it: which decode keys a request may change, a decoder per set of changes, a
+batch of sources decoded exactly as `seqxduce decode` decodes them, and the attention maps of one output.
+
+Everything task-specific goes through the same hooks `decode` uses (the task's postprocess, the tokenizers, the
+decoder plugin); nothing here knows a task. decode() and attention() run in the batcher's one worker thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+from seqxduce.api import Decoder, UserError
+from seqxduce.data import encode_source
+from seqxduce.decoding import LoadedRun, Output, decode_sources
+from seqxduce.serving.limits import DecodeAsk, RequestError
+
+DECODERS_KEPT = 16  # decoders built for requests' own settings, the least recently used dropped first
+
+
+def hypotheses(output: Output) -> list[dict[str, Any]]:
+    """One source's answer as `seqxduce decode` prints it (engine.format_outputs): the task's postprocessed
+    output alone, or with n-best each hypothesis's decoded text before postprocessing, with its score."""
+    if len(output.nbest) <= 1:
+        score = float(output.nbest[0][1].score) if output.nbest else 0.0
+        return [{"text": output.text, "score": score}]
+    return [{"text": text, "score": float(hyp.score)} for text, hyp in output.nbest]
+
+
+class Service:
+    """One loaded run (a model or an ensemble) and the decoders requests ask for."""
+
+    def __init__(self, run: LoadedRun):
+        self.run = run
+        self.settings = run.recipe.decode.settings
+        self.fields = {f.name for f in dataclasses.fields(self.settings)} if self.settings is not None else set()
+        self.decoders: OrderedDict[Hashable, Decoder] = OrderedDict()
+        self.lock = threading.Lock()  # the event loop checks a request's decoder while the worker uses another
+
+    def decode_keys(self) -> dict[str, Any]:
+        """The [decode] keys of the decoder plugin a request may set (nbest is a key of its own), with their values."""
+        return {name: getattr(self.settings, name) for name in sorted(self.fields - {"nbest"})}
+
+    def default_nbest(self) -> int:
+        """Hypotheses per source when a request does not say: as many as the recipe's decoder gives."""
+        return int(getattr(self.settings, "nbest", 1))
+
+    def source_tokens(self, source: str) -> int:
+        """A source's length as the model reads it (its tokens and eos)."""
+        return len(encode_source(self.run.tokenizers.src, source))
+
+    def key_for(self, ask: DecodeAsk) -> Hashable:
+        """The decoder a request needs, as a key (requests with one key share batches); 4xx when the settings are
+        out of range or the decoder gives one output per source and nbest > 1."""
+        changes = dict(ask.changes)
+        if ask.nbest != self.default_nbest():
+            if "nbest" not in self.fields:
+                raise RequestError(422, f"nbest: {ask.nbest}, but decoder {self.run.recipe.decode.core.name!r} "
+                                        "gives one output per source")
+            changes["nbest"] = ask.nbest
+            if "beam" in self.fields and changes.get("beam", self.settings.beam) < ask.nbest:
+                changes["beam"] = ask.nbest  # as `translate --nbest` does: a beam holds at least nbest
+        key = tuple(sorted(changes.items()))
+        self.decoder(key)  # built now, so that a value out of range is the request's error, not the batch's
+        return key
+
+    def decoder(self, key: Hashable) -> Decoder:
+        """The decoder for a key of key_for (the run's own for no change), built once and kept."""
+        if not key:
+            return self.run.decoder
+        with self.lock:
+            if key in self.decoders:
+                self.decoders.move_to_end(key)
+                return self.decoders[key]
+        changes = dict(key)  # type: ignore[arg-type]
+        try:
+            settings = dataclasses.replace(self.settings, **changes)  # checked against the declared ranges
+        except UserError as err:
+            field = next((k for k in changes if k in str(err)), ", ".join(changes))
+            raise RequestError(422, f"{field}: {err}") from None
+        section = self.run.recipe.decode
+        decoder = section.component.factory(settings, self.run.tokenizers.tgt)
+        with self.lock:
+            self.decoders[key] = decoder
+            if len(self.decoders) > DECODERS_KEPT:
+                self.decoders.popitem(last=False)
+        return decoder
+
+    def decode(self, sources: Sequence[str], key: Hashable) -> list[Any]:
+        """Decode one batch as `seqxduce decode` does; a source the model or task refuses (a UserError, e.g. longer
+        than learned positions reach) gets a 422 of its own and the others are decoded without it."""
+        try:
+            return [hypotheses(o) for o in self._decode(sources, key)]
+        except UserError as err:
+            if len(sources) == 1:
+                return [RequestError(422, f"inputs: {sources[0][:40]!r}: {err}")]
+        return [self._one(s, key) for s in sources]
+
+    def _decode(self, sources: Sequence[str], key: Hashable) -> list[Output]:
+        run = self.run
+        return decode_sources(run.model, run.tokenizers, run.task, list(sources), self.decoder(key), run.device,
+                              run.recipe.train.precision, run.recipe.decode.core.batch_size)
+
+    def _one(self, source: str, key: Hashable) -> Any:
+        try:
+            return hypotheses(self._decode([source], key)[0])
+        except UserError as err:
+            return RequestError(422, f"inputs: {source[:40]!r}: {err}")
+
+    def attention(self, source: str, target: str | None, key: Hashable) -> dict[str, Any]:
+        """The encoder-decoder attention of source and its output (the decoder's best, or `target`), per layer
+        averaged over heads, with the tokens on both axes (what `seqxduce attention` draws)."""
+        from seqxduce.inspection.attention_maps import attention_view
+
+        run = dataclasses.replace(self.run, decoder=self.decoder(key))
+        try:
+            view = attention_view(run, source, target)
+        except UserError as err:
+            raise RequestError(422, f"model: {err}") from None
+        return {
+            "source_tokens": view.source_tokens, "output_tokens": view.output_tokens, "output_text": view.output_text,
+            "unit": view.unit,
+            "cross": [[[round(float(v), 4) for v in row] for row in layer.mean(dim=0).tolist()]
+                      for layer in view.maps["cross"]],
+        }
