@@ -164,7 +164,7 @@ def interactive_command(name: str, help: str, render: Render, options: Sequence[
         loaded = load_run(run, overrides)
         with_nbest(loaded, nbest)
         if sys.stdin.isatty():
-            click.echo(f"seqxduce {name}: {loaded.checkpoint}; type a line and press Enter, Ctrl-D to leave",
+            click.echo(f"seqxduce {name}: {loaded.described()}; type a line and press Enter, Ctrl-D to leave",
                        err=True)
         prompt_loop(loaded, render, nbest, prompt=f"{name}> ", history=history or history_path(name),
                     prepare=prepare, **extra)

@@ -15,7 +15,7 @@ from typing import Any
 from seqxduce import components, rundir
 from seqxduce.api import UserError
 from seqxduce.inspection.curves import RunLog, read_run_log
-from seqxduce.members import members_to_decode
+from seqxduce.members import member_of, members_to_decode
 from seqxduce.recipe import Recipe, toml_value
 from seqxduce.rundir import AVERAGE_FILE, METRICS_FILE
 
@@ -77,6 +77,10 @@ def run_info(path: Path) -> RunInfo:
             members = [str(m) for m in members_to_decode(run, recipe)]
         except UserError as err:  # an unfinished member: say so, the rest of the facts still stand
             notes.append(str(err))
+    whole = member_of(run_dir.resolve())
+    if whole is not None and whole[1] > 1:
+        notes.append(f"member {whole[1]} of the run {whole[0]} ([train] members); decoding that run ensembles its "
+                     "members, decoding this folder uses this member alone")
     if tokens is None and log.train:
         notes.append("tokens seen: this run's metrics.jsonl predates the target_tokens figure")
     return RunInfo(
