@@ -33,9 +33,10 @@ class Output:
 
 def decode_sources(model: Model, tokenizers: components.Tokenizers, task: Task,
                    examples: Sequence[Example] | Sequence[str], decoder: Decoder, device: torch.device,
-                   precision: str = "fp32", batch_size: int = 64) -> list[Output]:
-    """Run a model over sources (Examples or plain source strings) with a decoder plugin, batched by length, and
-    give the task's outputs in input order."""
+                   precision: str = "fp32", batch_size: int = 64, batch_tokens: int = 0) -> list[Output]:
+    """Run a model over sources (Examples or plain source strings) with a decoder plugin, batched by length (at
+    most batch_size sources, or with batch_tokens > 0 at most that many padded source tokens), and give the
+    task's outputs in input order."""
     sources = [ex.source if isinstance(ex, Example) else ex for ex in examples]
     tgt = tokenizers.tgt
     encoded = [encode_source(tokenizers.src, s) for s in sources]
@@ -44,8 +45,7 @@ def decode_sources(model: Model, tokenizers: components.Tokenizers, task: Task,
     was_training = model.training
     model.eval()
     try:
-        for start in range(0, len(order), batch_size):
-            chunk = order[start:start + batch_size]
+        for chunk in length_batches(order, [len(e) for e in encoded], batch_size, batch_tokens):
             request = DecodeRequest(
                 src=pad_sources([encoded[i] for i in chunk], tgt.pad_id).to(device),
                 sources=[sources[i] for i in chunk], bos_id=tgt.bos_id, eos_id=tgt.eos_id, pad_id=tgt.pad_id,
@@ -59,6 +59,23 @@ def decode_sources(model: Model, tokenizers: components.Tokenizers, task: Task,
     finally:
         model.train(was_training)
     return [r for r in results if r is not None]
+
+
+def length_batches(order: Sequence[int], lengths: Sequence[int], batch_size: int,
+                   batch_tokens: int = 0) -> list[list[int]]:
+    """Consecutive batches of `order` (indices sorted by length, shortest first): at most batch_size each, or with
+    batch_tokens > 0 as many as keep (count x longest) within batch_tokens; a source longer than that goes alone."""
+    if batch_tokens <= 0:
+        return [list(order[start:start + batch_size]) for start in range(0, len(order), batch_size)]
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        longest = max([lengths[i], *(lengths[j] for j in current[-1:])])  # sorted: the newest is the longest
+        if current and (len(current) + 1) * longest > batch_tokens:
+            batches.append(current)
+            current = []
+        current.append(i)
+    return batches + ([current] if current else [])
 
 
 @dataclass
@@ -150,7 +167,8 @@ def _checkpoints_of(path: Path) -> list[Path]:
 def decode_lines(run: LoadedRun, sources: Sequence[str], annotate: bool = False) -> list[Output]:
     """Decode raw source lines with the run's decoder, in input order (with annotate, see annotate_outputs)."""
     outputs = decode_sources(run.model, run.tokenizers, run.task, list(sources), run.decoder, run.device,
-                             run.recipe.train.precision, run.recipe.decode.core.batch_size)
+                             run.recipe.train.precision, run.recipe.decode.core.batch_size,
+                             run.recipe.decode.core.batch_tokens)
     if annotate:
         annotate_outputs(run, outputs)
     return outputs
@@ -189,7 +207,8 @@ def decode_split(run: LoadedRun, split: str, annotate: bool = False) -> tuple[li
         raise UserError(f"--split {split!r}: the task has splits {', '.join(run.task.splits)}")
     examples = run.task.examples(split, components.data_dir(run.recipe))
     outputs = decode_sources(run.model, run.tokenizers, run.task, examples, run.decoder, run.device,
-                             run.recipe.train.precision, run.recipe.decode.core.batch_size)
+                             run.recipe.train.precision, run.recipe.decode.core.batch_size,
+                             run.recipe.decode.core.batch_tokens)
     for o, ex in zip(outputs, examples):
         o.reference = ex.ref
     if annotate:

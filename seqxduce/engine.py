@@ -11,11 +11,11 @@ from seqxduce.files import check_writable
 from seqxduce.recipe import Recipe, load_recipe
 
 if TYPE_CHECKING:  # pragma: no cover
-    from seqxduce.decoding import Output
+    from seqxduce.decoding import LoadedRun, Output
     from seqxduce.trainer import TrainResult
 
 __all__ = ["load_recipe", "load_run_recipe", "prepare", "train", "decode", "decode_split", "evaluate", "average",
-           "format_outputs", "format_annotations", "checkpoint_for", "ensemble_members", "read_lines", "check_writable"]
+           "format_outputs", "format_annotations", "checkpoint_for", "load_run", "read_lines", "check_writable"]
 
 
 def load_run_recipe(run_dir: Path, overrides: Sequence[str] = ()) -> Recipe:
@@ -67,44 +67,54 @@ def train(recipe: Recipe | str | Path, out: str | Path | None = None, resume: bo
                   tokenizers_from=None if tokenizers_from is None else Path(tokenizers_from))
 
 
-def decode(run: str | Path, sources: Sequence[str], overrides: Sequence[str] = (),
-           annotate: bool = False, ensemble: Sequence[Path] = ()) -> list[Output]:
-    """Decode source lines with a run directory or checkpoint; outputs come back in input order.
+def load_run(run: str | Path, overrides: Sequence[str] = (), ensemble: Sequence[Path] = (),
+             checkpoint: str | None = None) -> LoadedRun:
+    """Load a run directory or checkpoint for decoding, once: what it decodes with (checkpoint, members) is in the
+    result (seqxduce.decoding.load_run; checkpoint: best, average, last or a file, None for the default)."""
+    from seqxduce.decoding import load_run as _load_run
+
+    return _load_run(Path(run), overrides, ensemble, checkpoint)
+
+
+def decode(run: str | Path | LoadedRun, sources: Sequence[str], overrides: Sequence[str] = (),
+           annotate: bool = False, ensemble: Sequence[Path] = (), checkpoint: str | None = None) -> list[Output]:
+    """Decode source lines with a run directory or checkpoint (or a run load_run loaded); outputs come back in
+    input order.
 
     annotate: also fill each Output's annotations with the model's per-position figures (e.g. ponder counts).
-    ensemble: more checkpoints or run directories (same tokenizer files) whose predictions are averaged in."""
-    from seqxduce.decoding import decode_lines, load_run
+    ensemble: more checkpoints or run directories (same tokenizer files) whose predictions are averaged in.
+    checkpoint: which of the run's checkpoints (best, average, last or a file; default the average if any)."""
+    from seqxduce.decoding import decode_lines
 
-    return decode_lines(load_run(Path(run), overrides, ensemble), sources, annotate=annotate)
+    return decode_lines(_loaded(run, overrides, ensemble, checkpoint), sources, annotate=annotate)
 
 
-def decode_split(run: str | Path, split: str, overrides: Sequence[str] = (),
-                 annotate: bool = False, ensemble: Sequence[Path] = ()) -> tuple[list[Output], Report]:
-    """Decode one of the task's splits with a run and score it (annotate and ensemble as in decode())."""
+def decode_split(run: str | Path | LoadedRun, split: str, overrides: Sequence[str] = (), annotate: bool = False,
+                 ensemble: Sequence[Path] = (), checkpoint: str | None = None) -> tuple[list[Output], Report]:
+    """Decode one of the task's splits with a run and score it (the rest as in decode())."""
     from seqxduce.decoding import decode_split as _decode_split
-    from seqxduce.decoding import load_run
 
-    return _decode_split(load_run(Path(run), overrides, ensemble), split, annotate=annotate)
-
-
-def ensemble_members(run: str | Path, overrides: Sequence[str] = ()) -> list[Path]:
-    """The other members a run directory trained with [train] members = N > 1 (decoding the run ensembles
-    them); [] for a checkpoint file or a single-model run."""
-    from seqxduce.members import members_to_decode
-    from seqxduce.rundir import RunDir
-
-    if not Path(run).is_dir():
-        return []
-    rundir = RunDir(run)
-    return members_to_decode(rundir, rundir.load_recipe(overrides))
+    return _decode_split(_loaded(run, overrides, ensemble, checkpoint), split, annotate=annotate)
 
 
-def checkpoint_for(run: str | Path) -> Path:
+def _loaded(run: str | Path | LoadedRun, overrides: Sequence[str], ensemble: Sequence[Path],
+            checkpoint: str | None) -> LoadedRun:
+    """A run given loaded as it is (then overrides, ensemble and checkpoint were load_run's to apply), else loaded."""
+    from seqxduce.decoding import LoadedRun
+
+    if isinstance(run, LoadedRun):
+        if overrides or ensemble or checkpoint is not None:
+            raise UserError("decode: a loaded run takes no overrides, ensemble or checkpoint; give them to load_run")
+        return run
+    return load_run(run, overrides, ensemble, checkpoint)
+
+
+def checkpoint_for(run: str | Path, choice: str | None = None) -> Path:
     """The checkpoint decode() uses for a run directory or checkpoint: the run's average if any (refused when
-    stale), else its newest readable step checkpoint."""
+    stale), else its newest readable step checkpoint; or choice best, average, last or a file (rundir.locate)."""
     from seqxduce.rundir import locate
 
-    return locate(run)[1]
+    return locate(run, choice)[1]
 
 
 def format_annotations(outputs: Sequence[Output]) -> list[str]:

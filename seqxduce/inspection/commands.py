@@ -28,11 +28,12 @@ def _numbers(text: str | None, option: str) -> list[int] | None:
 
 
 @click.command("info")
-@click.argument("run", metavar="RUN_DIR|CHECKPOINT", type=click.Path(path_type=Path))
+@click.argument("run", metavar="RUN", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object, for scripts")
 def info(run: Path, as_json: bool) -> None:
-    """Show a run: its recipe in short, parameters, step, tokens seen, best validation figures, vocabularies,
-    checkpoints, which file `decode` uses and why, and software versions."""
+    """Show a run (RUN: its directory, or one checkpoint in it): its recipe in short, parameters, step, tokens
+    seen, best validation figures, vocabularies, checkpoints, which file `decode` uses by default and why (and
+    the members it ensembles), and software versions. `recipe info` is about a recipe before training."""
     from seqxduce.inspection.run_info import format_info, run_info
 
     facts = run_info(run)
@@ -40,7 +41,7 @@ def info(run: Path, as_json: bool) -> None:
 
 
 @click.command("plot")
-@click.argument("runs", metavar="RUN_DIR...", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("runs", metavar="RUN...", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("curves.png"), show_default=True,
               help="the PNG to write")
 @click.option("--x", "x_axis", type=click.Choice(["step", "time"]), default="step", show_default=True,
@@ -58,7 +59,7 @@ def plot(runs: tuple[Path, ...], output: Path, x_axis: str, extra: tuple[str, ..
 
 
 @click.command("attention")
-@click.argument("run", metavar="RUN_DIR|CHECKPOINT", type=click.Path(path_type=Path))
+@click.argument("run", metavar="RUN", type=click.Path(path_type=Path))
 @click.option("--input", "source", required=True, help="the source sentence, as you would write it to decode")
 @click.option("--target", help="the output to show attention for (default: what the run's decoder writes)")
 @click.option("--kind", "kinds", multiple=True, type=click.Choice(KINDS),
