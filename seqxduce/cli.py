@@ -184,9 +184,20 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
     for option, path in (("--output", output), ("--annotations", annotations)):
         if path is not None:  # before any work: a decode must not be lost for want of a place to write it
             engine.check_writable(path, f"{option} {path}")
-    shortcuts = {"decode.beam": beam, "decode.batch_tokens": batch_tokens, "train.device": device}
-    overrides = (*overrides, *(f"{key}={value}" for key, value in shortcuts.items() if value is not None))
-    loaded = engine.load_run(run, overrides, ensemble, checkpoint)  # load first, then say what was loaded
+    shortcuts = {"decode.beam": ("--beam", beam), "decode.batch_tokens": ("--batch-tokens", batch_tokens),
+                 "train.device": ("--device", device)}
+    given = {key: flag for key, (flag, value) in shortcuts.items() if value is not None}
+    overrides = (*overrides, *(f"{key}={shortcuts[key][1]}" for key in given))
+    try:
+        loaded = engine.load_run(run, overrides, ensemble, checkpoint)  # load first, then say what was loaded
+    except UserError as err:  # a refused shortcut is named as the user typed it
+        text = str(err)
+        for key, flag in given.items():
+            if text.startswith(f"--set {key}:"):
+                raise UserError(flag + text[len(f"--set {key}"):]) from None
+            if text.startswith("[{}] {}".format(*key.split("."))):  # refused where the setting is used
+                raise UserError(f"{flag} {shortcuts[key][1]}: {text}") from None
+        raise
     if nbest is not None:
         with_nbest(loaded, nbest)
     click.echo(f"decoding with {loaded.described()}", err=True)

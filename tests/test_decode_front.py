@@ -121,3 +121,9 @@ def test_nbest_1_narrows_a_recipes_nbest_to_the_best(run: Path):
     result = _invoke("decode", run, "--input", run.parent / "in.txt", "--set", "decode.nbest=2", "--nbest", "1")
     assert result.exit_code == 0, result.output
     assert len(result.stdout.splitlines()) == len(SOURCES.splitlines()) and "\t" not in result.stdout
+
+
+def test_a_refused_shortcut_is_named_as_typed(run: Path):
+    result = _invoke("decode", run, "--input", run.parent / "in.txt", "--set", "decode.name=greedy", "--beam", "3")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "Error: --beam: unknown key [decode] beam for decoder 'greedy'" in result.output
