@@ -139,14 +139,26 @@ def train(ctx: click.Context, recipe_file: Path, out: Path | None, overrides: tu
 
 
 @cli.command()
-@click.argument("run", metavar="RUN_DIR|CHECKPOINT", type=click.Path(path_type=Path))
+@click.argument("run", metavar="RUN", type=click.Path(path_type=Path))
 @click.option("--input", "input_file", type=click.Path(path_type=Path, allow_dash=True),
               help="sources, one per line ('-' for stdin)")
 @click.option("--split", help="decode one of the task's splits and print its metric instead")
 @click.option("--output", type=click.Path(path_type=Path), help="write outputs here instead of stdout")
+@click.option("--checkpoint", metavar="best|average|last|PATH",
+              help="which of RUN's checkpoints: best (best.pt, the best validation), average (average.pt), last "
+                   "(the newest step), for every member alike; or a checkpoint file, read alone with RUN's recipe. "
+                   "Default: the average if any, else the newest (see `seqxduce info RUN`)")
+@click.option("--beam", type=click.IntRange(min=1), help="beam size (decode.beam)")
+@click.option("--nbest", type=click.IntRange(min=1),
+              help="write the N best hypotheses of each source, with their scores (decode.nbest; widens a narrower "
+                   "beam)")
+@click.option("--batch-tokens", type=click.IntRange(min=1),
+              help="batch up to N padded source tokens instead of decode.batch_size sentences (decode.batch_tokens)")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), help="decode on this device (the recipe's train.device)")
 @click.option("--set", "overrides", multiple=True,
-              help=SET_HELP + "; e.g. --set decode.beam=8, or --set model.steps=N for a Universal Transformer's "
-                   "depth (only the model keys its plugin declares decode-time)")
+              help="override any other recipe value: section.key=value (repeatable), e.g. --set decode.max_len_b=50, "
+                   "or --set model.steps=N for a Universal Transformer's depth (only the model keys its plugin "
+                   "declares decode-time)")
 @click.option("--examples", default=3, show_default=True, help="with --split: outputs printed beside references")
 @click.option("--annotations", type=click.Path(path_type=Path),
               help="also write the model's per-position figures (e.g. a Universal Transformer's ponder counts) "
@@ -161,45 +173,60 @@ def train(ctx: click.Context, recipe_file: Path, out: Path | None, overrides: tu
                    "penultimate layer, and alignment_heads, default all averaged)")
 @click.pass_context
 def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | None, output: Path | None,
-           overrides: tuple[str, ...], examples: int, annotations: Path | None, allow_errors: bool,
-           ensemble: tuple[Path, ...], alignments: Path | None) -> None:
-    """Decode sources with a trained run (its averaged checkpoint if any, else the latest).
+           checkpoint: str | None, beam: int | None, nbest: int | None, batch_tokens: int | None,
+           device: str | None, overrides: tuple[str, ...], examples: int, annotations: Path | None,
+           allow_errors: bool, ensemble: tuple[Path, ...], alignments: Path | None) -> None:
+    """Decode sources with a trained run: RUN is a run directory (or one checkpoint file in it). A run trained
+    with [train] members = N decodes with the ensemble of its members.
 
     With --split, exits with status 3 after writing everything when the metric left outputs out of its figures
     (a warning on stderr names them), unless --allow-errors."""
+    from seqxduce.inspection.interactive import with_nbest
+
     _registry(ctx)
     if (input_file is None) == (split is None):
         raise UserError("decode: give exactly one of --input FILE (or -) and --split NAME")
     for option, path in (("--output", output), ("--annotations", annotations), ("--alignments", alignments)):
         if path is not None:  # before any work: a decode must not be lost for want of a place to write it
             engine.check_writable(path, f"{option} {path}")
+    shortcuts = {"decode.beam": ("--beam", beam), "decode.batch_tokens": ("--batch-tokens", batch_tokens),
+                 "train.device": ("--device", device)}
+    given = {key: flag for key, (flag, value) in shortcuts.items() if value is not None}
+    overrides = (*overrides, *(f"{key}={shortcuts[key][1]}" for key in given))
+    try:
+        loaded = engine.load_run(run, overrides, ensemble, checkpoint)  # load first, then say what was loaded
+    except UserError as err:  # a refused shortcut is named as the user typed it
+        text = str(err)
+        for key, flag in given.items():
+            if text.startswith(f"--set {key}:"):
+                raise UserError(flag + text[len(f"--set {key}"):]) from None
+            if text.startswith("[{}] {}".format(*key.split("."))):  # refused where the setting is used
+                raise UserError(f"{flag} {shortcuts[key][1]}: {text}") from None
+        raise
+    if nbest is not None:
+        with_nbest(loaded, nbest)
+    click.echo(f"decoding with {loaded.described()}", err=True)
     annotate = annotations is not None
-    checkpoint = engine.checkpoint_for(run)
-    ensemble = (*engine.ensemble_members(run, overrides), *ensemble)  # a run trained with [train] members = N
-    click.echo(f"decoding with {checkpoint}" + "".join(f" + {p}" for p in ensemble), err=True)
-    run = checkpoint  # the one named: a damaged newest checkpoint is passed over once, not twice
     if split is not None:
-        outputs, report = engine.decode_split(run, split, overrides=overrides, annotate=annotate,
-                                              ensemble=ensemble)
+        outputs, report = engine.decode_split(loaded, split, annotate=annotate)
         for o in outputs[:examples]:
             click.echo(f"src: {o.source}\nhyp: {o.text}\nref: {o.reference}\n", err=True)
         _write([o.text for o in outputs], output)
         # with outputs on stdout the report goes to stderr, so that stdout stays one output per line
         click.echo(report.text or _metric_line(report.metrics), err=output is None)
     else:
-        outputs = engine.decode(run, _read_sources(input_file), overrides=overrides, annotate=annotate,
-                                ensemble=ensemble)
+        outputs = engine.decode(loaded, _read_sources(input_file), annotate=annotate)
         _write(engine.format_outputs(outputs), output)
     if annotate:
         _write(engine.format_annotations(outputs), annotations)
     if alignments is not None:
-        _write(engine.alignments(run, outputs, overrides=overrides, ensemble=ensemble), alignments)
+        _write(engine.alignments(loaded, outputs), alignments)
     if split is not None:
         _check_unscored(ctx, report, allow_errors)
 
 
 @cli.command()
-@click.argument("run", metavar="RUN_DIR|CHECKPOINT", type=click.Path(path_type=Path))
+@click.argument("run", metavar="RUN", type=click.Path(path_type=Path))
 @click.option("--source", "source_file", required=True, type=click.Path(path_type=Path),
               help="sources, one per line")
 @click.option("--target", "target_file", required=True, type=click.Path(path_type=Path),

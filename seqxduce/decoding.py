@@ -15,8 +15,8 @@ from seqxduce.api import Decoder, DecodeRequest, Example, Hypothesis, Model, Pos
 from seqxduce.data import encode_source, pad_sources
 from seqxduce.decode_options import compile_step, quantize_for_decoding
 from seqxduce.device import autocast_context, resolve_device
-from seqxduce.members import members_to_decode
-from seqxduce.recipe import Recipe
+from seqxduce.members import member_checkpoints, member_dir
+from seqxduce.recipe import Recipe, split_override
 
 
 @dataclass
@@ -33,9 +33,10 @@ class Output:
 
 def decode_sources(model: Model, tokenizers: components.Tokenizers, task: Task,
                    examples: Sequence[Example] | Sequence[str], decoder: Decoder, device: torch.device,
-                   precision: str = "fp32", batch_size: int = 64) -> list[Output]:
-    """Run a model over sources (Examples or plain source strings) with a decoder plugin, batched by length, and
-    give the task's outputs in input order."""
+                   precision: str = "fp32", batch_size: int = 64, batch_tokens: int = 0) -> list[Output]:
+    """Run a model over sources (Examples or plain source strings) with a decoder plugin, batched by length (at
+    most batch_size sources, or with batch_tokens > 0 at most that many padded source tokens), and give the
+    task's outputs in input order."""
     sources = [ex.source if isinstance(ex, Example) else ex for ex in examples]
     tgt = tokenizers.tgt
     encoded = [encode_source(tokenizers.src, s) for s in sources]
@@ -44,8 +45,7 @@ def decode_sources(model: Model, tokenizers: components.Tokenizers, task: Task,
     was_training = model.training
     model.eval()
     try:
-        for start in range(0, len(order), batch_size):
-            chunk = order[start:start + batch_size]
+        for chunk in length_batches(order, [len(e) for e in encoded], batch_size, batch_tokens):
             request = DecodeRequest(
                 src=pad_sources([encoded[i] for i in chunk], tgt.pad_id).to(device),
                 sources=[sources[i] for i in chunk], bos_id=tgt.bos_id, eos_id=tgt.eos_id, pad_id=tgt.pad_id,
@@ -61,9 +61,27 @@ def decode_sources(model: Model, tokenizers: components.Tokenizers, task: Task,
     return [r for r in results if r is not None]
 
 
+def length_batches(order: Sequence[int], lengths: Sequence[int], batch_size: int,
+                   batch_tokens: int = 0) -> list[list[int]]:
+    """Consecutive batches of `order` (indices sorted by length, shortest first): at most batch_size each, or with
+    batch_tokens > 0 as many as keep (count x longest) within batch_tokens; a source longer than that goes alone."""
+    if batch_tokens <= 0:
+        return [list(order[start:start + batch_size]) for start in range(0, len(order), batch_size)]
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        longest = max([lengths[i], *(lengths[j] for j in current[-1:])])  # sorted: the newest is the longest
+        if current and (len(current) + 1) * longest > batch_tokens:
+            batches.append(current)
+            current = []
+        current.append(i)
+    return batches + ([current] if current else [])
+
+
 @dataclass
 class LoadedRun:
-    """Everything decoding needs, loaded from a run directory."""
+    """Everything decoding needs, loaded from a run directory: what was loaded (checkpoint, members) included, so
+    that a command says what it decodes with from what it loaded."""
 
     recipe: Recipe
     run_dir: Path
@@ -73,41 +91,84 @@ class LoadedRun:
     model: Model
     decoder: Decoder
     device: torch.device
+    members: list[Path] = field(default_factory=list)  # the other checkpoints ensembled in, in order
+    run_members: int = 1  # [train] members of the run directory named (1: a single-model run)
+    member: int | None = None  # the member loaded alone (load_run's member), None for the run as a whole
+
+    def described(self) -> str:
+        """'CHECKPOINT + MEMBER + ...': what this decodes with, for a command's first line."""
+        return str(self.checkpoint) + "".join(f" + {p}" for p in self.members)
 
 
-def load_run(path: Path, overrides: Sequence[str] = (), ensemble: Sequence[Path] = ()) -> LoadedRun:
+def load_run(path: Path, overrides: Sequence[str] = (), ensemble: Sequence[Path] = (), checkpoint: str | None = None,
+             member: int | None = None) -> LoadedRun:
     """Load recipe, tokenizers, model weights and decoder from a run directory or checkpoint.
 
     Overrides of [model] keys are refused unless the model declares them decode-time keys (for instance a
-    Universal Transformer's depth, `--set model.steps=N`); see components.check_decode_overrides. With ensemble
-    (more checkpoints or run directories sharing this run's tokenizer files), the model is their ensemble, as it
-    is for a run directory trained with [train] members = N (seqxduce.members). The
-    model is then quantized and its step compiled as [decode] quantize / compile say (decode_options)."""
-    run, checkpoint = rundir.locate(path)
+    Universal Transformer's depth, `--set model.steps=N`); see components.check_decode_overrides; they apply to
+    every member. A run directory trained with [train] members = N is the ensemble of its members
+    (seqxduce.members), unless member = K asks for member K alone; with ensemble (more checkpoints or run
+    directories sharing this run's tokenizer files) those are averaged in too. checkpoint: which of the run's
+    checkpoints (best, average or last, for each member alike; or a file, alone), see rundir.locate; None: the
+    average if any, else the newest. The model is then quantized and its step compiled as [decode] quantize /
+    compile say (decode_options)."""
+    from seqxduce.ensemble import EnsembleModel, load_members
+
+    run, chosen = rundir.locate(path, checkpoint)
     recipe = run.load_recipe(overrides)
     components.check_decode_overrides(recipe, tuple(overrides))
-    if Path(path).is_dir():  # the run as a whole: with [train] members = N, its members' ensemble
-        ensemble = [*members_to_decode(run, recipe), *ensemble]
+    run_members = recipe.train.members if Path(path).is_dir() else 1
+    whole = Path(path).is_dir() and member is None and (checkpoint is None or checkpoint in rundir.CHECKPOINT_CHOICES)
+    members = member_checkpoints(run, recipe, checkpoint) if whole else []
+    if member is not None:
+        run, chosen, recipe = _member_alone(path, run, chosen, recipe, member, overrides, checkpoint)
+    members += [p for extra in ensemble for p in _checkpoints_of(Path(extra))]
     device = resolve_device(recipe.train.device)
     built = run.components(recipe)
-    ckpt.load_weights(built.model, ckpt.load(checkpoint)["model"], checkpoint,
+    ckpt.load_weights(built.model, ckpt.load(chosen)["model"], chosen,
                       f"decode with the recipe it was trained with ({run.recipe_file})")
     model = built.model.to(device).eval()
-    if ensemble:
-        from seqxduce.ensemble import EnsembleModel, load_members
-
-        model = EnsembleModel([model, *load_members(run, ensemble, device)])
+    if members:
+        model_overrides = [o for o in overrides if split_override(o)[0] == "model"]
+        model = EnsembleModel([model, *load_members(run, members, device, model_overrides)])
     model = quantize_for_decoding(model, recipe.decode.core.quantize)
     if recipe.decode.core.compile:
         model = compile_step(model)
     decoder = components.build_decoder(recipe, built.tokenizers)
-    return LoadedRun(recipe, run.path, checkpoint, built.task, built.tokenizers, model, decoder, device)
+    return LoadedRun(recipe, run.path, chosen, built.task, built.tokenizers, model, decoder, device, members,
+                     run_members, member)
+
+
+def _member_alone(path: Path, run: rundir.RunDir, chosen: Path, recipe: Recipe, member: int,
+                  overrides: Sequence[str], checkpoint: str | None) -> tuple[rundir.RunDir, Path, Recipe]:
+    """(run directory, checkpoint, recipe) of member K of the run named, to load it without the others."""
+    if not Path(path).is_dir():
+        raise UserError(f"--member {member}: {path} is one checkpoint already; give the run directory")
+    count = recipe.train.members
+    if not 1 <= member <= count:
+        raise UserError(f"--member {member}: {run.path} has {count} member(s) ([train] members = {count}); give "
+                        f"1..{count}")
+    if member == 1:  # the run directory itself
+        return run, chosen, recipe
+    where = member_dir(run.path, member)
+    alone, chosen = rundir.locate(where, checkpoint)
+    return alone, chosen, alone.load_recipe(overrides)
+
+
+def _checkpoints_of(path: Path) -> list[Path]:
+    """The checkpoints an --ensemble path stands for: a file itself; a run directory its decode checkpoint and,
+    when it was trained with [train] members = N, its other members' too (the run as a whole)."""
+    run, chosen = rundir.locate(path)
+    if not path.is_dir():
+        return [chosen]
+    return [chosen, *member_checkpoints(run, run.load_recipe())]
 
 
 def decode_lines(run: LoadedRun, sources: Sequence[str], annotate: bool = False) -> list[Output]:
     """Decode raw source lines with the run's decoder, in input order (with annotate, see annotate_outputs)."""
     outputs = decode_sources(run.model, run.tokenizers, run.task, list(sources), run.decoder, run.device,
-                             run.recipe.train.precision, run.recipe.decode.core.batch_size)
+                             run.recipe.train.precision, run.recipe.decode.core.batch_size,
+                             run.recipe.decode.core.batch_tokens)
     if annotate:
         annotate_outputs(run, outputs)
     return outputs
@@ -129,8 +190,9 @@ def annotate_outputs(run: LoadedRun, outputs: Sequence[Output]) -> None:
         with torch.no_grad():
             figures = run.model.annotate(src, tgt_in)
         if not figures:
+            also = f" (nor has any of the {len(run.members)} other member(s) ensembled in)" if run.members else ""
             raise UserError(f"{run.run_dir}: model [model] name = {run.recipe.model.core.name!r} has no "
-                            "per-position figures to annotate; decode without --annotations")
+                            f"per-position figures to annotate{also}; decode without --annotations")
         for row, (o, s_ids, t_ids) in enumerate(zip(chunk, sources, targets)):
             o.annotations = {"source_tokens": [src_tok.id_to_token(i) for i in s_ids],
                              "target_tokens": [tgt_tok.id_to_token(i) for i in t_ids]}
@@ -145,7 +207,8 @@ def decode_split(run: LoadedRun, split: str, annotate: bool = False) -> tuple[li
         raise UserError(f"--split {split!r}: the task has splits {', '.join(run.task.splits)}")
     examples = run.task.examples(split, components.data_dir(run.recipe))
     outputs = decode_sources(run.model, run.tokenizers, run.task, examples, run.decoder, run.device,
-                             run.recipe.train.precision, run.recipe.decode.core.batch_size)
+                             run.recipe.train.precision, run.recipe.decode.core.batch_size,
+                             run.recipe.decode.core.batch_tokens)
     for o, ex in zip(outputs, examples):
         o.reference = ex.ref
     if annotate:

@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from seqxduce.trainer import TrainResult
 
 __all__ = ["load_recipe", "load_run_recipe", "prepare", "train", "decode", "decode_split", "evaluate", "average",
-           "format_outputs", "format_annotations", "checkpoint_for", "ensemble_members", "read_lines", "check_writable",
+           "format_outputs", "format_annotations", "checkpoint_for", "load_run", "read_lines", "check_writable",
            "score", "score_files", "format_scores", "alignments"]
 
 
@@ -69,44 +69,55 @@ def train(recipe: Recipe | str | Path, out: str | Path | None = None, resume: bo
                   tokenizers_from=None if tokenizers_from is None else Path(tokenizers_from))
 
 
-def decode(run: str | Path, sources: Sequence[str], overrides: Sequence[str] = (),
-           annotate: bool = False, ensemble: Sequence[Path] = ()) -> list[Output]:
-    """Decode source lines with a run directory or checkpoint; outputs come back in input order.
+def load_run(run: str | Path, overrides: Sequence[str] = (), ensemble: Sequence[Path] = (),
+             checkpoint: str | None = None) -> LoadedRun:
+    """Load a run directory or checkpoint for decoding, once: what it decodes with (checkpoint, members) is in the
+    result (seqxduce.decoding.load_run; checkpoint: best, average, last or a file, None for the default)."""
+    from seqxduce.decoding import load_run as _load_run
+
+    return _load_run(Path(run), overrides, ensemble, checkpoint)
+
+
+def decode(run: str | Path | LoadedRun, sources: Sequence[str], overrides: Sequence[str] = (),
+           annotate: bool = False, ensemble: Sequence[Path] = (), checkpoint: str | None = None) -> list[Output]:
+    """Decode source lines with a run directory or checkpoint (or a run load_run loaded); outputs come back in
+    input order.
 
     annotate: also fill each Output's annotations with the model's per-position figures (e.g. ponder counts).
-    ensemble: more checkpoints or run directories (same tokenizer files) whose predictions are averaged in."""
-    from seqxduce.decoding import decode_lines, load_run
+    ensemble: more checkpoints or run directories (same tokenizer files) whose predictions are averaged in.
+    checkpoint: which of the run's checkpoints (best, average, last or a file; default the average if any)."""
+    from seqxduce.decoding import decode_lines
 
-    return decode_lines(load_run(Path(run), overrides, ensemble), sources, annotate=annotate)
+    return decode_lines(_loaded(run, overrides, ensemble, checkpoint), sources, annotate=annotate)
 
 
-def decode_split(run: str | Path, split: str, overrides: Sequence[str] = (),
-                 annotate: bool = False, ensemble: Sequence[Path] = ()) -> tuple[list[Output], Report]:
-    """Decode one of the task's splits with a run and score it (annotate and ensemble as in decode())."""
+def decode_split(run: str | Path | LoadedRun, split: str, overrides: Sequence[str] = (), annotate: bool = False,
+                 ensemble: Sequence[Path] = (), checkpoint: str | None = None) -> tuple[list[Output], Report]:
+    """Decode one of the task's splits with a run and score it (the rest as in decode())."""
     from seqxduce.decoding import decode_split as _decode_split
-    from seqxduce.decoding import load_run
 
-    return _decode_split(load_run(Path(run), overrides, ensemble), split, annotate=annotate)
+    return _decode_split(_loaded(run, overrides, ensemble, checkpoint), split, annotate=annotate)
 
 
-def score(run: str | Path, sources: Sequence[str], targets: Sequence[str], overrides: Sequence[str] = (),
-          ensemble: Sequence[Path] = ()) -> list[PairScore]:
+def score(run: str | Path | LoadedRun, sources: Sequence[str], targets: Sequence[str],
+          overrides: Sequence[str] = (), ensemble: Sequence[Path] = (), checkpoint: str | None = None
+          ) -> list[PairScore]:
     """Score given (source, target) pairs with a run as decode() loads it (its checkpoint, a multi-member run's
     ensemble, and ensemble as in decode()): each target's total log-probability, eos counted (seqxduce.scoring)."""
-    from seqxduce.decoding import load_run
     from seqxduce.scoring import score_pairs
 
-    return score_pairs(load_run(Path(run), overrides, ensemble), sources, targets)
+    return score_pairs(_loaded(run, overrides, ensemble, checkpoint), sources, targets)
 
 
-def score_files(run: str | Path, source_file: str | Path, target_file: str | Path, overrides: Sequence[str] = (),
-                ensemble: Sequence[Path] = ()) -> list[PairScore]:
+def score_files(run: str | Path | LoadedRun, source_file: str | Path, target_file: str | Path,
+                overrides: Sequence[str] = (), ensemble: Sequence[Path] = (), checkpoint: str | None = None
+                ) -> list[PairScore]:
     """score() of the pairs of two files of one sentence per line (`seqxduce score`)."""
     sources, targets = read_lines(Path(source_file)), read_lines(Path(target_file))
     if len(sources) != len(targets):
         raise UserError(f"--source {source_file} has {len(sources)} lines but --target {target_file} has "
                         f"{len(targets)}: give one target line per source line")
-    return score(run, sources, targets, overrides=overrides, ensemble=ensemble)
+    return score(run, sources, targets, overrides=overrides, ensemble=ensemble, checkpoint=checkpoint)
 
 
 def format_scores(scores: Sequence[PairScore], normalize: bool = False) -> list[str]:
@@ -122,30 +133,28 @@ def alignments(run: str | Path | LoadedRun, outputs: Sequence[Output], overrides
     line per line format_outputs() gives; run: the loaded run that decoded them, or its path (loaded as decode()
     loads it, with overrides and ensemble). See seqxduce.alignments for the layer, heads and words."""
     from seqxduce.alignments import align_outputs
-    from seqxduce.decoding import LoadedRun, load_run
 
-    loaded = run if isinstance(run, LoadedRun) else load_run(Path(run), overrides, ensemble)
-    return align_outputs(loaded, outputs)
+    return align_outputs(_loaded(run, overrides, ensemble, None), outputs)
 
 
-def ensemble_members(run: str | Path, overrides: Sequence[str] = ()) -> list[Path]:
-    """The other members a run directory trained with [train] members = N > 1 (decoding the run ensembles
-    them); [] for a checkpoint file or a single-model run."""
-    from seqxduce.members import members_to_decode
-    from seqxduce.rundir import RunDir
+def _loaded(run: str | Path | LoadedRun, overrides: Sequence[str], ensemble: Sequence[Path],
+            checkpoint: str | None) -> LoadedRun:
+    """A run given loaded as it is (then overrides, ensemble and checkpoint were load_run's to apply), else loaded."""
+    from seqxduce.decoding import LoadedRun
 
-    if not Path(run).is_dir():
-        return []
-    rundir = RunDir(run)
-    return members_to_decode(rundir, rundir.load_recipe(overrides))
+    if isinstance(run, LoadedRun):
+        if overrides or ensemble or checkpoint is not None:
+            raise UserError("decode: a loaded run takes no overrides, ensemble or checkpoint; give them to load_run")
+        return run
+    return load_run(run, overrides, ensemble, checkpoint)
 
 
-def checkpoint_for(run: str | Path) -> Path:
+def checkpoint_for(run: str | Path, choice: str | None = None) -> Path:
     """The checkpoint decode() uses for a run directory or checkpoint: the run's average if any (refused when
-    stale), else its newest readable step checkpoint."""
+    stale), else its newest readable step checkpoint; or choice best, average, last or a file (rundir.locate)."""
     from seqxduce.rundir import locate
 
-    return locate(run)[1]
+    return locate(run, choice)[1]
 
 
 def format_annotations(outputs: Sequence[Output]) -> list[str]:
@@ -220,5 +229,33 @@ def average(checkpoints: Sequence[str | Path], output: str | Path) -> Path:
     from seqxduce import checkpoint
 
     check_writable(output, f"average -o {output}")
+    check_one_member([Path(p) for p in checkpoints])
     checkpoint.atomic_save(checkpoint.average([Path(p) for p in checkpoints]), Path(output))
     return Path(output)
+
+
+def check_one_member(checkpoints: Sequence[Path]) -> None:
+    """Refuse, before any is read, a run directory among the checkpoints, or checkpoints of different members of
+    a run trained with [train] members = N: members start from different seeds, and the average of their
+    weights is neither member (an ensemble averages their predictions instead)."""
+    from seqxduce.members import member_of
+    from seqxduce.rundir import CHECKPOINT_DIR
+
+    for path in checkpoints:
+        if path.is_dir():
+            raise UserError(f"average {path}: a folder; name the checkpoint files to average, e.g. "
+                            f"{path / CHECKPOINT_DIR}/step_*.pt (of a run with several members, each member's apart)")
+    found = {}
+    for path in checkpoints:
+        run_dir = path.parent.parent if path.parent.name == CHECKPOINT_DIR else path.parent
+        whole = member_of(run_dir.resolve())
+        if whole is not None:
+            found.setdefault(whole, path)
+    runs = {whole for whole, _ in found}
+    for run in runs:
+        of_run = [(k, p) for (whole, k), p in found.items() if whole == run]
+        if len(of_run) > 1:
+            (k1, p1), (k2, p2) = sorted(of_run)[:2]
+            raise UserError(f"average: {p1} and {p2} belong to members {k1} and {k2} of {run}, trained from different "
+                            "seeds, whose weights do not average into a model; average each member's own checkpoints "
+                            f"(-o average.pt in that member's folder), and decode {run} to ensemble the members")

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 
 from seqxduce import checkpoint as ckpt
-from seqxduce import rundir
-from seqxduce.api import Model, ModelOutput, UserError
+from seqxduce import components, rundir
+from seqxduce.api import AttentionWeights, Model, ModelOutput, UserError
 
 
 class EnsembleModel(torch.nn.Module, Model):
@@ -58,6 +58,22 @@ class EnsembleModel(torch.nn.Module, Model):
         pairs = [m.reorder(mem, c, index) for m, mem, c in zip(self.members, memory, caches)]
         return [mem for mem, _ in pairs], None if cache is None else [c for _, c in pairs]
 
+    def annotate(self, src: torch.Tensor, tgt_in: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Each member's per-position figures: the first member's under their own names (what a reader of a
+        single model's annotations expects), member k's (k >= 2) with `_member<k>` appended."""
+        figures: dict[str, torch.Tensor] = {}
+        for k, member in enumerate(self.members, start=1):
+            for name, values in member.annotate(src, tgt_in).items():
+                figures[name if k == 1 else f"{name}_member{k}"] = values
+        return figures
+
+    def attention_weights(self, src: torch.Tensor, tgt_in: torch.Tensor) -> AttentionWeights | None:
+        """Refused: the members average their predictions, not their attention, and each attends in its own
+        way; this says so itself, so that no message blames a member's model for the ensemble's lack."""
+        raise UserError(f"an ensemble of {len(self.members)} models has no attention weights of its own (its members "
+                        "attend each in their own way); draw one member's: `seqxduce attention RUN --member K` "
+                        "(load_run(RUN, member=K)), or name that member's checkpoint")
+
 
 def tokenizer_files(run: rundir.RunDir) -> dict[str, bytes]:
     """The saved tokenizer files of a run, by name (what decides that two runs read and write the same ids)."""
@@ -66,8 +82,10 @@ def tokenizer_files(run: rundir.RunDir) -> dict[str, bytes]:
             if p.is_file() and p.name.startswith(tuple(prefixes))}
 
 
-def load_members(main: rundir.RunDir, paths: Sequence[Path], device: torch.device) -> list[Model]:
-    """The models of extra checkpoints or run directories, each with its own run's recipe, on device.
+def load_members(main: rundir.RunDir, paths: Sequence[Path], device: torch.device,
+                 model_overrides: Sequence[str] = ()) -> list[Model]:
+    """The models of extra checkpoints or run directories, each with its own run's recipe (plus the decode-time
+    model_overrides, e.g. a Universal Transformer's depth, which apply to every member alike), on device.
 
     Refused, naming the file: a member whose run has other tokenizer files than the main run's (its ids would
     mean other words, and the average would be silently wrong), or another task."""
@@ -79,7 +97,8 @@ def load_members(main: rundir.RunDir, paths: Sequence[Path], device: torch.devic
         if tokenizer_files(run) != ours:
             raise UserError(f"--ensemble {path}: its run {run.path} has other tokenizer files than {main.path}; "
                             "ensemble checkpoints of one run, or runs trained with the same tokenizer files")
-        recipe = run.load_recipe()
+        recipe = run.load_recipe(model_overrides)
+        components.check_decode_overrides(recipe, tuple(model_overrides))
         if recipe.task.core.name != main_task:
             raise UserError(f"--ensemble {path}: trained for task {recipe.task.core.name!r}, not {main_task!r}")
         model = run.components(recipe).model

@@ -61,6 +61,32 @@ def members_to_decode(run: RunDir, recipe: Recipe) -> list[Path]:
     return found
 
 
+def member_checkpoints(run: RunDir, recipe: Recipe, choice: str | None = None) -> list[Path]:
+    """The checkpoints of members 2..N that decoding the run ensembles in, each member's chosen as the run's own
+    is (RunDir.decode_checkpoint: its average if any, else its newest; or choice best, average or last)."""
+    return [RunDir(where).decode_checkpoint(choice) for where in members_to_decode(run, recipe)]
+
+
+def member_of(run_dir: Path) -> tuple[Path, int] | None:
+    """(the whole run, k) when run_dir is member k of a run trained with [train] members > 1; None otherwise."""
+    run_dir = Path(run_dir)
+    if run_dir.parent.name == MEMBERS_DIR and run_dir.name.isdigit():
+        return run_dir.parent.parent, int(run_dir.name)
+    if (run_dir / MEMBERS_DIR / MEMBERS_RECIPE).is_file():
+        return run_dir, 1
+    return None
+
+
+def member_dirs(run_dir: Path) -> list[Path]:
+    """The run directories of all members found on disk, member 1 (run_dir itself) first; [run_dir] for a
+    single-model run. Read from the folders, so that reading logs needs no recipe."""
+    members = Path(run_dir) / MEMBERS_DIR
+    if not (members / MEMBERS_RECIPE).is_file():
+        return [Path(run_dir)]
+    found = sorted((int(p.name), p) for p in members.iterdir() if p.is_dir() and p.name.isdigit())
+    return [Path(run_dir), *(p for _, p in found)]
+
+
 def parallel_count(recipe: Recipe, cores: int) -> int:
     """How many members train at once: the recipe's parallel_members, else one per core on the CPU (at most the
     members) and one at a time on a GPU (each would want all of it)."""

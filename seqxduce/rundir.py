@@ -7,6 +7,7 @@ A run directory holds:
     tokenizer*           the trained tokenizer (src_tokenizer* and tgt_tokenizer* when not shared)
     checkpoints/         step_<8 digits>.pt: model, optimizer and data position, the newest kept
     average.pt           the average of the last checkpoints (train.average_last), if asked for
+    best.pt              the checkpoint of the best validation so far, where the trainer keeps one
     metrics.jsonl        one JSON object per training log line and validation
 """
 
@@ -28,6 +29,9 @@ from seqxduce.recipe import Recipe, load_recipe
 RECIPE_FILE = "recipe.toml"
 CHECKPOINT_DIR = "checkpoints"
 AVERAGE_FILE = "average.pt"
+BEST_FILE = "best.pt"
+# what `decode --checkpoint` may name besides a file (RunDir.decode_checkpoint)
+CHECKPOINT_CHOICES = ("best", "average", "last")
 METRICS_FILE = "metrics.jsonl"
 STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
 # the temporary files of saves (seqxduce.atomic, tokenizer staging, write checks)
@@ -105,6 +109,10 @@ class RunDir:
         return self.path / AVERAGE_FILE
 
     @property
+    def best_file(self) -> Path:
+        return self.path / BEST_FILE
+
+    @property
     def metrics_file(self) -> Path:
         return self.path / METRICS_FILE
 
@@ -146,13 +154,28 @@ class RunDir:
                             "checkpoints training wrote")
         return path, state
 
-    def decode_checkpoint(self) -> Path:
-        """The checkpoint decoding uses: the average when there is one (and it is current), else the newest
-        readable step checkpoint."""
-        if self.average_file.is_file():
+    def decode_checkpoint(self, choice: str | None = None) -> Path:
+        """The checkpoint decoding uses: by default the average when there is one (and it is current), else the
+        newest readable step checkpoint; choice "best", "average" or "last" asks for that one (refused in one
+        line when the run has none)."""
+        if choice is None:
+            return self.decode_checkpoint("average" if self.average_file.is_file() else "last")
+        if choice == "best":
+            if not self.best_file.is_file():
+                raise UserError(f"--checkpoint best: {self.path} kept no best checkpoint ({BEST_FILE}); the trainer "
+                                "keeps one at each validation improvement of runs that validate ([train] "
+                                "validate_every > 0); decode --checkpoint average or last, or train with validation")
+            return self.best_file
+        if choice == "average":
+            if not self.average_file.is_file():
+                raise UserError(f"--checkpoint average: {self.path} has no {AVERAGE_FILE}; make one with `seqxduce "
+                                f"average CHECKPOINTS... -o {self.average_file}` (or [train] average_last), or decode "
+                                "--checkpoint last")
             self.check_average()
             return self.average_file
-        return self.newest_readable(mmap=True)[0]
+        if choice == "last":
+            return self.newest_readable(mmap=True)[0]
+        raise UserError(f"--checkpoint {choice}: choose one of {', '.join(CHECKPOINT_CHOICES)}, or name a file")
 
     def check_average(self) -> None:
         """A UserError unless the average stands for this run as it is now: made from its checkpoints (the same
@@ -321,9 +344,10 @@ class RunDir:
         return components.assemble(recipe, self.load_tokenizers(recipe), task)
 
 
-def locate(path: Path | str) -> tuple[RunDir, Path]:
+def locate(path: Path | str, choice: str | None = None) -> tuple[RunDir, Path]:
     """(run directory, checkpoint file) for a run directory or a checkpoint inside one; a run's average is
-    checked to be current however it is named."""
+    checked to be current however it is named. choice (`decode --checkpoint`): best, average or last of a run
+    directory (see RunDir.decode_checkpoint), or a checkpoint file to read with the run's recipe."""
     path = Path(path)
     if path.is_dir() and path.suffix == ".pt":
         raise UserError(f"{path}: not a file; name a checkpoint file or a run directory")
@@ -331,9 +355,23 @@ def locate(path: Path | str) -> tuple[RunDir, Path]:
         run = RunDir(path)
         if not run.recipe_file.is_file():
             raise UserError(f"{path}: not a run directory (no {RECIPE_FILE}); give the --out of `seqxduce train`")
-        return run, run.decode_checkpoint()
+        if choice is None or choice in CHECKPOINT_CHOICES:
+            return run, run.decode_checkpoint(choice)
+        named = Path(choice)
+        if not named.is_file():
+            raise UserError(f"--checkpoint {choice}: no such file; choose {', '.join(CHECKPOINT_CHOICES)} or name a "
+                            "checkpoint file")
+        return run, named
     if not path.exists():
         raise UserError(f"{path}: no such run directory or checkpoint")
+    if path.suffix == ".toml":
+        if path.name == RECIPE_FILE and (path.parent / CHECKPOINT_DIR).is_dir():
+            raise UserError(f"{path}: the recipe of a run; give the run directory {path.parent}")
+        raise UserError(f"{path}: that is a recipe: train it first with `seqxduce train {path}`, then give the run "
+                        "directory it writes")
+    if choice is not None:
+        raise UserError(f"--checkpoint {choice}: {path} is one checkpoint already; give the run directory to choose "
+                        "among its checkpoints")
     run = RunDir(path.parent.parent if path.parent.name == CHECKPOINT_DIR else path.parent)
     if path.name == AVERAGE_FILE and path.parent == run.path:
         run.check_average()

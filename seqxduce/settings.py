@@ -30,6 +30,9 @@ class DecodeCore(Settings):
     name: str = setting("beam", help="decoder plugin name")
     batch_size: int = setting(64, help="sentences decoded together (sorted by length to waste little padding)",
                               min=1)
+    batch_tokens: int = setting(0, help="when > 0, batches are capped by padded source tokens (sentences x longest "
+                                        "source) instead of batch_size, as fairseq's --max-tokens; 0 = by batch_size",
+                                min=0)
     quantize: str = setting("none", help="int8 = decode with every nn.Linear dynamically quantized to int8 "
                                          "(CPU only; faster, outputs may differ slightly); none = as trained",
                             choices=("none", "int8"))

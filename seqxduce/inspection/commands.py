@@ -28,11 +28,12 @@ def _numbers(text: str | None, option: str) -> list[int] | None:
 
 
 @click.command("info")
-@click.argument("run", metavar="RUN_DIR|CHECKPOINT", type=click.Path(path_type=Path))
+@click.argument("run", metavar="RUN", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object, for scripts")
 def info(run: Path, as_json: bool) -> None:
-    """Show a run: its recipe in short, parameters, step, tokens seen, best validation figures, vocabularies,
-    checkpoints, which file `decode` uses and why, and software versions."""
+    """Show a run (RUN: its directory, or one checkpoint in it): its recipe in short, parameters, step, tokens
+    seen, best validation figures, vocabularies, checkpoints, which file `decode` uses by default and why (and
+    the members it ensembles), and software versions. `recipe info` is about a recipe before training."""
     from seqxduce.inspection.run_info import format_info, run_info
 
     facts = run_info(run)
@@ -40,7 +41,7 @@ def info(run: Path, as_json: bool) -> None:
 
 
 @click.command("plot")
-@click.argument("runs", metavar="RUN_DIR...", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("runs", metavar="RUN...", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("curves.png"), show_default=True,
               help="the PNG to write")
 @click.option("--x", "x_axis", type=click.Choice(["step", "time"]), default="step", show_default=True,
@@ -58,7 +59,7 @@ def plot(runs: tuple[Path, ...], output: Path, x_axis: str, extra: tuple[str, ..
 
 
 @click.command("attention")
-@click.argument("run", metavar="RUN_DIR|CHECKPOINT", type=click.Path(path_type=Path))
+@click.argument("run", metavar="RUN", type=click.Path(path_type=Path))
 @click.option("--input", "source", required=True, help="the source sentence, as you would write it to decode")
 @click.option("--target", help="the output to show attention for (default: what the run's decoder writes)")
 @click.option("--kind", "kinds", multiple=True, type=click.Choice(KINDS),
@@ -72,11 +73,15 @@ def plot(runs: tuple[Path, ...], output: Path, x_axis: str, extra: tuple[str, ..
               help="the PNG to write")
 @click.option("--dpi", type=click.IntRange(20, 600), default=100, show_default=True, help="pixels per inch")
 @click.option("--set", "overrides", multiple=True, help="override a recipe value: section.key=value (repeatable)")
+@click.option("--member", type=click.IntRange(min=1),
+              help="of a run trained with [train] members = N: draw member K (default 1); each member attends in "
+                   "its own way, so the ensemble has no attention of its own")
 def attention(run: Path, source: str, target: str | None, kinds: tuple[str, ...], layers: str | None,
-              heads: str | None, mean_heads: bool, output: Path, dpi: int, overrides: tuple[str, ...]) -> None:
+              heads: str | None, mean_heads: bool, output: Path, dpi: int, overrides: tuple[str, ...],
+              member: int | None) -> None:
     """Draw a run's attention weights for one sentence as a PNG grid with the tokens on the axes (one row per
     kind and layer, one panel per head); a Universal Transformer's ponder counts appear beside the rows.
-    Needs pip install 'seqxduce[plot]'."""
+    Of a multi-member run, one member's (--member). Needs pip install 'seqxduce[plot]'."""
     from seqxduce.decoding import load_run
     from seqxduce.inspection.attention_maps import attention_view
     from seqxduce.inspection.attention_plot import plot_attention
@@ -85,7 +90,11 @@ def attention(run: Path, source: str, target: str | None, kinds: tuple[str, ...]
     if heads is not None and mean_heads:
         raise UserError("attention: give --heads or --mean-heads, not both")
     new_figure(1, 1, "seqxduce attention")  # fail on a missing matplotlib before loading the model
-    view = attention_view(load_run(run, overrides), source, target)
+    loaded = load_run(run, overrides, member=member or (1 if run.is_dir() else None))
+    if loaded.run_members > 1 and member is None:
+        click.echo(f"attention: {run} has {loaded.run_members} members ([train] members); drawing member 1 "
+                   f"({loaded.checkpoint}); another with --member K, or name that member's checkpoint", err=True)
+    view = attention_view(loaded, source, target)
     path, (width, height) = plot_attention(view, output, kinds=kinds or KINDS, layers=_numbers(layers, "--layers"),
                                            heads=_numbers(heads, "--heads"), mean_heads=mean_heads, dpi=dpi)
     click.echo(f"output: {view.output_text}", err=True)

@@ -80,4 +80,13 @@ def cost_lines(recipe: Recipe, recipe_dir: Path) -> list[str]:
         f"max_tokens x update_freq, half source, half target), {cost.flops_per_step * steps:.3g} for "
         f"max_steps = {steps}",
         f"FLOPs = 3 x forward; forward = {how}",
-    ]
+    ] + _members_line(recipe)
+
+
+def _members_line(recipe: Recipe) -> list[str]:
+    """With [train] members = N, what the figures above are per member, and what the run as a whole costs."""
+    count = recipe.train.members
+    if count <= 1:
+        return []
+    return [f"[train] members = {count}: the figures above are each member's; training the run costs {count} times "
+            f"the FLOPs, and decoding it runs all {count} members"]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from seqxduce.api import UserError
 from seqxduce.inspection.plotting import new_figure, save_png
+from seqxduce.members import member_dirs
 from seqxduce.rundir import METRICS_FILE
 
 PANEL_WIDTH, PANEL_HEIGHT, COLUMNS = 4.6, 3.2, 3
@@ -193,10 +194,15 @@ def _start(log: RunLog) -> float:
 
 
 def _named_logs(runs: Sequence[Path]) -> list[RunLog]:
-    """Each run's log, named by its folder; folders of the same name are told apart by their full path."""
-    logs = [read_run_log(Path(r)) for r in runs]
-    names = [log.name for log in logs]
-    for log, run in zip(logs, runs):
-        if names.count(log.name) > 1:
-            log.name = str(run)
+    """Each run's log, named by its folder; folders of the same name are told apart by their full path. A run
+    trained with [train] members = N gives one log per member that has logged, named 'RUN member K'."""
+    groups = [(Path(r), member_dirs(Path(r)) if Path(r).is_dir() else [Path(r)]) for r in runs]
+    names = [_run_name(metrics_path(run)) for run, _ in groups]
+    logs = []
+    for (run, folders), name in zip(groups, names):
+        label = str(run) if names.count(name) > 1 else name
+        logged = [folders[0], *(f for f in folders[1:] if (f / METRICS_FILE).is_file())]
+        for k, folder in enumerate(folders, start=1):
+            if folder in logged:
+                logs.append(read_run_log(folder, f"{label} member {k}" if len(folders) > 1 else label))
     return logs

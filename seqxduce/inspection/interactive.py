@@ -102,12 +102,16 @@ def format_answer(output: Output, run: LoadedRun, nbest: int, render: Render, **
 
 
 def with_nbest(run: LoadedRun, nbest: int) -> None:
-    """Make the run's decoder return nbest hypotheses (widening a beam narrower than that)."""
-    if nbest <= 1:
-        return
+    """Make the run's decoder return nbest hypotheses (widening a beam narrower than that); 1 also narrows a
+    recipe's n-best to the best alone."""
     section = run.recipe.decode
     settings = section.settings
     names = {f.name for f in dataclasses.fields(settings)} if settings is not None else set()
+    if nbest <= 1:
+        if "nbest" in names and settings.nbest != 1:
+            section.settings = dataclasses.replace(settings, nbest=1)
+            run.decoder = section.component.factory(section.settings, run.tokenizers.tgt)
+        return
     if "nbest" not in names:
         raise UserError(f"--nbest {nbest}: decoder {section.core.name!r} gives one output per source; "
                         "add --set decode.name=beam (or sampling)")
@@ -164,13 +168,13 @@ def interactive_command(name: str, help: str, render: Render, options: Sequence[
         loaded = load_run(run, overrides)
         with_nbest(loaded, nbest)
         if sys.stdin.isatty():
-            click.echo(f"seqxduce {name}: {loaded.checkpoint}; type a line and press Enter, Ctrl-D to leave",
+            click.echo(f"seqxduce {name}: {loaded.described()}; type a line and press Enter, Ctrl-D to leave",
                        err=True)
         prompt_loop(loaded, render, nbest, prompt=f"{name}> ", history=history or history_path(name),
                     prepare=prepare, **extra)
 
     params = [
-        click.Argument(["run"], metavar="RUN_DIR|CHECKPOINT", type=click.Path(path_type=Path)),
+        click.Argument(["run"], metavar="RUN", type=click.Path(path_type=Path)),
         click.Option(["--nbest"], type=click.IntRange(min=1), default=1, show_default=True,
                      help="show the N best outputs, each with its score"),
         click.Option(["--set", "overrides"], multiple=True,

@@ -15,9 +15,9 @@ from typing import Any
 from seqxduce import components, rundir
 from seqxduce.api import UserError
 from seqxduce.inspection.curves import RunLog, read_run_log
-from seqxduce.members import members_to_decode
+from seqxduce.members import member_of, members_to_decode
 from seqxduce.recipe import Recipe, toml_value
-from seqxduce.rundir import AVERAGE_FILE, METRICS_FILE
+from seqxduce.rundir import AVERAGE_FILE, BEST_FILE, METRICS_FILE
 
 
 @dataclass
@@ -77,6 +77,10 @@ def run_info(path: Path) -> RunInfo:
             members = [str(m) for m in members_to_decode(run, recipe)]
         except UserError as err:  # an unfinished member: say so, the rest of the facts still stand
             notes.append(str(err))
+    whole = member_of(run_dir.resolve())
+    if whole is not None and whole[1] > 1:
+        notes.append(f"member {whole[1]} of the run {whole[0]} ([train] members); decoding that run ensembles its "
+                     "members, decoding this folder uses this member alone")
     if tokens is None and log.train:
         notes.append("tokens seen: this run's metrics.jsonl predates the target_tokens figure")
     return RunInfo(
@@ -92,12 +96,15 @@ def run_info(path: Path) -> RunInfo:
 
 
 def decode_reason(asked: Path, run_dir: Path, chosen: Path) -> str:
-    """Why `seqxduce decode` picks this file (the rule lives in seqxduce.rundir.RunDir.decode_checkpoint)."""
+    """Why `seqxduce decode` picks this file by default (the rule lives in seqxduce.rundir.RunDir.decode_checkpoint),
+    and how to pick another."""
     if asked.is_file():
         return "named on the command line"
+    other = "decode --checkpoint best|average|last|PATH picks another"
     if chosen.name == AVERAGE_FILE:
-        return f"the run has a current {AVERAGE_FILE}, which decode prefers to any single step"
-    return f"the newest readable step checkpoint; the run has no {AVERAGE_FILE}"
+        return (f"the default: the run has a current {AVERAGE_FILE}, which decode prefers to any single step (an "
+                f"average of the last checkpoints usually scores higher than the last alone); {other}")
+    return f"the default: the newest readable step checkpoint, since the run has no {AVERAGE_FILE}; {other}"
 
 
 def recipe_summary(recipe: Recipe) -> dict[str, dict[str, Any]]:
@@ -188,6 +195,10 @@ def checkpoint_list(run_dir: Path) -> list[dict[str, Any]]:
     found = [{"file": str(p.relative_to(run_dir)), "step": int(rundir.STEP_FILE.match(p.name).group(1)),
               "bytes": p.stat().st_size}
              for p in run.step_checkpoints()]
+    if run.best_file.is_file():
+        state = ckpt.load(run.best_file, mmap=True)
+        found.append({"file": BEST_FILE, "step": int(state.get("step", 0)), "bytes": run.best_file.stat().st_size,
+                      "best": True})
     average = run.average_file
     if average.is_file():
         state = ckpt.load(average)
@@ -245,13 +256,15 @@ def format_info(info: RunInfo) -> str:
 
 
 def _checkpoint_text(found: list[dict[str, Any]]) -> str:
-    steps = [c for c in found if "averaged_from" not in c]
+    steps = [c for c in found if "averaged_from" not in c and not c.get("best")]
     parts = []
     if steps:
         size = max(c["bytes"] for c in steps) / 1e6
         where = str(Path(steps[0]["file"]).parent)
         parts.append(f"steps {', '.join(str(c['step']) for c in steps)} in {where}/ ({size:.1f} MB each)")
     for c in found:
+        if c.get("best"):
+            parts.append(f"{c['file']} (step {c['step']}, the best validation; decode --checkpoint best)")
         if "averaged_from" in c:
             parts.append(f"{c['file']} (step {c['step']}, the average of {len(c['averaged_from'])}: "
                          f"{', '.join(c['averaged_from'])})")

@@ -36,7 +36,9 @@ def source_limit(run: Any, asked: int | None) -> int:
 
 
 @click.command("serve")
-@click.argument("run", metavar="RUN_DIR|CHECKPOINT", type=click.Path(path_type=Path))
+@click.argument("run", metavar="RUN", type=click.Path(path_type=Path))
+@click.option("--checkpoint", help="which of the run's checkpoints: best, average, last or a file (as decode; "
+              "default the average if any, else the newest)")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="address to listen on (keep 127.0.0.1 behind a reverse proxy; see the README's Serve section)")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True, help="port to listen on")
@@ -61,23 +63,21 @@ def source_limit(run: Any, asked: int | None) -> int:
               help="sleep before each batch (tests: a slow batch)")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]),
               default="info", show_default=True, help="uvicorn's log level")
-def serve(run: Path, host: str, port: int, overrides: tuple[str, ...], ensemble: tuple[Path, ...],
+def serve(run: Path, checkpoint: str | None, host: str, port: int, overrides: tuple[str, ...],
+          ensemble: tuple[Path, ...],
           max_batch_tokens: int, max_wait_ms: float, max_request_bytes: int, max_inputs: int,
           max_source_tokens: int | None, max_queue: int, batch_delay_ms: float, log_level: str) -> None:
     """Serve a trained run over HTTP: POST /v1/decode, POST /v1/attention, GET /health, GET /v1/info, and a page
     to try it at /. Requests are batched together; SIGTERM or Ctrl-C finishes the requests in flight, exit 0."""
     _server_libraries()
-    from seqxduce import engine
     from seqxduce.decoding import load_run
     from seqxduce.inspection.run_info import run_info
     from seqxduce.serving.app import create_app
     from seqxduce.serving.batching import Batcher
     from seqxduce.serving.service import Service
 
-    checkpoint = engine.checkpoint_for(run)
-    members = (*engine.ensemble_members(run, overrides), *ensemble)  # exactly as `seqxduce decode` does
-    click.echo(f"serving {checkpoint}" + "".join(f" + {p}" for p in members), err=True)
-    loaded = load_run(checkpoint, overrides, members)
+    loaded = load_run(run, overrides, ensemble, checkpoint)  # exactly as `seqxduce decode` loads it
+    click.echo(f"serving {loaded.described()}", err=True)
     limits = Limits(max_request_bytes=max_request_bytes, max_inputs=max_inputs,
                     max_source_tokens=source_limit(loaded, max_source_tokens), max_queue=max_queue,
                     max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms)
@@ -86,7 +86,7 @@ def serve(run: Path, host: str, port: int, overrides: tuple[str, ...], ensemble:
                       max_batch_sources=loaded.recipe.decode.core.batch_size, max_wait_s=limits.max_wait_ms / 1000,
                       delay_s=batch_delay_ms / 1000)
     info = run_info(run).as_dict()
-    info["serve"] = {"checkpoint": str(checkpoint), "ensemble": [str(p) for p in members],
+    info["serve"] = {"checkpoint": str(loaded.checkpoint), "ensemble": [str(p) for p in loaded.members],
                      "decode": dataclasses.asdict(loaded.recipe.decode.core)
                      | (dataclasses.asdict(service.settings) if service.settings is not None else {}),
                      "request_keys": ["inputs", "nbest", *service.decode_keys()],
