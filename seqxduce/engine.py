@@ -12,9 +12,12 @@ from seqxduce.recipe import Recipe, load_recipe
 
 if TYPE_CHECKING:  # pragma: no cover
     from seqxduce.decoding import Output
+    from seqxduce.inspection.cost import TrainingCost
+    from seqxduce.inspection.run_info import RunInfo
     from seqxduce.trainer import TrainResult
 
 __all__ = ["load_recipe", "load_run_recipe", "prepare", "train", "decode", "decode_split", "evaluate", "average",
+           "info", "plot", "attention", "recipe_cost",
            "format_outputs", "format_annotations", "checkpoint_for", "ensemble_members", "read_lines", "check_writable"]
 
 
@@ -156,3 +159,40 @@ def average(checkpoints: Sequence[str | Path], output: str | Path) -> Path:
     check_writable(output, f"average -o {output}")
     checkpoint.atomic_save(checkpoint.average([Path(p) for p in checkpoints]), Path(output))
     return Path(output)
+
+
+def info(run: str | Path) -> RunInfo:
+    """What `seqxduce info` shows of a run directory or checkpoint (RunInfo.as_dict() is its --json)."""
+    from seqxduce.inspection.run_info import run_info
+
+    return run_info(Path(run))
+
+
+def plot(runs: Sequence[str | Path], output: str | Path = "curves.png", x: str = "step",
+         extra: Sequence[str] = (), dpi: int = 100) -> Path:
+    """Draw the training curves of runs into a PNG, as `seqxduce plot` does (needs the [plot] extra)."""
+    from seqxduce.inspection.curves import plot_curves
+
+    return plot_curves([Path(r) for r in runs], Path(output), x=x, extra=extra, dpi=dpi)[0]
+
+
+def attention(run: str | Path, source: str, output: str | Path = "attention.png", target: str | None = None,
+              kinds: Sequence[str] = ("encoder", "decoder", "cross"), layers: Sequence[int] | None = None,
+              heads: Sequence[int] | None = None, mean_heads: bool = False, overrides: Sequence[str] = (),
+              dpi: int = 100) -> Path:
+    """Draw a run's attention weights for one source as a PNG grid, as `seqxduce attention` does ([plot] extra)."""
+    from seqxduce.decoding import load_run
+    from seqxduce.inspection.attention_maps import attention_view
+    from seqxduce.inspection.attention_plot import plot_attention
+
+    view = attention_view(load_run(Path(run), overrides), source, target)
+    return plot_attention(view, Path(output), kinds=kinds, layers=layers, heads=heads, mean_heads=mean_heads,
+                          dpi=dpi)[0]
+
+
+def recipe_cost(recipe: str | Path, overrides: Sequence[str] = ()) -> TrainingCost | None:
+    """Parameters and training FLOPs of a recipe file's model, as `seqxduce recipe info` prints them; None when
+    the vocabulary size is unknown until the tokenizer is trained."""
+    from seqxduce.inspection.cost import training_cost
+
+    return training_cost(load_recipe(recipe, overrides), Path(recipe).parent)
