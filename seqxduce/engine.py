@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from seqxduce.trainer import TrainResult
 
 __all__ = ["load_recipe", "load_run_recipe", "prepare", "train", "decode", "decode_split", "evaluate", "average",
-           "info", "plot", "attention", "recipe_cost",
+           "info", "plot", "attention", "recipe_cost", "last_checkpoints",
            "format_outputs", "format_annotations", "checkpoint_for", "ensemble_members", "read_lines", "check_writable"]
 
 
@@ -150,6 +150,19 @@ def evaluate(hypotheses: str | Path, references: str | Path, recipe: str | Path 
         settings = make_settings(component.settings, {}, "task", f"--task {task}") if component.settings else None
         task_obj = component.build(settings)
     return task_obj.score_files(Path(hypotheses), Path(references))
+
+
+def last_checkpoints(run: str | Path, last: int) -> list[Path]:
+    """A run directory's last `last` step checkpoints, oldest first (what `average RUN --last N` averages)."""
+    from seqxduce.rundir import RunDir
+
+    if not Path(run).is_dir():
+        raise UserError(f"average --last {last}: {run} is not a run directory; name checkpoints one by one instead")
+    found = RunDir(run).step_checkpoints()
+    if len(found) < last:
+        raise UserError(f"average --last {last}: {run} has {len(found)} step checkpoint(s) in "
+                        f"{RunDir(run).checkpoint_dir}; average fewer, or keep more ([train] keep_checkpoints)")
+    return found[-last:]
 
 
 def average(checkpoints: Sequence[str | Path], output: str | Path) -> Path:

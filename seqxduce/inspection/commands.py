@@ -31,8 +31,9 @@ def _numbers(text: str | None, option: str) -> list[int] | None:
 @click.argument("run", metavar="RUN_DIR|CHECKPOINT", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object, for scripts")
 def info(run: Path, as_json: bool) -> None:
-    """Show a run: its recipe in short, parameters, step, tokens seen, best validation figures, vocabularies,
-    checkpoints, which file `decode` uses and why, and software versions."""
+    """Describe a trained run (its run directory or a checkpoint; for a recipe file see `recipe info`): its
+    recipe in short, parameters, step, tokens seen, best validation figures, vocabularies, checkpoints, which file
+    `decode` uses and why, and software versions."""
     from seqxduce.inspection.run_info import format_info, run_info
 
     facts = run_info(run)
