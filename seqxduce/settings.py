@@ -124,7 +124,7 @@ class TrainSettings(Settings):
                                             "threads split between them; 0 = one per CPU core (at most members) "
                                             "on the CPU, one at a time on CUDA", min=0)
     tensorboard: bool = setting(False, help="also write TensorBoard event files to <run>/tensorboard "
-                                            "(needs pip install 'seqxduce[tensorboard]')")
+                                            "(needs the [tensorboard] extra: pip install -e '.[tensorboard]')")
 
     def validate(self) -> None:
         """Rules that bounds cannot express."""

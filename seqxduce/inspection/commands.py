@@ -51,7 +51,8 @@ def info(run: Path, as_json: bool) -> None:
 @click.option("--dpi", type=click.IntRange(20, 600), default=100, show_default=True, help="pixels per inch")
 def plot(runs: tuple[Path, ...], output: Path, x_axis: str, extra: tuple[str, ...], dpi: int) -> None:
     """Plot training and validation loss, perplexity, learning rate, tokens/s, gradient norm and the task's
-    metric of one or more runs (their metrics.jsonl), overlaid, into a PNG. Needs pip install 'seqxduce[plot]'."""
+    metric of one or more runs (their metrics.jsonl), overlaid, into a PNG. Needs the [plot] extra:
+    pip install -e '.[plot]' in the checkout."""
     from seqxduce.inspection.curves import plot_curves
 
     path, (width, height) = plot_curves(list(runs), output, x=x_axis, extra=extra, dpi=dpi)
@@ -77,7 +78,7 @@ def attention(run: Path, source: str, target: str | None, kinds: tuple[str, ...]
               heads: str | None, mean_heads: bool, output: Path, dpi: int, overrides: tuple[str, ...]) -> None:
     """Draw a run's attention weights for one sentence as a PNG grid with the tokens on the axes (one row per
     kind and layer, one panel per head); a Universal Transformer's ponder counts appear beside the rows.
-    Needs pip install 'seqxduce[plot]'."""
+    Needs the [plot] extra: pip install -e '.[plot]' in the checkout."""
     from seqxduce.decoding import load_run
     from seqxduce.inspection.attention_maps import attention_view
     from seqxduce.inspection.attention_plot import plot_attention
