@@ -81,7 +81,7 @@ def recipe() -> None:
 
 
 @recipe.command("show")
-@click.argument("file", type=click.Path(path_type=Path))
+@click.argument("file", metavar="RECIPE", type=click.Path(path_type=Path))
 @click.option("--set", "overrides", multiple=True, help=SET_HELP)
 @click.pass_context
 def recipe_show(ctx: click.Context, file: Path, overrides: tuple[str, ...]) -> None:
@@ -91,7 +91,7 @@ def recipe_show(ctx: click.Context, file: Path, overrides: tuple[str, ...]) -> N
 
 
 @recipe.command("info")
-@click.argument("file", type=click.Path(path_type=Path))
+@click.argument("file", metavar="RECIPE", type=click.Path(path_type=Path))
 @click.option("--set", "overrides", multiple=True, help=SET_HELP)
 @click.pass_context
 def recipe_info(ctx: click.Context, file: Path, overrides: tuple[str, ...]) -> None:
@@ -144,7 +144,7 @@ def train(ctx: click.Context, recipe_file: Path, out: Path | None, overrides: tu
 
 
 @cli.command()
-@click.argument("run", metavar="RUN_DIR|CHECKPOINT", type=click.Path(path_type=Path))
+@click.argument("run", metavar="RUN|CHECKPOINT", type=click.Path(path_type=Path))
 @click.option("--input", "input_file", type=click.Path(path_type=Path, allow_dash=True),
               help="sources, one per line ('-' for stdin)")
 @click.option("--split", help="decode one of the task's splits and print its metric instead")

@@ -65,3 +65,15 @@ def test_info_and_recipe_info_say_which_is_for_a_run_and_which_for_a_recipe():
     recipe = CliRunner().invoke(cli, ["recipe", "info", "-h"]).output
     assert "trained run" in top and "recipe info" in top
     assert "before training" in recipe and "seqxduce info" in recipe
+
+
+@pytest.mark.parametrize("args, usage", [
+    (["decode"], "decode [OPTIONS] RUN|CHECKPOINT"), (["info"], "info [OPTIONS] RUN|CHECKPOINT"),
+    (["attention"], "attention [OPTIONS] RUN|CHECKPOINT"), (["plot"], "plot [OPTIONS] RUN..."),
+    (["translate"], "translate [OPTIONS] RUN|CHECKPOINT"), (["parse"], "parse [OPTIONS] RUN|CHECKPOINT"),
+    (["train"], "train [OPTIONS] RECIPE"), (["recipe", "show"], "show [OPTIONS] RECIPE"),
+    (["recipe", "info"], "info [OPTIONS] RECIPE"),
+])
+def test_one_metavar_for_a_run_and_one_for_a_recipe(args, usage):
+    result = CliRunner().invoke(add_plugin_commands(), [*args, "-h"])
+    assert usage in result.output.splitlines()[0], result.output

@@ -28,7 +28,7 @@ def _numbers(text: str | None, option: str) -> list[int] | None:
 
 
 @click.command("info")
-@click.argument("run", metavar="RUN_DIR|CHECKPOINT", type=click.Path(path_type=Path))
+@click.argument("run", metavar="RUN|CHECKPOINT", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object, for scripts")
 def info(run: Path, as_json: bool) -> None:
     """Describe a trained run (its run directory or a checkpoint; for a recipe file see `recipe info`): its
@@ -41,7 +41,7 @@ def info(run: Path, as_json: bool) -> None:
 
 
 @click.command("plot")
-@click.argument("runs", metavar="RUN_DIR...", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("runs", metavar="RUN...", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("curves.png"), show_default=True,
               help="the PNG to write")
 @click.option("--x", "x_axis", type=click.Choice(["step", "time"]), default="step", show_default=True,
@@ -60,7 +60,7 @@ def plot(runs: tuple[Path, ...], output: Path, x_axis: str, extra: tuple[str, ..
 
 
 @click.command("attention")
-@click.argument("run", metavar="RUN_DIR|CHECKPOINT", type=click.Path(path_type=Path))
+@click.argument("run", metavar="RUN|CHECKPOINT", type=click.Path(path_type=Path))
 @click.option("--input", "source", required=True, help="the source sentence, as you would write it to decode")
 @click.option("--target", help="the output to show attention for (default: what the run's decoder writes)")
 @click.option("--kind", "kinds", multiple=True, type=click.Choice(KINDS),

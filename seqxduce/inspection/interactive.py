@@ -170,7 +170,7 @@ def interactive_command(name: str, help: str, render: Render, options: Sequence[
                     prepare=prepare, **extra)
 
     params = [
-        click.Argument(["run"], metavar="RUN_DIR|CHECKPOINT", type=click.Path(path_type=Path)),
+        click.Argument(["run"], metavar="RUN|CHECKPOINT", type=click.Path(path_type=Path)),
         click.Option(["--nbest"], type=click.IntRange(min=1), default=1, show_default=True,
                      help="show the N best outputs, each with its score"),
         click.Option(["--set", "overrides"], multiple=True,
