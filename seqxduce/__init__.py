@@ -22,7 +22,19 @@ from seqxduce.api import (
     VocabInfo,
     setting,
 )
-from seqxduce.engine import average, decode, decode_split, evaluate, load_recipe, prepare, train
+from seqxduce.engine import (
+    attention,
+    average,
+    decode,
+    decode_split,
+    evaluate,
+    info,
+    load_recipe,
+    plot,
+    prepare,
+    recipe_cost,
+    train,
+)
 from seqxduce.hookspecs import hookimpl
 
 __version__ = "0.1.0"
@@ -32,4 +44,5 @@ __all__ = [
     "Report", "Settings", "StepConstraint", "Task", "Tokenizer", "TrainingStopped", "UserError", "VocabInfo",
     "setting", "hookimpl",
     "train", "decode", "decode_split", "evaluate", "average", "load_recipe", "prepare",
+    "info", "plot", "attention", "recipe_cost",
 ]

@@ -36,7 +36,11 @@ class Group(click.Group):
             raise click.ClickException(str(err)) from None
 
 
-@click.group(cls=Group)
+# -h as well as --help, for every command: a context setting is inherited by each subcommand, plugins' included
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
+
+
+@click.group(cls=Group, context_settings=CONTEXT_SETTINGS)
 @click.version_option(package_name="seqxduce")
 @click.option("--debug", is_flag=True, help="show tracebacks for errors")
 @click.option("--strict-plugins", is_flag=True, envvar="SEQXDUCE_STRICT_PLUGINS",
@@ -74,11 +78,11 @@ def plugins(ctx: click.Context, kind: str | None) -> None:
 
 @cli.group()
 def recipe() -> None:
-    """Inspect recipes."""
+    """Inspect a recipe file before training: its resolved keys (show), its size and cost (info)."""
 
 
 @recipe.command("show")
-@click.argument("file", type=click.Path(path_type=Path))
+@click.argument("file", metavar="RECIPE", type=click.Path(path_type=Path))
 @click.option("--set", "overrides", multiple=True, help=SET_HELP)
 @click.pass_context
 def recipe_show(ctx: click.Context, file: Path, overrides: tuple[str, ...]) -> None:
@@ -88,12 +92,13 @@ def recipe_show(ctx: click.Context, file: Path, overrides: tuple[str, ...]) -> N
 
 
 @recipe.command("info")
-@click.argument("file", type=click.Path(path_type=Path))
+@click.argument("file", metavar="RECIPE", type=click.Path(path_type=Path))
 @click.option("--set", "overrides", multiple=True, help=SET_HELP)
 @click.pass_context
 def recipe_info(ctx: click.Context, file: Path, overrides: tuple[str, ...]) -> None:
-    """Print the model's parameter count and training FLOPs (per step and for max_steps), counted on a model
-    built on torch's meta device; a run directory's recipe.toml uses the run's saved vocabulary."""
+    """Count a recipe's parameters and training FLOPs before training (for a trained run see `seqxduce info`):
+    per step and for max_steps, on a model built on torch's meta device; a run directory's recipe.toml uses the
+    run's saved vocabulary."""
     from seqxduce.inspection.cost import cost_lines
 
     _registry(ctx)
@@ -114,7 +119,8 @@ def prepare(ctx: click.Context, recipe_file: Path, overrides: tuple[str, ...]) -
 
 @cli.command()
 @click.argument("recipe_file", metavar="RECIPE", type=click.Path(path_type=Path))
-@click.option("--out", type=click.Path(path_type=Path), help="run directory (default: runs/<recipe name>)")
+@click.option("-o", "--output", "--out", "out", type=click.Path(path_type=Path),
+              help="run directory (default: runs/<recipe name>); --out is the same option")
 @click.option("--set", "overrides", multiple=True, help=SET_HELP)
 @click.option("--resume", is_flag=True, help="continue from the run directory's latest checkpoint")
 @click.option("--overwrite", is_flag=True, help="replace the run already in the run directory (its recipe, "
@@ -143,7 +149,7 @@ def train(ctx: click.Context, recipe_file: Path, out: Path | None, overrides: tu
 @click.option("--input", "input_file", type=click.Path(path_type=Path, allow_dash=True),
               help="sources, one per line ('-' for stdin)")
 @click.option("--split", help="decode one of the task's splits and print its metric instead")
-@click.option("--output", type=click.Path(path_type=Path), help="write outputs here instead of stdout")
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="write outputs here instead of stdout")
 @click.option("--checkpoint", metavar="best|average|last|PATH",
               help="which of RUN's checkpoints: best (best.pt, the best validation), average (average.pt), last "
                    "(the newest step), for every member alike; or a checkpoint file, read alone with RUN's recipe. "
@@ -309,12 +315,21 @@ def evaluate(ctx: click.Context, hypotheses: Path, references: Path, recipe_or_r
 
 
 @cli.command()
-@click.argument("checkpoints", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("checkpoints", metavar="CHECKPOINT... | RUN --last N", nargs=-1, required=True,
+                type=click.Path(path_type=Path))
+@click.option("--last", type=click.IntRange(1), help="average the run's last N step checkpoints (give one RUN)")
 @click.option("-o", "--output", required=True, type=click.Path(path_type=Path), help="averaged checkpoint file")
-def average(checkpoints: tuple[Path, ...], output: Path) -> None:
-    """Average the parameters of several checkpoints (the paper averages the last 5 or 20)."""
-    engine.average(list(checkpoints), output)
-    click.echo(f"averaged {len(checkpoints)} checkpoints into {output}")
+def average(checkpoints: tuple[Path, ...], last: int | None, output: Path) -> None:
+    """Average the parameters of checkpoints named one by one, or of a run's last N step checkpoints
+    (the paper averages the last 5 or 20)."""
+    paths = list(checkpoints)
+    if last is not None:
+        if len(paths) != 1:
+            raise UserError(f"average --last {last}: give one run directory, not {len(paths)} paths")
+        paths = engine.last_checkpoints(paths[0], last)
+    engine.average(paths, output)
+    click.echo(f"averaged {len(paths)} checkpoints into {output}"
+               + (f" ({', '.join(p.name for p in paths)})" if last is not None else ""))
 
 
 for _command in inspect_commands.COMMANDS:

@@ -12,10 +12,13 @@ from seqxduce.recipe import Recipe, load_recipe
 
 if TYPE_CHECKING:  # pragma: no cover
     from seqxduce.decoding import LoadedRun, Output
+    from seqxduce.inspection.cost import TrainingCost
+    from seqxduce.inspection.run_info import RunInfo
     from seqxduce.scoring import PairScore
     from seqxduce.trainer import TrainResult
 
 __all__ = ["load_recipe", "load_run_recipe", "prepare", "train", "decode", "decode_split", "evaluate", "average",
+           "info", "plot", "attention", "recipe_cost", "last_checkpoints",
            "format_outputs", "format_annotations", "checkpoint_for", "load_run", "read_lines", "check_writable",
            "score", "score_files", "format_scores", "alignments"]
 
@@ -224,6 +227,19 @@ def _task_overrides(task: str, settings: type | None, overrides: Sequence[str]) 
     return values, raw
 
 
+def last_checkpoints(run: str | Path, last: int) -> list[Path]:
+    """A run directory's last `last` step checkpoints, oldest first (what `average RUN --last N` averages)."""
+    from seqxduce.rundir import RunDir
+
+    if not Path(run).is_dir():
+        raise UserError(f"average --last {last}: {run} is not a run directory; name checkpoints one by one instead")
+    found = RunDir(run).step_checkpoints()
+    if len(found) < last:
+        raise UserError(f"average --last {last}: {run} has {len(found)} step checkpoint(s) in "
+                        f"{RunDir(run).checkpoint_dir}; average fewer, or keep more ([train] keep_checkpoints)")
+    return found[-last:]
+
+
 def average(checkpoints: Sequence[str | Path], output: str | Path) -> Path:
     """Average the parameters of checkpoints into one file (its folder is checked before any is read)."""
     from seqxduce import checkpoint
@@ -259,3 +275,42 @@ def check_one_member(checkpoints: Sequence[Path]) -> None:
             raise UserError(f"average: {p1} and {p2} belong to members {k1} and {k2} of {run}, trained from different "
                             "seeds, whose weights do not average into a model; average each member's own checkpoints "
                             f"(-o average.pt in that member's folder), and decode {run} to ensemble the members")
+
+
+def info(run: str | Path) -> RunInfo:
+    """What `seqxduce info` shows of a run directory or checkpoint (RunInfo.as_dict() is its --json)."""
+    from seqxduce.inspection.run_info import run_info
+
+    return run_info(Path(run))
+
+
+def plot(runs: Sequence[str | Path], output: str | Path = "curves.png", x: str = "step",
+         extra: Sequence[str] = (), dpi: int = 100) -> Path:
+    """Draw the training curves of runs into a PNG, as `seqxduce plot` does (needs the [plot] extra)."""
+    from seqxduce.inspection.curves import plot_curves
+
+    return plot_curves([Path(r) for r in runs], Path(output), x=x, extra=extra, dpi=dpi)[0]
+
+
+def attention(run: str | Path, source: str, output: str | Path = "attention.png", target: str | None = None,
+              kinds: Sequence[str] = ("encoder", "decoder", "cross"), layers: Sequence[int] | None = None,
+              heads: Sequence[int] | None = None, mean_heads: bool = False, overrides: Sequence[str] = (),
+              dpi: int = 100, member: int | None = None) -> Path:
+    """Draw a run's attention weights for one source as a PNG grid, as `seqxduce attention` does ([plot] extra);
+    of a run trained with [train] members = N, member K's (default 1: an ensemble has no attention of its own)."""
+    from seqxduce.decoding import load_run
+    from seqxduce.inspection.attention_maps import attention_view
+    from seqxduce.inspection.attention_plot import plot_attention
+
+    loaded = load_run(Path(run), overrides, member=member or (1 if Path(run).is_dir() else None))
+    view = attention_view(loaded, source, target)
+    return plot_attention(view, Path(output), kinds=kinds, layers=layers, heads=heads, mean_heads=mean_heads,
+                          dpi=dpi)[0]
+
+
+def recipe_cost(recipe: str | Path, overrides: Sequence[str] = ()) -> TrainingCost | None:
+    """Parameters and training FLOPs of a recipe file's model, as `seqxduce recipe info` prints them; None when
+    the vocabulary size is unknown until the tokenizer is trained."""
+    from seqxduce.inspection.cost import training_cost
+
+    return training_cost(load_recipe(recipe, overrides), Path(recipe).parent)

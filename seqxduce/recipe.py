@@ -202,6 +202,7 @@ def build_recipe(
         texts.setdefault(section, {})[key] = raw.strip()
     resolved = {name: _resolve_section(name, data.get(name, {}), source, reg, texts.get(name, {}))
                 for name in SECTIONS}
+    _check_same_as(resolved, source, texts)
     return Recipe(
         source=source,
         base_dir=base_dir or Path.cwd(),
@@ -211,6 +212,28 @@ def build_recipe(
         decode=resolved["decode"],
         train=resolved["train"].core,
     )
+
+
+def _check_same_as(resolved: dict[str, Section], source: str, texts: Mapping[str, Mapping[str, str]]) -> None:
+    """Keys declared with setting(same_as="section.key") must agree with that key where its section has it."""
+    for name, section in resolved.items():
+        for obj in (section.core, section.settings):
+            for f in dataclasses.fields(obj) if dataclasses.is_dataclass(obj) else ():
+                target = f.metadata.get("same_as")
+                if not target:
+                    continue
+                other_name, _, other_key = target.partition(".")
+                other = resolved.get(other_name)
+                holders = [o for o in (other.core, other.settings) if other is not None and o is not None
+                           and other_key in fields_by_name(type(o))]
+                if not holders:  # the other section's plugin has no such key: nothing to agree with
+                    continue
+                mine, theirs = getattr(obj, f.name), getattr(holders[0], other_key)
+                if mine != theirs:
+                    here = where(source, name, f.name, texts.get(name, {}))
+                    there = where(source, other_name, other_key, texts.get(other_name, {}))
+                    raise UserError(f"{here} = {toml_value(mine)}, but {there} = {toml_value(theirs)}: the two must be "
+                                    f"the same; set both to one value")
 
 
 def _check_sections(data: dict[str, Any], source: str) -> None:

@@ -58,7 +58,8 @@ class TrainSettings(Settings):
     device: str = setting("auto", help="cpu, cuda, cuda:N, or auto (cuda when available)")
     precision: str = setting("fp32", help="fp32, bf16 (autocast) or fp16 (autocast + loss scaling)",
                              choices=("fp32", "bf16", "fp16"))
-    max_tokens: int = setting(4096, help="source+target tokens per batch per process, before padding", min=1)
+    max_tokens: int = setting(4096, help="source+target tokens per batch per process, padding included: "
+                                         "rows x (longest source + longest target) stays within it", min=1)
     bucket_width: int = setting(0, help="batching by length: 0 sorts pairs by (source, target) length; N > 0 "
                                         "groups sources in buckets N tokens wide and sorts by target within "
                                         "each, for less target padding in large batches (Multi30k, 16k tokens: "
@@ -138,7 +139,7 @@ class TrainSettings(Settings):
                                             "threads split between them; 0 = one per CPU core (at most members) "
                                             "on the CPU, one at a time on CUDA", min=0)
     tensorboard: bool = setting(False, help="also write TensorBoard event files to <run>/tensorboard "
-                                            "(needs pip install 'seqxduce[tensorboard]')")
+                                            "(needs the [tensorboard] extra: pip install -e '.[tensorboard]')")
 
     def validate(self) -> None:
         """Rules that bounds cannot express."""

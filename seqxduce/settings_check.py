@@ -22,13 +22,16 @@ from seqxduce.errors import UserError
 
 def setting(default: Any = dataclasses.MISSING, help: str = "", choices: Sequence[Any] | None = None,
             min: float | None = None, max: float | None = None,
-            min_exclusive: bool = False, max_exclusive: bool = False) -> Any:
+            min_exclusive: bool = False, max_exclusive: bool = False, same_as: str | None = None) -> Any:
     """Declare one recipe setting as a dataclass field with its default, one-line help, allowed values and bounds.
 
-    min/max bound a number (or each number of a list); *_exclusive makes one strict.
+    min/max bound a number (or each number of a list); *_exclusive makes one strict. same_as = "section.key":
+    in a recipe whose other section has that key too, both must hold the same value (checked by the recipe
+    loader), e.g. a decoder's key that must repeat its task's.
     """
     metadata = {"help": help, "choices": tuple(choices) if choices else None,
-                "min": min, "max": max, "min_exclusive": min_exclusive, "max_exclusive": max_exclusive}
+                "min": min, "max": max, "min_exclusive": min_exclusive, "max_exclusive": max_exclusive,
+                "same_as": same_as}
     if isinstance(default, (list, dict)):
         value = default
         return field(default_factory=lambda: type(value)(value), metadata=metadata)
@@ -41,7 +44,7 @@ def setting_like(cls: type, name: str, default: Any, help: str | None = None) ->
     inherited = {f.name: f for f in dataclasses.fields(cls)}[name].metadata
     return setting(default, help=inherited["help"] if help is None else help, choices=inherited["choices"],
                    min=inherited["min"], max=inherited["max"], min_exclusive=inherited["min_exclusive"],
-                   max_exclusive=inherited["max_exclusive"])
+                   max_exclusive=inherited["max_exclusive"], same_as=inherited.get("same_as"))
 
 
 class Settings:

@@ -19,8 +19,8 @@ def summary_writer_class() -> Any:
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
-        raise UserError("[train] tensorboard = true needs the tensorboard package: "
-                        "pip install 'seqxduce[tensorboard]', or set tensorboard = false") from None
+        raise UserError("[train] tensorboard = true needs the tensorboard package: pip install -e "
+                        "'.[tensorboard]' in the seqxduce checkout, or set tensorboard = false") from None
     return SummaryWriter
 
 

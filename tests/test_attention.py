@@ -167,6 +167,6 @@ def test_attention_without_matplotlib_says_how_to_install_it(tiny_run, tmp_path,
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # import matplotlib.figure now fails
     result = invoke("attention", tiny_run, "--input", "1 2", "--output", tmp_path / "a.png")
     assert result.exit_code != 0
-    assert "pip install 'seqxduce[plot]'" in result.output
+    assert "pip install -e '.[plot]'" in result.output
     assert len(result.output.strip().splitlines()) == 1
     assert not (tmp_path / "a.png").exists()

@@ -105,5 +105,5 @@ def test_plot_without_matplotlib_says_how_to_install_it(tiny_run, tmp_path, monk
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
     result = invoke("plot", tiny_run, "--output", tmp_path / "c.png")
     assert result.exit_code != 0
-    assert "pip install 'seqxduce[plot]'" in result.output
+    assert "pip install -e '.[plot]'" in result.output
     assert len(result.output.strip().splitlines()) == 1

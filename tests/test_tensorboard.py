@@ -41,7 +41,7 @@ def test_tensorboard_missing_is_one_line_before_training(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # importing it now fails
     result = train(tmp_path / "run", "train.tensorboard=true")
     assert result.exit_code != 0
-    assert "pip install 'seqxduce[tensorboard]'" in result.output and "tensorboard = false" in result.output
+    assert "pip install -e '.[tensorboard]'" in result.output and "tensorboard = false" in result.output
     assert len(result.output.strip().splitlines()) == 1
     assert not (tmp_path / "run" / "checkpoints").exists()
 

@@ -65,7 +65,8 @@ class TreeBeamSettings(BeamSettings):
                                                 "there, and its tag follows; as_leaf = each leaf is the next "
                                                 "source word; ahead = the first token and the token after each "
                                                 "leaf but the last are forced to be the next source word (given, "
-                                                "so free). Must match the task's setting", choices=WORD_MODES)
+                                                "so free). Must match the task's setting", choices=WORD_MODES,
+                                   same_as="task.words_in_target")
     punctuation_tags: list[str] = setting(EVALB_PUNCTUATION_TAGS, help="leaf labels the scorer deletes as "
                                           "punctuation (EVALB COLLINS.prm); with keep_pos_tags a word of "
                                           "punctuation_words gets one of them and any other word none, so the "

@@ -31,9 +31,9 @@ def _numbers(text: str | None, option: str) -> list[int] | None:
 @click.argument("run", metavar="RUN", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="print one JSON object, for scripts")
 def info(run: Path, as_json: bool) -> None:
-    """Show a run (RUN: its directory, or one checkpoint in it): its recipe in short, parameters, step, tokens
-    seen, best validation figures, vocabularies, checkpoints, which file `decode` uses by default and why (and
-    the members it ensembles), and software versions. `recipe info` is about a recipe before training."""
+    """Describe a trained run (RUN: its directory, or one checkpoint in it; for a recipe file see `recipe info`):
+    its recipe in short, parameters, step, tokens seen, best validation figures, vocabularies, checkpoints, which
+    file `decode` uses by default and why (and the members it ensembles), and software versions."""
     from seqxduce.inspection.run_info import format_info, run_info
 
     facts = run_info(run)
@@ -51,7 +51,8 @@ def info(run: Path, as_json: bool) -> None:
 @click.option("--dpi", type=click.IntRange(20, 600), default=100, show_default=True, help="pixels per inch")
 def plot(runs: tuple[Path, ...], output: Path, x_axis: str, extra: tuple[str, ...], dpi: int) -> None:
     """Plot training and validation loss, perplexity, learning rate, tokens/s, gradient norm and the task's
-    metric of one or more runs (their metrics.jsonl), overlaid, into a PNG. Needs pip install 'seqxduce[plot]'."""
+    metric of one or more runs (their metrics.jsonl), overlaid, into a PNG. Needs the [plot] extra:
+    pip install -e '.[plot]' in the checkout."""
     from seqxduce.inspection.curves import plot_curves
 
     path, (width, height) = plot_curves(list(runs), output, x=x_axis, extra=extra, dpi=dpi)
@@ -81,7 +82,8 @@ def attention(run: Path, source: str, target: str | None, kinds: tuple[str, ...]
               member: int | None) -> None:
     """Draw a run's attention weights for one sentence as a PNG grid with the tokens on the axes (one row per
     kind and layer, one panel per head); a Universal Transformer's ponder counts appear beside the rows.
-    Of a multi-member run, one member's (--member). Needs pip install 'seqxduce[plot]'."""
+    Of a multi-member run, one member's (--member). Needs the [plot] extra: pip install -e '.[plot]' in the
+    checkout."""
     from seqxduce.decoding import load_run
     from seqxduce.inspection.attention_maps import attention_view
     from seqxduce.inspection.attention_plot import plot_attention

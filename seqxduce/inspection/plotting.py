@@ -13,7 +13,7 @@ from seqxduce.api import UserError
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
-INSTALL_HINT = "pip install 'seqxduce[plot]'"
+INSTALL_HINT = "pip install -e '.[plot]' in the seqxduce checkout"  # not on PyPI: installed from a checkout
 
 
 def new_figure(width: float, height: float, what: str) -> Figure:

@@ -197,6 +197,27 @@ def test_recipes_validate(name):
     assert (recipe.decode.settings.max_len_a, recipe.decode.settings.max_len_b) == (expected_a, 300)
 
 
+@pytest.mark.parametrize("args", [
+    ["--set", 'decode.words_in_target="after_leaf"'],
+    ["--set", 'task.words_in_target="before_leaf"'],
+])
+def test_words_in_target_of_task_and_decoder_must_agree(args):
+    """The task writes the words one way and tree_beam forces them another: refused in one line, not decoded."""
+    result = CliRunner().invoke(cli, ["recipe", "show", str(RECIPES / "ptb_sample.toml"), *args])
+    assert result.exit_code != 0
+    message = result.output.strip()
+    assert len(message.splitlines()) == 1 and "Traceback" not in message, message
+    normalized = message.replace("[task] ", "task.").replace("[decode] ", "decode.")
+    assert "task.words_in_target" in normalized and "decode.words_in_target" in normalized, message
+    assert "set both to one value" in message
+
+
+def test_words_in_target_set_the_same_in_both_sections_loads():
+    sets = ['task.words_in_target="before_leaf"', 'decode.words_in_target="before_leaf"']
+    recipe = load_recipe(RECIPES / "ptb_sample.toml", sets)
+    assert recipe.task.settings.words_in_target == recipe.decode.settings.words_in_target == "before_leaf"
+
+
 def test_the_sample_recipe_points_at_the_shared_sample():
     recipe = load_recipe(RECIPES / "ptb_sample.toml")
     assert components.data_dir(recipe).resolve() == (DEFAULT_SHARED / "data" / "ptb_sample").resolve()
