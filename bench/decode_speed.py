@@ -21,7 +21,9 @@ length limits (not forced), beam 4 and greedy, and the tokens counted are those 
 Peak memory: the process's peak RSS after each system's warm-up call (it only grows, so read the first system's
 figure as its own and later ones as upper bounds), and torch.cuda.max_memory_allocated of that call on CUDA.
 CTranslate2 (optional: pip install ctranslate2 transformers) is measured when installed, through a random
-HF Marian model of the same shape converted as the peers harness does; otherwise it is skipped with a message.
+HF Marian model of the same shape converted as the peers harness does (float32, int8 with --quantize int8, or
+the --ct2-compute types), in the same rounds as seqxduce, so each line prints its ratio to CTranslate2 float32;
+otherwise it is skipped with a message.
 """
 
 from __future__ import annotations
@@ -113,9 +115,10 @@ def quantized(model: torch.nn.Module, kind: str) -> torch.nn.Module:
     return quantize_for_decoding(model, kind)
 
 
-def seqxduce_search(model, src: torch.Tensor, beam: int, settings: SearchSettings) -> int:
+def seqxduce_search(model, src: torch.Tensor, beam: int, settings: SearchSettings, autocast: str = "none") -> int:
     request = DecodeRequest(src, [""] * src.size(0), BOS, EOS, PAD)
-    with torch.inference_mode():
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(autocast)
+    with torch.inference_mode(), torch.autocast(src.device.type, dtype=dtype, enabled=dtype is not None):
         if beam == 1:
             hyps = greedy_search(model, request, settings)
         else:
@@ -145,6 +148,9 @@ def bench_synthetic(size: str, args, device: torch.device, results: dict) -> Non
         name = "seqxduce" if kind == "none" else f"seqxduce-{kind}"
         decoding_model = quantized(model, kind) if kind != "none" else model
         systems.append((name, lambda beam, m=decoding_model: seqxduce_search(m, src, beam, forced(beam, args.out_len))))
+    if args.autocast != "none":  # as `seqxduce decode` runs a run trained with that [train] precision
+        systems.append((f"seqxduce-{args.autocast}", lambda beam: seqxduce_search(
+            model, src, beam, forced(beam, args.out_len), args.autocast)))
     if args.compile:  # decode.compile = true; the warm-up call pays the compilation, the timed ones do not
         import copy
 
@@ -200,7 +206,7 @@ def ct2_systems(size: str, src: torch.Tensor, args) -> list[tuple[str, Callable[
     names = {EOS: "</s>"}
     tokens = [[names.get(int(i), f"w{int(i)}") for i in row] for row in src.cpu()]
     systems = []
-    for compute_type in ["float32"] + (["int8"] if args.quantize == "int8" else []):
+    for compute_type in ct2_compute_types(args):
         translator = ctranslate2.Translator(str(work / "ct2"), device=src.device.type, compute_type=compute_type,
                                             intra_threads=torch.get_num_threads(), inter_threads=1)
 
@@ -211,6 +217,13 @@ def ct2_systems(size: str, src: torch.Tensor, args) -> list[tuple[str, Callable[
 
         systems.append(("ct2" if compute_type == "float32" else f"ct2-{compute_type}", call))
     return systems
+
+
+def ct2_compute_types(args) -> list[str]:
+    """CTranslate2's compute types to measure: --ct2-compute, else float32 (and int8 with --quantize int8)."""
+    if args.ct2_compute:
+        return [c.strip() for c in args.ct2_compute.split(",") if c.strip()]
+    return ["float32"] + (["int8"] if args.quantize == "int8" else [])
 
 
 def bench_run(run: str, args, device: torch.device, results: dict) -> None:
@@ -278,8 +291,13 @@ def main(argv: list[str] | None = None) -> dict:
                         help="also measure seqxduce with this decode.quantize")
     parser.add_argument("--compile", action="store_true",
                         help="also measure seqxduce with decode.compile = true (torch.compile of the step)")
+    parser.add_argument("--autocast", default="none", choices=("none", "bf16", "fp16"),
+                        help="also measure seqxduce under this autocast (a run trained in bf16 / fp16 decodes so)")
     parser.add_argument("--no-torch", action="store_true", help="leave out the torch.nn baseline")
     parser.add_argument("--no-ct2", action="store_true", help="leave out CTranslate2")
+    parser.add_argument("--ct2-compute", default="",
+                        help="CTranslate2 compute types, comma-separated (e.g. float16 on CUDA); default float32, "
+                             "and int8 with --quantize int8")
     parser.add_argument("--json", help="write every figure to this file as JSON")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
