@@ -9,7 +9,8 @@
 Synthetic protocol, as ../shared/tools/peers/ measures the peers (common.py there): post-norm Transformer,
 shared vocabulary of 8,000, small = 3+3 layers d256 h4 ff1024, base = 6+6 d512 h8 ff2048; 64 sources of 25
 tokens (24 random words + eos, numpy RandomState(1235)); output forced to 30 tokens (eos banned for 29 steps,
-then forced); one warm-up call, then the median of --repeats calls. Every system decodes the same ids in the
+then forced); one warm-up call, then the median of --repeats calls (and, "by CPU time", the least process CPU
+time of a call: on a loaded machine, at --threads 1, the steadier figure). Every system decodes the same ids in the
 same process, in turns (each timed round calls every system once, so a change of load hits all alike): the
 figure to read is the ratio to the torch baseline (bench/torch_baseline.py: nn.TransformerDecoder layers with a
 hand-written key/value cache) or to CTranslate2, since absolute figures move with the load.
@@ -82,20 +83,23 @@ def timed(calls: dict[str, Callable[[], int]], repeats: int, device: torch.devic
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
         call()
-        figures[name] = {"peak_rss_mb": peak_rss_mb(), "sec_all": []}
+        figures[name] = {"peak_rss_mb": peak_rss_mb(), "sec_all": [], "cpu_sec_all": []}
         if device.type == "cuda":
             torch.cuda.synchronize()
             figures[name]["cuda_max_allocated_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
     for _ in range(repeats):
         for name, call in calls.items():
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             figures[name]["tokens"] = call()
             if device.type == "cuda":
                 torch.cuda.synchronize()
             figures[name]["sec_all"].append(round(time.perf_counter() - started, 4))
+            figures[name]["cpu_sec_all"].append(round(time.process_time() - cpu_started, 4))
     for figure in figures.values():
         median = statistics.median(figure["sec_all"])
-        figure.update(tok_s=round(figure["tokens"] / median, 1), sec_median=round(median, 4))
+        cpu = min(figure["cpu_sec_all"])
+        figure.update(tok_s=round(figure["tokens"] / median, 1), sec_median=round(median, 4),
+                      cpu_tok_s=round(figure["tokens"] / cpu, 1), cpu_sec_min=round(cpu, 4))
     return figures
 
 
@@ -270,8 +274,13 @@ def report(key: str, results: dict) -> None:
     ct2 = results.get(f"{size}/{beam}/ct2")
     ratio += f"  {figures['tok_s'] / ct2['tok_s']:.2f}x ct2" if ct2 and name != "ct2" else ""
     memory = f", cuda max {figures['cuda_max_allocated_mb']} MiB" if "cuda_max_allocated_mb" in figures else ""
+    cpu = ""
+    if "cpu_tok_s" in figures:  # on a loaded machine at 1 thread, the process's CPU time is the steadier figure
+        ct2_cpu = f", {figures['cpu_tok_s'] / ct2['cpu_tok_s']:.2f}x ct2" if ct2 and "cpu_tok_s" in ct2 and \
+            name != "ct2" else ""
+        cpu = f"  | by CPU time {figures['cpu_tok_s']:10.1f} tok/s{ct2_cpu}"
     print(f"{key:32s} {figures['tok_s']:10.1f} tok/s  median {figures['sec_median']:.3f} s  "
-          f"peak RSS {figures['peak_rss_mb']} MiB{memory}{ratio}", flush=True)
+          f"peak RSS {figures['peak_rss_mb']} MiB{memory}{ratio}{cpu}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> dict:
