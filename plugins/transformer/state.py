@@ -7,11 +7,11 @@ Two things keep incremental decoding cheap (bench/decode_speed.py measures it):
   `beam` rows per source), so cross-attention runs the g queries of a source against its one set of keys, and
   a beam reorder inside the groups copies nothing. Only when rows leave that pattern (a source leaves the
   search, or an arbitrary index) are the memory rows selected, once (`RowPlan`).
-- The self-attention keys/values are kept contiguous (B, H, t, d), which torch's CPU attention reads about twice
-  as fast as a view of a larger buffer: reorder() copies the decoded positions by index_select(out=...) into a
-  spare buffer, leaving room for the next position, which step() then writes in place (beam search: one copy
-  per step, the reorder it needs anyway); a step without a reorder before it (greedy) copies the cache once
-  into the spare. Buffers are reused in turn (LayerState), so steady decoding allocates nothing.
+- The self-attention keys/values live in buffers (B, H, capacity, d); step() writes the new position in place.
+  reorder() copies the decoded positions by index_select(out=...) into a spare buffer with room for exactly the
+  next position, so beam search attends over a whole contiguous buffer, which torch's CPU attention reads about
+  twice as fast as a view of a larger one. A search without reorders (greedy) grows its buffer by doubling and
+  attends over a view. Buffers are reused in turn (LayerState), so steady decoding allocates nothing.
 
 A cache is therefore consumed by step() and reorder(): keep using the one they return, not an older one
 (step() writes into the buffers an older cache shares; the searches never go back).
@@ -98,10 +98,11 @@ class Memory:
 class LayerState:
     """One decoder layer's (or one UT depth step's) incremental state.
 
-    key/value (B, H, n, d_k / d_v) are contiguous views whose first `length` positions hold the self-attention
-    keys/values the next step can see (n is `length`, or `length` + 1 after a reorder: room for that step's own).
-    Contiguous matters: torch's CPU attention kernel runs about twice as fast on a contiguous key/value as on a
-    strided view of a larger buffer, for the same numbers. The views live in `stores`, flat buffers of a
+    key/value (B, H, n, d_k / d_v) are contiguous buffers whose first `length` positions hold the self-attention
+    keys/values the next step can see. A reorder leaves n = `length` + 1, room for exactly the next position, so
+    that beam search attends over a whole contiguous buffer: torch's CPU attention kernel runs about twice as fast
+    on it as on a view of a larger one, for the same numbers. Without reorders (greedy) the buffer has room for
+    as many positions again, and its view is read. The views live in `stores`, flat buffers of a
     ping-pong pair with `spare`: whatever has to copy the cache (a reorder, or a step that finds no room) writes
     into the spare and the old stores become the next spare, so steady decoding allocates nothing."""
 
@@ -115,15 +116,17 @@ class LayerState:
     def append(self, key: torch.Tensor, value: torch.Tensor, window: int = 0) -> LayerState:
         """The state with one more position: key (B, H, 1, d_k) and value (B, H, 1, d_v).
 
-        Written in place where a reorder left room; otherwise the positions still visible (all, or the last
-        `window` with a restricted window, so that cache stays bounded) are copied with the new one after them.
+        Written in place where there is room (a reorder leaves room for one); otherwise the positions still
+        visible (all, or the last `window` with a restricted window, so that cache stays bounded) are copied, with
+        the new one after them, into a buffer with room for as many again.
         """
         if self.key is not None and self.length < self.key.size(2):
             self.key[:, :, self.length] = key[:, :, 0]
             self.value[:, :, self.length] = value[:, :, 0]
             return LayerState(self.key, self.value, self.conv, self.length + 1, self.stores, self.spare)
         kept = min(self.length, window) if window else self.length
-        new_key, new_value, stores = self._targets(key.size(0), kept + 1, key, value)
+        # room to grow: a search that never reorders (greedy) copies only now and then, and reads a view
+        new_key, new_value, stores = self._targets(key.size(0), max(16, 2 * (kept + 1)), key, value)
         if kept:
             new_key[:, :, :kept] = self.key[:, :, self.length - kept:self.length]
             new_value[:, :, :kept] = self.value[:, :, self.length - kept:self.length]
