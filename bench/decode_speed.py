@@ -9,7 +9,8 @@
 Synthetic protocol, as ../shared/tools/peers/ measures the peers (common.py there): post-norm Transformer,
 shared vocabulary of 8,000, small = 3+3 layers d256 h4 ff1024, base = 6+6 d512 h8 ff2048; 64 sources of 25
 tokens (24 random words + eos, numpy RandomState(1235)); output forced to 30 tokens (eos banned for 29 steps,
-then forced); one warm-up call, then the median of --repeats calls. Every system decodes the same ids in the
+then forced); one warm-up call, then the median of --repeats calls (and, "by CPU time", the least process CPU
+time of a call: on a loaded machine, at --threads 1, the steadier figure). Every system decodes the same ids in the
 same process, in turns (each timed round calls every system once, so a change of load hits all alike): the
 figure to read is the ratio to the torch baseline (bench/torch_baseline.py: nn.TransformerDecoder layers with a
 hand-written key/value cache) or to CTranslate2, since absolute figures move with the load.
@@ -21,7 +22,9 @@ length limits (not forced), beam 4 and greedy, and the tokens counted are those 
 Peak memory: the process's peak RSS after each system's warm-up call (it only grows, so read the first system's
 figure as its own and later ones as upper bounds), and torch.cuda.max_memory_allocated of that call on CUDA.
 CTranslate2 (optional: pip install ctranslate2 transformers) is measured when installed, through a random
-HF Marian model of the same shape converted as the peers harness does; otherwise it is skipped with a message.
+HF Marian model of the same shape converted as the peers harness does (float32, int8 with --quantize int8, or
+the --ct2-compute types), in the same rounds as seqxduce, so each line prints its ratio to CTranslate2 float32;
+otherwise it is skipped with a message.
 """
 
 from __future__ import annotations
@@ -80,20 +83,23 @@ def timed(calls: dict[str, Callable[[], int]], repeats: int, device: torch.devic
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
         call()
-        figures[name] = {"peak_rss_mb": peak_rss_mb(), "sec_all": []}
+        figures[name] = {"peak_rss_mb": peak_rss_mb(), "sec_all": [], "cpu_sec_all": []}
         if device.type == "cuda":
             torch.cuda.synchronize()
             figures[name]["cuda_max_allocated_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
     for _ in range(repeats):
         for name, call in calls.items():
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             figures[name]["tokens"] = call()
             if device.type == "cuda":
                 torch.cuda.synchronize()
             figures[name]["sec_all"].append(round(time.perf_counter() - started, 4))
+            figures[name]["cpu_sec_all"].append(round(time.process_time() - cpu_started, 4))
     for figure in figures.values():
         median = statistics.median(figure["sec_all"])
-        figure.update(tok_s=round(figure["tokens"] / median, 1), sec_median=round(median, 4))
+        cpu = min(figure["cpu_sec_all"])
+        figure.update(tok_s=round(figure["tokens"] / median, 1), sec_median=round(median, 4),
+                      cpu_tok_s=round(figure["tokens"] / cpu, 1), cpu_sec_min=round(cpu, 4))
     return figures
 
 
@@ -113,9 +119,10 @@ def quantized(model: torch.nn.Module, kind: str) -> torch.nn.Module:
     return quantize_for_decoding(model, kind)
 
 
-def seqxduce_search(model, src: torch.Tensor, beam: int, settings: SearchSettings) -> int:
+def seqxduce_search(model, src: torch.Tensor, beam: int, settings: SearchSettings, autocast: str = "none") -> int:
     request = DecodeRequest(src, [""] * src.size(0), BOS, EOS, PAD)
-    with torch.inference_mode():
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(autocast)
+    with torch.inference_mode(), torch.autocast(src.device.type, dtype=dtype, enabled=dtype is not None):
         if beam == 1:
             hyps = greedy_search(model, request, settings)
         else:
@@ -145,6 +152,9 @@ def bench_synthetic(size: str, args, device: torch.device, results: dict) -> Non
         name = "seqxduce" if kind == "none" else f"seqxduce-{kind}"
         decoding_model = quantized(model, kind) if kind != "none" else model
         systems.append((name, lambda beam, m=decoding_model: seqxduce_search(m, src, beam, forced(beam, args.out_len))))
+    if args.autocast != "none":  # as `seqxduce decode` runs a run trained with that [train] precision
+        systems.append((f"seqxduce-{args.autocast}", lambda beam: seqxduce_search(
+            model, src, beam, forced(beam, args.out_len), args.autocast)))
     if args.compile:  # decode.compile = true; the warm-up call pays the compilation, the timed ones do not
         import copy
 
@@ -200,7 +210,7 @@ def ct2_systems(size: str, src: torch.Tensor, args) -> list[tuple[str, Callable[
     names = {EOS: "</s>"}
     tokens = [[names.get(int(i), f"w{int(i)}") for i in row] for row in src.cpu()]
     systems = []
-    for compute_type in ["float32"] + (["int8"] if args.quantize == "int8" else []):
+    for compute_type in ct2_compute_types(args):
         translator = ctranslate2.Translator(str(work / "ct2"), device=src.device.type, compute_type=compute_type,
                                             intra_threads=torch.get_num_threads(), inter_threads=1)
 
@@ -211,6 +221,13 @@ def ct2_systems(size: str, src: torch.Tensor, args) -> list[tuple[str, Callable[
 
         systems.append(("ct2" if compute_type == "float32" else f"ct2-{compute_type}", call))
     return systems
+
+
+def ct2_compute_types(args) -> list[str]:
+    """CTranslate2's compute types to measure: --ct2-compute, else float32 (and int8 with --quantize int8)."""
+    if args.ct2_compute:
+        return [c.strip() for c in args.ct2_compute.split(",") if c.strip()]
+    return ["float32"] + (["int8"] if args.quantize == "int8" else [])
 
 
 def bench_run(run: str, args, device: torch.device, results: dict) -> None:
@@ -257,8 +274,13 @@ def report(key: str, results: dict) -> None:
     ct2 = results.get(f"{size}/{beam}/ct2")
     ratio += f"  {figures['tok_s'] / ct2['tok_s']:.2f}x ct2" if ct2 and name != "ct2" else ""
     memory = f", cuda max {figures['cuda_max_allocated_mb']} MiB" if "cuda_max_allocated_mb" in figures else ""
+    cpu = ""
+    if "cpu_tok_s" in figures:  # on a loaded machine at 1 thread, the process's CPU time is the steadier figure
+        ct2_cpu = f", {figures['cpu_tok_s'] / ct2['cpu_tok_s']:.2f}x ct2" if ct2 and "cpu_tok_s" in ct2 and \
+            name != "ct2" else ""
+        cpu = f"  | by CPU time {figures['cpu_tok_s']:10.1f} tok/s{ct2_cpu}"
     print(f"{key:32s} {figures['tok_s']:10.1f} tok/s  median {figures['sec_median']:.3f} s  "
-          f"peak RSS {figures['peak_rss_mb']} MiB{memory}{ratio}", flush=True)
+          f"peak RSS {figures['peak_rss_mb']} MiB{memory}{ratio}{cpu}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -278,8 +300,13 @@ def main(argv: list[str] | None = None) -> dict:
                         help="also measure seqxduce with this decode.quantize")
     parser.add_argument("--compile", action="store_true",
                         help="also measure seqxduce with decode.compile = true (torch.compile of the step)")
+    parser.add_argument("--autocast", default="none", choices=("none", "bf16", "fp16"),
+                        help="also measure seqxduce under this autocast (a run trained in bf16 / fp16 decodes so)")
     parser.add_argument("--no-torch", action="store_true", help="leave out the torch.nn baseline")
     parser.add_argument("--no-ct2", action="store_true", help="leave out CTranslate2")
+    parser.add_argument("--ct2-compute", default="",
+                        help="CTranslate2 compute types, comma-separated (e.g. float16 on CUDA); default float32, "
+                             "and int8 with --quantize int8")
     parser.add_argument("--json", help="write every figure to this file as JSON")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)

@@ -32,18 +32,32 @@ def max_lengths(request: DecodeRequest, a: float, b: int) -> torch.Tensor:
     return (src_len.float() * a + b).floor().long().clamp(min=1)
 
 
+def shortest_limit(request: DecodeRequest, a: float, b: int) -> int:
+    """A lower bound of every max_lengths(request, a, b), from what the host knows without asking the device.
+
+    With a >= 0 a limit is at least b (float32 rounding is monotonic, so a * length + b never floors below b);
+    with a < 0 it is at least a * (padded width) + b, less one for max_lengths' float32 rounding."""
+    lowest = math.floor(b) if a >= 0 else math.floor(request.src.size(1) * a + b) - 1
+    return max(1, lowest)
+
+
 def _forbid_specials(logprobs: torch.Tensor, request: DecodeRequest) -> None:
     logprobs[:, request.pad_id] = float("-inf")
     if request.bos_id != request.eos_id:
         logprobs[:, request.bos_id] = float("-inf")
 
 
-def _force_length(logprobs: torch.Tensor, step: int, limits: torch.Tensor, eos: int, min_len: int) -> None:
+def _force_length(logprobs: torch.Tensor, step: int, limits: torch.Tensor, eos: int, min_len: int,
+                  shortest: int) -> None:
     """Only eos where a row reached its maximum length; never eos before min_len.
 
-    Masks every row, at its limit or not, so that the host never asks the device whether any row is there."""
+    `shortest` is a lower bound of the rows' limits (shortest_limit): before it no row is at its limit and the
+    (N, V) mask, a pass over the whole log-probs, is skipped; from it on every row is masked, at its limit or
+    not, so that the host never asks the device whether any row is there."""
     if step < min_len:
         logprobs[:, eos] = float("-inf")
+    if step < shortest:
+        return
     at_limit = limits <= step  # (N,)
     eos_scores = logprobs[:, eos].clone()
     # a row at its limit always has a way out, even if a constraint forbade eos
@@ -53,14 +67,16 @@ def _force_length(logprobs: torch.Tensor, step: int, limits: torch.Tensor, eos: 
 
 
 def _next_logprobs(model: Model, last: torch.Tensor, memory, cache, request: DecodeRequest,
-                   constraint: StepConstraint | None, step: int, limits: torch.Tensor, min_len: int):
-    """One decoder step: float32 log-probs (N, V) with the constraint, specials and length limits applied."""
+                   constraint: StepConstraint | None, step: int, limits: torch.Tensor, min_len: int,
+                   shortest: int):
+    """One decoder step: float32 log-probs (N, V) with the constraint, specials and length limits applied
+    (`shortest`: see _force_length)."""
     logprobs, cache = model.step(last, memory, cache)
     logprobs = logprobs.float()
     if constraint is not None:
         logprobs = constraint.mask(logprobs)
     _forbid_specials(logprobs, request)
-    _force_length(logprobs, step, limits, request.eos_id, min_len)
+    _force_length(logprobs, step, limits, request.eos_id, min_len, shortest)
     return logprobs, cache
 
 
@@ -77,6 +93,7 @@ def greedy_search(model: Model, request: DecodeRequest, settings: SearchSettings
     batch = request.src.size(0)
     device = request.src.device
     limits = max_lengths(request, settings.max_len_a, settings.max_len_b)
+    shortest = shortest_limit(request, settings.max_len_a, settings.max_len_b)
     memory = model.encode(request.src)
     cache = model.init_cache(memory)
     rows = torch.arange(batch, device=device)
@@ -87,7 +104,8 @@ def greedy_search(model: Model, request: DecodeRequest, settings: SearchSettings
     chosen, scores, alive = [], [], []  # per step: (B,) token, its log-prob, whether the row was still going
     step = 0
     while not bool(done.all()):
-        logprobs, cache = _next_logprobs(model, last, memory, cache, request, constraint, step, limits, min_len)
+        logprobs, cache = _next_logprobs(model, last, memory, cache, request, constraint, step, limits, min_len,
+                                         shortest)
         if choose is None:
             best, choice = logprobs.max(dim=-1)
         else:
@@ -131,6 +149,7 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
     if batch == 0:
         return []
     src_limits = max_lengths(request, settings.max_len_a, settings.max_len_b)  # (alive sources,)
+    shortest = shortest_limit(request, settings.max_len_a, settings.max_len_b)
     penalties = _penalty_table(request, settings.max_len_a, settings.max_len_b, alpha)
     memory = model.encode(request.src)
     # row r of the search batch belongs to source alive[r // beam]
@@ -152,7 +171,8 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
     n_alive = batch
     while n_alive > 0:
         row_limits = src_limits.unsqueeze(1).expand(n_alive, beam).reshape(-1)
-        logprobs, cache = _next_logprobs(model, last, memory, cache, request, constraint, step, row_limits, min_len)
+        logprobs, cache = _next_logprobs(model, last, memory, cache, request, constraint, step, row_limits, min_len,
+                                         shortest)
         vocab = logprobs.size(-1)
         # 2*beam candidates always hold at least beam that do not end in eos (one eos per row at most). No
         # row gives more than 2*beam of a source's best 2*beam, so each row's best 2*beam tokens are taken
@@ -314,10 +334,11 @@ class _Finished:
               take: torch.Tensor, penalty: torch.Tensor, eos: int) -> None:
         """Add the candidates `take` (n, k) that end rows `rows` with eos at `step`, scored totals / penalty.
 
-        One stable sort of the old list followed by the candidates in their order is _NBest.add one at a time:
-        a hypothesis goes after those with an equal score, and one that does not beat a full list's worst
-        falls off its end. A float64 score divided by a (1,) tensor, never a scalar, is the double the search
-        computed in Python (CUDA multiplies by the reciprocal of a host scalar)."""
+        One stable sort of the old list followed by the candidates in their order: a hypothesis goes after
+        those already listed with an equal score (the earlier step, or the better-ranked candidate, first), and
+        one that does not beat a full list's worst falls off its end. A float64 score divided by a (1,) tensor,
+        never a scalar, is the double the search computed in Python (CUDA multiplies by the reciprocal of a host
+        scalar)."""
         none = torch.full_like(totals, float("-inf"), dtype=torch.float64)
         score = torch.where(take, totals.double() / penalty, none)
         where = torch.stack([torch.full_like(rows, step), rows, torch.full_like(rows, eos),

@@ -119,11 +119,12 @@ def test_cross_attention_keys_are_projected_once_in_init_cache():
 def test_beam_shaped_reorders_keep_memory_per_source_and_equal_the_full_forward(window):
     """Expanding to beams, reordering inside each source's beams, and a source leaving: each step's log-probs
     equal a full forward over the prefix each row now holds, and the encoder memory and cross-attention keys
-    stay one row per source (not copied) until a source leaves. With a restricted window the cache's buffer
-    stays bounded (its old positions are dropped) and decoding stays exact."""
+    stay one row per source (not copied) until a source leaves. The cache holds exactly the positions the next
+    step sees plus room for its own: with a restricted window it stays bounded (its old positions are dropped)
+    and decoding stays exact."""
     model = tiny(attention_window=window)
     src, _ = batch()
-    beam, steps = 3, 36  # past the cache's first capacity (16) twice: buffers grow, or a window compacts
+    beam, steps = 3, 36  # long enough for the spare buffers to grow several times, or a window to drop positions
     memory = model.encode(src)
     memory, _ = model.reorder(memory, None, torch.arange(3).repeat_interleave(beam))
     assert memory.group == beam and memory.states.size(0) == 3
@@ -149,7 +150,8 @@ def test_beam_shaped_reorders_keep_memory_per_source_and_equal_the_full_forward(
             assert cache.cross[0][0].data_ptr() == cross_before
         assert memory.group == beam and memory.states.size(0) == sources.numel() // beam
     assert memory.states.size(0) == 2
-    assert cache.layers[0].key.size(2) == (16 if window else 64)
+    assert cache.layers[0].key.size(2) == (window if window else steps) + 1
+    assert cache.layers[0].key.is_contiguous()
 
 
 def test_any_reorder_index_still_decodes_each_row_as_its_source():
