@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from seqxduce.api import Model, VocabInfo
+from seqxduce.api import ExportRequest, Model, VocabInfo
 
 from .embedding import Embeddings, char_ngram_spec, init_xavier, make_positions
 from .settings import CommonSettings
@@ -53,3 +53,12 @@ class EncoderDecoderBase(nn.Module, Model):
         keys/values move only when a source leaves (state.plan_rows)."""
         plan = memory.plan(index)
         return memory.take(plan), None if cache is None else cache.select(index, plan)
+
+    def export(self, request: ExportRequest) -> bool:
+        """To CTranslate2 (ct2_export.py), which refuses what it cannot hold (the Universal Transformer, ...)."""
+        if request.engine != "ctranslate2":
+            return False
+        from .ct2_export import export_ctranslate2
+
+        export_ctranslate2(self, request)
+        return True
