@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from seqxduce import engine
+from seqxduce import engine, export_command
 from seqxduce.api import Report, TrainingStopped, UserError
 from seqxduce.atomic import atomic_write_text
 from seqxduce.inspection import commands as inspect_commands
@@ -154,10 +154,12 @@ def train(ctx: click.Context, recipe_file: Path, out: Path | None, overrides: tu
 @click.option("--ensemble", multiple=True, type=click.Path(path_type=Path),
               help="also a checkpoint or run directory whose predictions are averaged in (repeat it; each must "
                    "share RUN's tokenizer files, e.g. another checkpoint of the same run)")
+@click.option("--engine", "engine_name", type=click.Choice(export_command.ENGINE_CHOICES), default="seqxduce",
+              show_default=True, help=export_command.ENGINE_HELP)
 @click.pass_context
 def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | None, output: Path | None,
            overrides: tuple[str, ...], examples: int, annotations: Path | None, allow_errors: bool,
-           ensemble: tuple[Path, ...]) -> None:
+           ensemble: tuple[Path, ...], engine_name: str) -> None:
     """Decode sources with a trained run (its averaged checkpoint if any, else the latest).
 
     With --split, exits with status 3 after writing everything when the metric left outputs out of its figures
@@ -169,6 +171,14 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
         if path is not None:  # before any work: a decode must not be lost for want of a place to write it
             engine.check_writable(path, f"{option} {path}")
     annotate = annotations is not None
+    if engine_name == "ctranslate2":  # an exported model, through the same tokenizers and metric
+        outputs, report = export_command.decode_with_engine(
+            run, None if input_file is None else _read_sources(input_file), split, overrides, ensemble, annotate)
+        _write([o.text for o in outputs] if split is not None else engine.format_outputs(outputs), output)
+        if report is not None:
+            click.echo(report.text or _metric_line(report.metrics), err=output is None)
+            _check_unscored(ctx, report, allow_errors)
+        return
     checkpoint = engine.checkpoint_for(run)
     ensemble = (*engine.ensemble_members(run, overrides), *ensemble)  # a run trained with [train] members = N
     click.echo(f"decoding with {checkpoint}" + "".join(f" + {p}" for p in ensemble), err=True)
@@ -256,6 +266,7 @@ def average(checkpoints: tuple[Path, ...], output: Path) -> None:
 
 for _command in inspect_commands.COMMANDS:
     cli.add_command(_command)
+cli.add_command(export_command.export)
 
 
 def add_plugin_commands(reg: Registry | None = None, strict: bool | None = None) -> click.Group:

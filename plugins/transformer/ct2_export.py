@@ -97,18 +97,30 @@ def build_spec(model: EncoderDecoderBase, request: ExportRequest):
     if pre_norm:
         _set_norm(encoder.layer_norm, model.encoder_norm)
         _set_norm(decoder.layer_norm, model.decoder_norm)
-    head_width = _d_k(model) if _d_k(model) * heads != s.d_model else None
+    if _d_k(model) * heads != s.d_model:  # Table 3 rows A/B: heads narrower or wider than d_model / heads
+        _set_head_width(encoder, decoder, _d_k(model))
     for layer_spec, layer in zip(encoder.layer, model.encoder):
-        _set_self_attention(layer_spec.self_attention, layer.self_attn, layer.self_res.norm, head_width)
+        _set_self_attention(layer_spec.self_attention, layer.self_attn, layer.self_res.norm)
         _set_ffn(layer_spec.ffn, layer.transition, layer.transition_res.norm)
     for layer_spec, layer in zip(decoder.layer, model.decoder):
-        _set_self_attention(layer_spec.self_attention, layer.self_attn, layer.self_res.norm, head_width)
-        _set_cross_attention(layer_spec.attention, layer.cross_attn, layer.cross_res.norm, head_width)
+        _set_self_attention(layer_spec.self_attention, layer.self_attn, layer.self_res.norm)
+        _set_cross_attention(layer_spec.attention, layer.cross_attn, layer.cross_res.norm)
         _set_ffn(layer_spec.ffn, layer.transition, layer.transition_res.norm)
     _set_config(spec, request, source_bos=s.source_bos)
     spec.register_source_vocabulary(list(request.source_tokens))
     spec.register_target_vocabulary(list(request.target_tokens))
     return spec
+
+
+def _set_head_width(encoder, decoder, width: int) -> None:
+    """Attention specs that carry head_dim: the encoder's spec takes none as an argument, so every attention
+    spec is built anew with it (a spec refuses attributes it was not built with)."""
+    from ctranslate2.specs.attention_spec import MultiHeadAttentionSpec
+
+    for layer in [*encoder.layer, *decoder.layer]:
+        layer.self_attention = MultiHeadAttentionSpec(self_attention=True, head_dim=width)
+        if hasattr(layer, "attention"):
+            layer.attention = MultiHeadAttentionSpec(head_dim=width)
 
 
 def _set_config(spec, request: ExportRequest, source_bos: bool) -> None:
@@ -134,23 +146,19 @@ def _position_table(model: EncoderDecoderBase) -> np.ndarray:
     return _array(positions.table.weight)
 
 
-def _set_self_attention(spec, attention, norm, head_width: int | None) -> None:
+def _set_self_attention(spec, attention, norm) -> None:
     fused = torch.cat([attention.query.weight, attention.key_value.weight])  # (H*d_k * 3, C): Q;K;V
     bias = torch.cat([attention.query.bias, attention.key_value.bias])
     spec.linear[0].weight, spec.linear[0].bias = _array(fused), _array(bias)
     _set_linear(spec.linear[1], attention.out)
     _set_norm(spec.layer_norm, norm)
-    if head_width is not None:
-        spec.head_dim = np.int32(head_width)
 
 
-def _set_cross_attention(spec, attention, norm, head_width: int | None) -> None:
+def _set_cross_attention(spec, attention, norm) -> None:
     _set_linear(spec.linear[0], attention.query)
     _set_linear(spec.linear[1], attention.key_value)  # already one K;V matrix, CTranslate2's layout
     _set_linear(spec.linear[2], attention.out)
     _set_norm(spec.layer_norm, norm)
-    if head_width is not None:
-        spec.head_dim = np.int32(head_width)
 
 
 def _set_ffn(spec, transition, norm) -> None:
