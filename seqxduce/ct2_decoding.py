@@ -5,19 +5,19 @@ The run's tokenizers encode the sources, ctranslate2.Translator searches over th
 export's vocabulary is ours by id, see export.py), the target tokenizer decodes the entries' ids and the task
 postprocesses and scores, exactly as seqxduce.decoding does: the deployed model's metric is measured as ours.
 
-Search settings come from the recipe's [decode] (greedy or beam; others are refused). Aligned with
-seqxduce.search: the length limit (a * source length + b tokens, then eos; one Translator call per limit),
-min_len, pad and bos never chosen, the score of a hypothesis = its summed log-probabilities, eos included
-(CTranslate2 with length_penalty = 0 returns exactly that). CTranslate2 has no GNMT length penalty: with
-alpha > 0 the engine keeps `beam` finished hypotheses and ranks them by log-prob / ((5 + length) / 6) ** alpha as
-our beam does, but which hypotheses finish may differ from our search (CTranslate2 stops a source once its best
-hypothesis ends); with alpha = 0 the two searches agree up to float order (tests/test_export_parity.py).
+Search settings come from the recipe's [decode] (greedy or beam; others are refused), aligned with
+seqxduce.search: the length limit is a * source length + b tokens (one Translator call per limit), min_len
+holds, pad and bos are never chosen. CTranslate2 returns its `beam` finished hypotheses, those cut at the limit
+included; each is rescored with its eos by one teacher-forced pass (see _rescore), as our search forces an eos
+at the limit, and they are ranked as our beam ranks them: log-prob / ((5 + length) / 6) ** alpha, the GNMT
+penalty that CTranslate2 itself lacks (with alpha > 0 the search's inner ranking can still differ from ours).
+Parity with our own decoding: bench/export_parity.py and tests/test_export_parity.py.
 """
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,33 +75,35 @@ def translate_ids(run: ExportedRun, sources: Sequence[list[int]]) -> list[list[H
     tgt_ids = {tgt_tok.id_to_token(i): i for i in range(tgt_tok.vocab_size)}
     specials = [[tgt_tok.id_to_token(tgt_tok.pad_id)], [tgt_tok.id_to_token(tgt_tok.bos_id)]]
     limits = [max(1, int(len(ids) * settings.max_len_a + settings.max_len_b)) for ids in sources]
+    eos = tgt_tok.id_to_token(tgt_tok.eos_id)
     results: list[list[Hypothesis]] = [[] for _ in sources]
     for limit in sorted(set(limits)):
         chosen = [i for i, n in enumerate(limits) if n == limit]
         batch = [[src_tok.id_to_token(t) for t in sources[i]] for i in chosen]
         found = run.translator.translate_batch(
-            batch, beam_size=beam, num_hypotheses=beam if alpha else nbest, length_penalty=0.0,
-            return_scores=True, return_end_token=True, max_decoding_length=limit,
-            min_decoding_length=settings.min_len, suppress_sequences=specials,
-            max_batch_size=run.recipe.decode.core.batch_size)
-        for i, source, result in zip(chosen, batch, found):
-            hyps = [_hypothesis(run, source, tokens, score, alpha, tgt_ids)
-                    for tokens, score in zip(result.hypotheses, result.scores)]
+            batch, beam_size=beam, num_hypotheses=beam, length_penalty=0.0,
+            return_end_token=True, max_decoding_length=limit, min_decoding_length=settings.min_len,
+            suppress_sequences=specials, max_batch_size=run.recipe.decode.core.batch_size)
+        outputs = [[h[:-1] if h and h[-1] == eos else h for h in result.hypotheses] for result in found]
+        logprobs = _rescore(run, [(src, out) for src, outs in zip(batch, outputs) for out in outs])
+        for i, outs in zip(chosen, outputs):
+            hyps = [_hypothesis(out, next(logprobs), alpha, tgt_ids) for out in outs]
             results[i] = sorted(hyps, key=lambda h: -h.score)[:nbest]
     return results
 
 
-def _hypothesis(run: ExportedRun, source: list[str], tokens: list[str], logprob: float, alpha: float,
-                ids: dict[str, int]) -> Hypothesis:
-    """Our Hypothesis of one CTranslate2 output; its length for the penalty counts the eos, as our beam's does.
+def _rescore(run: ExportedRun, pairs: list[tuple[list[str], list[str]]]) -> Iterator[float]:
+    """Each output's summed log-probabilities, eos included, by one teacher-forced pass (score_batch appends the
+    eos). The search's own scores will not do: CTranslate2 suppresses pad and bos before the softmax, which
+    renormalises the others, where our search forbids them after it; and at the length limit it stops without
+    the eos that our search forces."""
+    scored = run.translator.score_batch([src for src, _ in pairs], [out for _, out in pairs],
+                                        max_batch_size=run.recipe.decode.core.batch_size)
+    return iter([sum(result.log_probs) for result in scored])
 
-    CTranslate2 stops at max_decoding_length without an eos, where our search forces one: such an output's
-    log-prob is scored again with that eos (Translator.score_batch appends it)."""
-    eos = run.tokenizers.tgt.id_to_token(run.tokenizers.tgt.eos_id)
-    if tokens and tokens[-1] == eos:
-        tokens = tokens[:-1]
-    else:
-        logprob = sum(run.translator.score_batch([source], [tokens])[0].log_probs)
+
+def _hypothesis(tokens: list[str], logprob: float, alpha: float, ids: dict[str, int]) -> Hypothesis:
+    """Our Hypothesis of one CTranslate2 output; its length for the penalty counts the eos, as our beam's does."""
     out = [ids[t] for t in tokens]
     return Hypothesis(tokens=out, score=logprob / length_penalty(len(out) + 1, alpha), logprob=logprob)
 

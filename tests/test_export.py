@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -108,3 +109,26 @@ def test_without_ctranslate2_the_cli_names_the_extra(tiny_run, tmp_path, monkeyp
 def test_engine_refuses_a_search_it_does_not_have(exported):
     result = run_cli("decode", exported, "--engine", "ctranslate2", "--split", "test", "--set", "decode.name=sampling")
     assert result.exit_code != 0 and "decode.name" in result.output
+
+
+def test_the_readme_deploy_example_runs_on_a_sentencepiece_export(tmp_path, capsys):
+    """README's five lines, as written, with DIR and the sentence replaced: the export is all they need."""
+    import re
+
+    import seqxduce
+    from seqxduce.testing import repository_root
+
+    from .conftest import TINY_RECIPE
+
+    run = tmp_path / "sp"
+    seqxduce.train(seqxduce.load_recipe(TINY_RECIPE, ["tokenizer.name=sentencepiece", "tokenizer.vocab_size=20",
+                                                      "train.max_steps=2", "train.validate_every=0"]), out=run)
+    out = tmp_path / "deploy"
+    assert run_cli("export", run, "-o", out).exit_code == 0
+    readme = (repository_root(Path(__file__)) / "README.md").read_text()
+    deploy = readme.split("\n## Deploy\n", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"```python\n(.*?)```", deploy, re.S).group(1)
+    assert len(code.strip().splitlines()) == 5
+    exec(code.replace("DIR", str(out)).replace("Ein Hund rennt.", "1 2 3"), {})
+    printed = capsys.readouterr().out.strip()
+    assert set(printed) <= set("0123456789 ")  # the task's symbols, decoded by the exported sentencepiece model
