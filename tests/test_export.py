@@ -132,3 +132,15 @@ def test_the_readme_deploy_example_runs_on_a_sentencepiece_export(tmp_path, caps
     exec(code.replace("DIR", str(out)).replace("Ein Hund rennt.", "1 2 3"), {})
     printed = capsys.readouterr().out.strip()
     assert set(printed) <= set("0123456789 ")  # the task's symbols, decoded by the exported sentencepiece model
+
+
+def test_a_model_without_the_capability_is_refused_by_name(tiny_run, tmp_path, monkeypatch):
+    """A third party's model inherits Model.export, which offers nothing: the core says so in one line."""
+    from seqxduce_transformer.base import EncoderDecoderBase
+
+    from seqxduce.api import Model
+
+    monkeypatch.setattr(EncoderDecoderBase, "export", Model.export)
+    result = run_cli("export", tiny_run, "-o", tmp_path / "out")
+    assert result.exit_code != 0 and "offers no export to ctranslate2" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "out").exists()
