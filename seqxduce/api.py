@@ -111,6 +111,21 @@ class VocabInfo:
 
 
 @dataclass
+class ExportRequest:
+    """What Model.export() writes: the model for another inference engine, with the run's vocabularies by id."""
+
+    engine: str  # e.g. "ctranslate2"
+    directory: Path  # an existing, empty folder
+    source_tokens: tuple[str, ...]  # the source vocabulary's entries by id
+    target_tokens: tuple[str, ...]
+    pad_id: int
+    bos_id: int
+    eos_id: int
+    unk_id: int
+    quantization: str = "none"  # the engine's weight type, e.g. int8, float16; none keeps float32
+
+
+@dataclass
 class ModelOutput:
     """A model's training forward: logits (B, T, V) and optional extra loss (e.g. ACT's ponder cost).
 
@@ -269,6 +284,12 @@ class Model(abc.ABC):
         None (the default) says that this model does not expose its attention weights.
         """
         return None
+
+    def export(self, request: ExportRequest) -> bool:
+        """Write this model's weights for request.engine into request.directory, for `seqxduce export`; raise
+        UserError naming a setting that engine cannot represent. False (the default): no export to that engine.
+        """
+        return False
 
 
 class StepConstraint(abc.ABC):

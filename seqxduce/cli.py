@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from seqxduce import engine
+from seqxduce import engine, export_command
 from seqxduce.api import Report, TrainingStopped, UserError
 from seqxduce.atomic import atomic_write_text
 from seqxduce.inspection import commands as inspect_commands
@@ -177,11 +177,13 @@ def train(ctx: click.Context, recipe_file: Path, out: Path | None, overrides: tu
               help="also write source-target word alignments here in Pharaoh format (0-0 1-2 ...), one line per "
                    "output line, from the encoder-decoder attention ([decode] alignment_layer, default the "
                    "penultimate layer, and alignment_heads, default all averaged)")
+@click.option("--engine", "engine_name", type=click.Choice(export_command.ENGINE_CHOICES), default="seqxduce",
+              show_default=True, help=export_command.ENGINE_HELP)
 @click.pass_context
 def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | None, output: Path | None,
            checkpoint: str | None, beam: int | None, nbest: int | None, batch_tokens: int | None,
            device: str | None, overrides: tuple[str, ...], examples: int, annotations: Path | None,
-           allow_errors: bool, ensemble: tuple[Path, ...], alignments: Path | None) -> None:
+           allow_errors: bool, ensemble: tuple[Path, ...], alignments: Path | None, engine_name: str) -> None:
     """Decode sources with a trained run: RUN is a run directory (or one checkpoint file in it). A run trained
     with [train] members = N decodes with the ensemble of its members.
 
@@ -199,6 +201,19 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
                  "train.device": ("--device", device)}
     given = {key: flag for key, (flag, value) in shortcuts.items() if value is not None}
     overrides = (*overrides, *(f"{key}={shortcuts[key][1]}" for key in given))
+    if engine_name == "ctranslate2":  # an exported model, through the same tokenizers and metric
+        for flag, value in (("--checkpoint", checkpoint), ("--nbest", nbest), ("--alignments", alignments)):
+            if value is not None:
+                raise UserError(f"decode --engine ctranslate2: {flag} is not supported there; export the checkpoint "
+                                "you want (seqxduce export) and decode without it, or decode with --engine seqxduce")
+        outputs, report = export_command.decode_with_engine(
+            run, None if input_file is None else _read_sources(input_file), split, overrides, ensemble,
+            annotations is not None)
+        _write([o.text for o in outputs] if split is not None else engine.format_outputs(outputs), output)
+        if report is not None:
+            click.echo(report.text or _metric_line(report.metrics), err=output is None)
+            _check_unscored(ctx, report, allow_errors)
+        return
     try:
         loaded = engine.load_run(run, overrides, ensemble, checkpoint)  # load first, then say what was loaded
     except UserError as err:  # a refused shortcut is named as the user typed it
@@ -335,6 +350,7 @@ def average(checkpoints: tuple[Path, ...], last: int | None, output: Path) -> No
 for _command in inspect_commands.COMMANDS:
     cli.add_command(_command)
 cli.add_command(serve_command)
+cli.add_command(export_command.export)
 
 
 def add_plugin_commands(reg: Registry | None = None, strict: bool | None = None) -> click.Group:

@@ -29,34 +29,26 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqxduce.api import AttentionWeights, Model, ModelOutput, VocabInfo
+from seqxduce.api import AttentionWeights, ModelOutput, VocabInfo
 
 from .attention import encoder_self_mask, key_padding_mask
 from .attention_maps import record_attention
-from .embedding import Embeddings, char_ngram_spec, init_xavier, make_positions, prepend_bos, training_offset_pair
+from .base import EncoderDecoderBase
+from .embedding import prepend_bos, training_offset_pair
 from .flops import forward_flops
 from .layers import DecoderLayer, EncoderLayer, FeedForward
 from .settings import TransformerSettings
 from .state import DecoderCache, Memory
 
 
-def final_norm(d_model: int, pre_norm: bool) -> nn.Module:
-    """Pre-norm stacks end in a LayerNorm (their residual stream is never normalised); post-norm needs none."""
-    return nn.LayerNorm(d_model) if pre_norm else nn.Identity()
-
-
-class Transformer(nn.Module, Model):
+class Transformer(EncoderDecoderBase):
     """Encoder-decoder Transformer; see the module docstring."""
 
+    settings: TransformerSettings
+
     def __init__(self, settings: TransformerSettings, vocab: VocabInfo):
-        super().__init__()
+        super().__init__(settings, vocab)
         s = settings
-        self.settings = s
-        self.vocab = vocab
-        pre_norm = s.norm == "pre"
-        self.embeddings = Embeddings(vocab, s.d_model, s.share_embeddings, s.tie_output, char_ngrams=char_ngram_spec(s))
-        self.positions = make_positions(s.positions, s.d_model, s.max_positions)
-        self.embed_drop = nn.Dropout(s.dropout)
         self.encoder = nn.ModuleList(
             EncoderLayer(s, FeedForward(s.d_model, s.d_ff, s.activation_dropout))
             for _ in range(s.encoder_layers or s.layers)
@@ -65,15 +57,7 @@ class Transformer(nn.Module, Model):
             DecoderLayer(s, FeedForward(s.d_model, s.d_ff, s.activation_dropout))
             for _ in range(s.decoder_layers or s.layers)
         )
-        self.encoder_norm = final_norm(s.d_model, pre_norm)
-        self.decoder_norm = final_norm(s.d_model, pre_norm)
-        if s.init == "xavier":
-            init_xavier(self, s.d_model)
-
-    @property
-    def schedule_width(self) -> int:
-        """d_model, for the learning-rate schedule."""
-        return self.settings.d_model
+        self.finish_init()
 
     def _embed(self, x: torch.Tensor, offset: int = 0, offsets: torch.Tensor | None = None) -> torch.Tensor:
         """Scaled embeddings (B, L, C) plus positions offset.. (or offsets[b].. per row), with dropout."""
@@ -136,13 +120,6 @@ class Transformer(nn.Module, Model):
     def forward_flops_per_token(self) -> tuple[int, int]:
         """Forward FLOPs per source and per target token (see flops.py for what is counted)."""
         return forward_flops(list(self.encoder), list(self.decoder), self.embeddings.output)
-
-    def reorder(self, memory: Memory, cache: DecoderCache | None,
-                index: torch.Tensor) -> tuple[Memory, DecoderCache | None]:
-        """Keep search rows `index` (B',) of memory and cache (cache may be None); memory rows and cross-attention
-        keys/values move only when a source leaves (state.plan_rows)."""
-        plan = memory.plan(index)
-        return memory.take(plan), None if cache is None else cache.select(index, plan)
 
     def attention_weights(self, src: torch.Tensor, tgt_in: torch.Tensor) -> AttentionWeights:
         """Every layer's attention probabilities over one teacher-forced pass (see seqxduce.api.Model)."""

@@ -50,25 +50,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from seqxduce.api import AttentionWeights, Model, ModelOutput, VocabInfo
+from seqxduce.api import AttentionWeights, ModelOutput, VocabInfo
 
 from .act import Halting
 from .attention import encoder_self_mask, key_padding_mask
 from .attention_maps import record_attention
-from .embedding import (
-    Embeddings,
-    char_ngram_spec,
-    init_xavier,
-    make_positions,
-    prepend_bos,
-    sinusoid_table,
-    training_offset_pair,
-)
+from .base import EncoderDecoderBase
+from .embedding import prepend_bos, sinusoid_table, training_offset_pair
 from .flops import forward_flops
 from .layers import DecoderLayer, EncoderLayer, FeedForward, SepConvTransition, Transition
 from .settings import UniversalSettings
 from .state import DecoderCache, LayerState, Memory
-from .transformer import final_norm
 
 
 class TimestepSignal(nn.Module):
@@ -94,28 +86,21 @@ def make_transition(s: UniversalSettings) -> Transition:
     return FeedForward(s.d_model, s.d_ff, s.activation_dropout)
 
 
-class UniversalTransformer(nn.Module, Model):
+class UniversalTransformer(EncoderDecoderBase):
     """Universal Transformer encoder-decoder; see the module docstring."""
 
+    settings: UniversalSettings
+
     def __init__(self, settings: UniversalSettings, vocab: VocabInfo):
-        super().__init__()
+        super().__init__(settings, vocab)
         s = settings
-        self.settings = s
-        self.vocab = vocab
         self.depth = s.act_max_steps if s.act else s.steps
-        pre_norm = s.norm == "pre"
-        self.embeddings = Embeddings(vocab, s.d_model, s.share_embeddings, s.tie_output, char_ngrams=char_ngram_spec(s))
-        self.positions = make_positions(s.positions, s.d_model, s.max_positions)
         self.timesteps = TimestepSignal(s.timestep_signal, s.d_model, self.depth)
-        self.embed_drop = nn.Dropout(s.dropout)
         self.encoder_layer = EncoderLayer(s, make_transition(s))
         self.decoder_layer = DecoderLayer(s, make_transition(s))
         self.encoder_halting = nn.Linear(s.d_model, 1) if s.act else None
         self.decoder_halting = nn.Linear(s.d_model, 1) if s.act else None
-        self.encoder_norm = final_norm(s.d_model, pre_norm)
-        self.decoder_norm = final_norm(s.d_model, pre_norm)
-        if s.init == "xavier":
-            init_xavier(self, s.d_model)
+        self.finish_init()
         for unit in (self.encoder_halting, self.decoder_halting):
             if unit is not None:
                 nn.init.constant_(unit.bias, s.act_halting_bias_init)
@@ -159,11 +144,6 @@ class UniversalTransformer(nn.Module, Model):
                                  offsets=offsets, positions=backward)
         ponder = None if halting is None else self._source_columns(halting.updates)
         return Memory(self.encoder_norm(x), pad, key_padding_mask(pad), ponder), halting
-
-    @property
-    def schedule_width(self) -> int:
-        """d_model, for the learning-rate schedule."""
-        return self.settings.d_model
 
     def encode(self, src: torch.Tensor) -> Memory:
         """src (B, S) -> Memory (states (B, S, C)); with ACT, Memory.ponder holds N (B, S)."""
@@ -232,13 +212,6 @@ class UniversalTransformer(nn.Module, Model):
         encoder = [m for m in (self.encoder_layer, self.encoder_halting) if m is not None]
         decoder = [m for m in (self.decoder_layer, self.decoder_halting) if m is not None]
         return forward_flops(encoder, decoder, self.embeddings.output, repeat=self.depth)
-
-    def reorder(self, memory: Memory, cache: DecoderCache | None,
-                index: torch.Tensor) -> tuple[Memory, DecoderCache | None]:
-        """Keep search rows `index` (B',) of memory and cache (cache may be None); memory rows and cross-attention
-        keys/values move only when a source leaves (state.plan_rows)."""
-        plan = memory.plan(index)
-        return memory.take(plan), None if cache is None else cache.select(index, plan)
 
     @torch.no_grad()
     def annotate(self, src: torch.Tensor, tgt_in: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -1,0 +1,139 @@
+"""Decoding an exported model with CTranslate2 through the task's own pipeline: `seqxduce decode DIR --engine
+ctranslate2` (DIR from `seqxduce export`, or a run directory, exported first into a temporary folder).
+
+The run's tokenizers encode the sources, ctranslate2.Translator searches over their vocabulary entries (the
+export's vocabulary is ours by id, see export.py), the target tokenizer decodes the entries' ids and the task
+postprocesses and scores, exactly as seqxduce.decoding does: the deployed model's metric is measured as ours.
+
+Search settings come from the recipe's [decode] (greedy or beam; others are refused), aligned with
+seqxduce.search: the length limit is a * source length + b tokens (one Translator call per limit), min_len
+holds, pad and bos are never chosen. CTranslate2 returns its `beam` finished hypotheses, those cut at the limit
+included; each is rescored with its eos by one teacher-forced pass (see _rescore), as our search forces an eos
+at the limit, and they are ranked as our beam ranks them: log-prob / ((5 + length) / 6) ** alpha, the GNMT
+penalty that CTranslate2 itself lacks (with alpha > 0 the search's inner ranking can still differ from ours).
+Parity with our own decoding: bench/export_parity.py and tests/test_export_parity.py.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from seqxduce import components
+from seqxduce.api import Example, Hypothesis, Report, Task, UserError
+from seqxduce.decoding import Output, score_outputs
+from seqxduce.export import export_run, is_export, require_ctranslate2
+from seqxduce.recipe import Recipe
+from seqxduce.rundir import RunDir
+from seqxduce.search import length_penalty
+
+SEARCHES = ("greedy", "beam")
+
+
+@dataclass
+class ExportedRun:
+    """What decoding with the engine needs: the export's recipe, tokenizers, task and translator."""
+
+    recipe: Recipe
+    directory: Path
+    task: Task
+    tokenizers: components.Tokenizers
+    translator: Any  # ctranslate2.Translator
+
+
+def load_export(path: Path | str, overrides: Sequence[str] = (), work: Path | None = None,
+                compute_type: str = "default") -> ExportedRun:
+    """Load an export folder; a run directory or checkpoint is exported into `work` first (float32)."""
+    ct2 = require_ctranslate2()
+    path = Path(path)
+    if not is_export(path):
+        if work is None:
+            raise UserError(f"{path}: not an export folder; `seqxduce export {path} --to ctranslate2 -o DIR` first")
+        path = export_run(path, work / "ctranslate2").directory
+    exported = RunDir(path)
+    recipe = exported.load_recipe(overrides)
+    if recipe.decode.component.name not in SEARCHES:
+        raise UserError(f"[decode] name = {recipe.decode.component.name!r}: CTranslate2 decodes with "
+                        f"{' or '.join(SEARCHES)} search; --set decode.name=beam")
+    device = "cuda" if recipe.train.device.startswith("cuda") else "cpu"
+    if recipe.train.device == "auto" and ct2.get_cuda_device_count() > 0:
+        device = "cuda"
+    translator = ct2.Translator(str(path), device=device, compute_type=compute_type)
+    return ExportedRun(recipe, path, components.build_task(recipe), exported.load_tokenizers(recipe), translator)
+
+
+def translate_ids(run: ExportedRun, sources: Sequence[list[int]]) -> list[list[Hypothesis]]:
+    """n-best Hypotheses for source ids (without eos: the export appends it), as seqxduce's search gives them."""
+    settings = run.recipe.decode.settings
+    beam = getattr(settings, "beam", 1)
+    alpha = getattr(settings, "alpha", 0.0)
+    nbest = getattr(settings, "nbest", 1)
+    src_tok, tgt_tok = run.tokenizers.src, run.tokenizers.tgt
+    tgt_ids = {tgt_tok.id_to_token(i): i for i in range(tgt_tok.vocab_size)}
+    specials = [[tgt_tok.id_to_token(tgt_tok.pad_id)], [tgt_tok.id_to_token(tgt_tok.bos_id)]]
+    limits = [max(1, int(len(ids) * settings.max_len_a + settings.max_len_b)) for ids in sources]
+    eos = tgt_tok.id_to_token(tgt_tok.eos_id)
+    results: list[list[Hypothesis]] = [[] for _ in sources]
+    for limit in sorted(set(limits)):
+        chosen = [i for i, n in enumerate(limits) if n == limit]
+        batch = [[src_tok.id_to_token(t) for t in sources[i]] for i in chosen]
+        found = run.translator.translate_batch(
+            batch, beam_size=beam, num_hypotheses=beam, length_penalty=0.0,
+            return_end_token=True, max_decoding_length=limit, min_decoding_length=settings.min_len,
+            suppress_sequences=specials, max_batch_size=run.recipe.decode.core.batch_size)
+        outputs = [[h[:-1] if h and h[-1] == eos else h for h in result.hypotheses] for result in found]
+        logprobs = _rescore(run, [(src, out) for src, outs in zip(batch, outputs) for out in outs])
+        for i, outs in zip(chosen, outputs):
+            hyps = [_hypothesis(out, next(logprobs), alpha, tgt_ids) for out in outs]
+            results[i] = sorted(hyps, key=lambda h: -h.score)[:nbest]
+    return results
+
+
+def _rescore(run: ExportedRun, pairs: list[tuple[list[str], list[str]]]) -> Iterator[float]:
+    """Each output's summed log-probabilities, eos included, by one teacher-forced pass (score_batch appends the
+    eos). The search's own scores will not do: CTranslate2 suppresses pad and bos before the softmax, which
+    renormalises the others, where our search forbids them after it; and at the length limit it stops without
+    the eos that our search forces."""
+    scored = run.translator.score_batch([src for src, _ in pairs], [out for _, out in pairs],
+                                        max_batch_size=run.recipe.decode.core.batch_size)
+    return iter([sum(result.log_probs) for result in scored])
+
+
+def _hypothesis(tokens: list[str], logprob: float, alpha: float, ids: dict[str, int]) -> Hypothesis:
+    """Our Hypothesis of one CTranslate2 output; its length for the penalty counts the eos, as our beam's does."""
+    out = [ids[t] for t in tokens]
+    return Hypothesis(tokens=out, score=logprob / length_penalty(len(out) + 1, alpha), logprob=logprob)
+
+
+def decode_sources(run: ExportedRun, examples: Sequence[Example] | Sequence[str]) -> list[Output]:
+    """Outputs in input order, as seqxduce.decoding.decode_sources gives them."""
+    sources = [ex.source if isinstance(ex, Example) else ex for ex in examples]
+    nbests = translate_ids(run, [run.tokenizers.src.encode(s) for s in sources])
+    outputs = []
+    for source, hyps in zip(sources, nbests):
+        texts = [(run.tokenizers.tgt.decode(h.tokens), h) for h in hyps]
+        best = run.task.postprocess(texts[0][0] if texts else "", source)
+        outputs.append(Output(source, best.text, texts, figures=best.figures))
+    return outputs
+
+
+def decode_split(path: Path | str, split: str, overrides: Sequence[str] = ()) -> tuple[list[Output], Report]:
+    """Decode one of the task's splits with CTranslate2 and score it with the task's metric."""
+    with tempfile.TemporaryDirectory(prefix="seqxduce-ct2-") as work:
+        run = load_export(path, overrides, Path(work))
+        if split not in run.task.splits:
+            raise UserError(f"--split {split!r}: the task has splits {', '.join(run.task.splits)}")
+        examples = run.task.examples(split, components.data_dir(run.recipe))
+        outputs = decode_sources(run, examples)
+    for o, ex in zip(outputs, examples):
+        o.reference = ex.ref
+    return outputs, score_outputs(run.task, outputs, examples)
+
+
+def decode_lines(path: Path | str, sources: Sequence[str], overrides: Sequence[str] = ()) -> list[Output]:
+    """Decode raw source lines with CTranslate2, in input order."""
+    with tempfile.TemporaryDirectory(prefix="seqxduce-ct2-") as work:
+        return decode_sources(load_export(path, overrides, Path(work)), list(sources))

@@ -1,0 +1,148 @@
+"""Exporting a trained run for another inference engine: `seqxduce export RUN --to ctranslate2 -o DIR`.
+
+The core knows the run (checkpoint, members, recipe, tokenizer files); only the model plugin knows its weights'
+layout, so the weights are written by Model.export (seqxduce.api), and a model without it is refused. DIR then
+holds the engine's files, the run's tokenizer files and recipe (so that `seqxduce decode DIR --engine
+ctranslate2` runs the task's own pipeline, ct2_decoding.py) and METADATA_FILE: what was exported, from where.
+
+A run trained with `[train] members = N` is exported one member at a time (--member K): the members start from
+different random initialisations, so their weights are not aligned unit for unit and averaging them would give
+a model that is none of them (checkpoint averaging works along one run only); CTranslate2 has no ensemble of
+separately trained models either.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from seqxduce.api import ExportRequest, UserError
+
+ENGINES = ("ctranslate2",)
+QUANTIZATIONS = ("none", "int8", "int8_float32", "float16")
+METADATA_FILE = "seqxduce_export.json"
+INSTALL_HINT = "pip install 'seqxduce[ctranslate2]'"
+
+
+@dataclass
+class Exported:
+    """What export_run wrote: the folder and its metadata."""
+
+    directory: Path
+    metadata: dict
+
+
+def require_ctranslate2():
+    """The ctranslate2 module, or a UserError saying which extra installs it."""
+    try:
+        import ctranslate2
+    except ImportError:
+        raise UserError(f"the ctranslate2 package is not installed; install the extra: {INSTALL_HINT}") from None
+    return ctranslate2
+
+
+def is_export(path: Path | str) -> bool:
+    """Whether path is a folder written by export_run."""
+    return (Path(path) / METADATA_FILE).is_file()
+
+
+def export_run(run: Path | str, out: Path | str, engine: str = "ctranslate2", quantization: str = "none",
+               member: int | None = None, overwrite: bool = False) -> Exported:
+    """Export the checkpoint that decoding a run uses (its average if any, else its newest) into folder `out`."""
+    from seqxduce import checkpoint as ckpt
+    from seqxduce.rundir import locate
+
+    if engine not in ENGINES:
+        raise UserError(f"--to {engine}: seqxduce exports to {', '.join(ENGINES)}")
+    if quantization not in QUANTIZATIONS:
+        raise UserError(f"--quantization {quantization}: choose one of {', '.join(QUANTIZATIONS)}")
+    ct2 = require_ctranslate2()
+    out = Path(out)
+    _check_output(out, overwrite)
+    rundir, checkpoint = locate(_member_path(Path(run), member))
+    recipe = rundir.load_recipe(["train.members=1"] if member else [])
+    built = rundir.components(recipe)
+    state = ckpt.load(checkpoint)
+    ckpt.load_weights(built.model, state["model"], checkpoint,
+                      f"export with the recipe it was trained with ({rundir.recipe_file})")
+    built.model.eval()
+    src, tgt = built.tokenizers.src, built.tokenizers.tgt
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{out.name}-", dir=out.parent) as work:
+        staging = Path(work) / "export"
+        staging.mkdir()
+        request = ExportRequest(engine, staging, _tokens(src, "source"), _tokens(tgt, "target"),
+                                tgt.pad_id, tgt.bos_id, tgt.eos_id, tgt.unk_id, quantization)
+        if not built.model.export(request):
+            raise UserError(f"[model] name = {recipe.model.core.name!r}: its plugin offers no export to {engine}")
+        for path in rundir.tokenizer_files(recipe):
+            shutil.copy2(path, staging / path.name)
+        rundir_of_export = type(rundir)(staging)
+        rundir_of_export.write_recipe(recipe)
+        metadata = {
+            "engine": engine, "quantization": quantization, "run": str(rundir.path.resolve()),
+            "member": member, "checkpoint": str(checkpoint.resolve()), "step": int(state.get("step", 0)),
+            "averaged_steps": state.get("averaged_steps"), "model": recipe.model.core.name,
+            "seqxduce_version": _version(), f"{engine}_version": ct2.__version__,
+            "recipe": rundir_of_export.recipe_file.name,
+            "tokenizer_files": [p.name for p in rundir.tokenizer_files(recipe)],
+        }
+        (staging / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
+        if out.exists():
+            shutil.rmtree(out)
+        staging.rename(out)  # the folder appears whole or not at all
+    return Exported(out, metadata)
+
+
+def _member_path(run: Path, member: int | None) -> Path:
+    """The run directory (or checkpoint) to export: member K's of an ensemble run, refused without --member."""
+    from seqxduce.members import member_dir
+    from seqxduce.rundir import RunDir
+
+    if not run.is_dir() or not RunDir(run).recipe_file.is_file():
+        if member:
+            raise UserError(f"--member {member}: {run} is a checkpoint; name the run directory")
+        return run
+    count = RunDir(run).load_recipe().train.members
+    if member is None:
+        if count > 1:
+            raise UserError(f"{run}: [train] members = {count}; export one member with --member K (1..{count}): "
+                            "independently trained members cannot be averaged into one model")
+        return run
+    if not 1 <= member <= count:
+        raise UserError(f"--member {member}: {run} has members 1..{count}")
+    return member_dir(run, member)
+
+
+def _check_output(out: Path, overwrite: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--output {out}: a file; name a folder")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise UserError(f"--output {out}: not empty; name a new folder or pass --overwrite")
+    if out.is_dir() and any(out.iterdir()) and not is_export(out):
+        raise UserError(f"--output {out}: holds files that are not an export; --overwrite replaces exports only")
+
+
+def _tokens(tokenizer, side: str) -> tuple[str, ...]:
+    """The vocabulary by id; an engine maps entries back to ids, so they must be distinct."""
+    tokens = tuple(tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size))
+    if len(set(tokens)) != len(tokens):
+        seen: set[str] = set()
+        twice = next(t for t in tokens if t in seen or seen.add(t))
+        raise UserError(f"the {side} vocabulary spells {twice!r} twice; an engine finds ids by entry, so it "
+                        "cannot be exported")
+    return tokens
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("seqxduce")
+    except PackageNotFoundError:  # run from a source tree without installing
+        from seqxduce import __version__
+
+        return __version__

@@ -1,0 +1,51 @@
+"""The `seqxduce export` command, and `seqxduce decode --engine ctranslate2` (the decode command's branch that
+runs an exported model); the work is in export.py and ct2_decoding.py, imported when a command runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+ENGINE_CHOICES = ("seqxduce", "ctranslate2")
+ENGINE_HELP = ("ctranslate2: decode the run (exported into a temporary folder first) or an export folder from "
+               "`seqxduce export` with CTranslate2, through the same tokenizers and metric; needs the extra "
+               "seqxduce[ctranslate2]")
+
+
+@click.command()
+@click.argument("run", metavar="RUN_DIR|CHECKPOINT", type=click.Path(path_type=Path))
+@click.option("--to", "engine", type=click.Choice(["ctranslate2"]), default="ctranslate2", show_default=True,
+              help="the inference engine to export to")
+@click.option("-o", "--output", required=True, type=click.Path(path_type=Path),
+              help="the export folder (new, empty, or an earlier export with --overwrite)")
+@click.option("--quantization", type=click.Choice(["none", "int8", "int8_float32", "float16"]), default="none",
+              show_default=True, help="weight type in the export (none keeps float32)")
+@click.option("--member", type=int, help="with [train] members = N: the member to export (1..N)")
+@click.option("--overwrite", is_flag=True, help="replace an earlier export in --output")
+def export(run: Path, engine: str, output: Path, quantization: str, member: int | None, overwrite: bool) -> None:
+    """Convert a trained run's model (its averaged checkpoint if any, else the latest) for an inference engine.
+
+    The folder also holds the run's tokenizer files, its recipe and seqxduce_export.json (checkpoint, steps,
+    versions); decode it with `seqxduce decode DIR --engine ctranslate2 --split test`."""
+    from seqxduce.export import export_run
+
+    done = export_run(run, output, engine, quantization, member, overwrite)
+    meta = done.metadata
+    steps = meta["averaged_steps"] or [meta["step"]]
+    click.echo(f"exported {meta['checkpoint']} (steps {', '.join(map(str, steps))}) to {done.directory} "
+               f"for {engine} ({quantization})")
+
+
+def decode_with_engine(run: Path, sources: list[str] | None, split: str | None, overrides: tuple[str, ...],
+                       ensemble: tuple[Path, ...], annotate: bool):
+    """(outputs, report or None) of `seqxduce decode --engine ctranslate2`: a split with its metric, or lines."""
+    from seqxduce import ct2_decoding
+    from seqxduce.api import UserError
+
+    if ensemble or annotate:
+        raise UserError("--engine ctranslate2: decodes one model without per-position figures; drop "
+                        f"{'--ensemble' if ensemble else '--annotations'}")
+    if split is not None:
+        return ct2_decoding.decode_split(run, split, overrides)
+    return ct2_decoding.decode_lines(run, sources or [], overrides), None
