@@ -3,6 +3,7 @@ schedule's value at each step, gradient clipping and an update a non-finite step
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -18,10 +19,23 @@ def inverse_sqrt_lr(step: int, d_model: int, warmup: int, scale: float = 1.0) ->
     return scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
+def decayed_lr(step: int, peak: float, floor: float, warmup: int, total: int, shape: str) -> float:
+    """Linear warm-up from 0 to `peak` over `warmup` steps, then a cosine or linear decay to `floor` at step
+    `total` (and `floor` after it), as fairseq's cosine and polynomial (power 1) schedulers do."""
+    if step < warmup:
+        return peak * step / warmup
+    progress = min((step - warmup) / max(total - warmup, 1), 1.0)
+    fraction = 0.5 * (1.0 + math.cos(math.pi * progress)) if shape == "cosine" else 1.0 - progress
+    return floor + (peak - floor) * fraction
+
+
 def learning_rate(settings: TrainSettings, step: int, d_model: int | None) -> float:
     """The learning rate at an optimizer step (1-based) under the recipe's schedule."""
     if settings.schedule == "constant":
         return settings.lr
+    if settings.schedule in ("cosine", "linear"):
+        return decayed_lr(step, settings.lr, settings.lr_floor, settings.warmup_steps, settings.max_steps,
+                          settings.schedule)
     if not d_model:
         raise UserError("[train] schedule = \"inverse_sqrt\" needs the model's d_model; set schedule = \"constant\"")
     return inverse_sqrt_lr(step, d_model, settings.warmup_steps, settings.lr_scale)

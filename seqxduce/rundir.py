@@ -28,6 +28,7 @@ from seqxduce.recipe import Recipe, load_recipe
 RECIPE_FILE = "recipe.toml"
 CHECKPOINT_DIR = "checkpoints"
 AVERAGE_FILE = "average.pt"
+BEST_FILE = "best.pt"  # the weights of the best validation so far (seqxduce.trainer writes it)
 METRICS_FILE = "metrics.jsonl"
 STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
 # the temporary files of saves (seqxduce.atomic, tokenizer staging, write checks)
@@ -103,6 +104,10 @@ class RunDir:
     @property
     def average_file(self) -> Path:
         return self.path / AVERAGE_FILE
+
+    @property
+    def best_file(self) -> Path:
+        return self.path / BEST_FILE
 
     @property
     def metrics_file(self) -> Path:
@@ -186,8 +191,8 @@ class RunDir:
     # ------------------------------------------------------------ starting and resuming
 
     def run_files(self) -> list[Path]:
-        """The files here that a training run wrote: recipe, metrics, average and step checkpoints."""
-        named = [self.recipe_file, self.metrics_file, self.average_file]
+        """The files here that a training run wrote: recipe, metrics, average, best and step checkpoints."""
+        named = [self.recipe_file, self.metrics_file, self.average_file, self.best_file]
         return [p for p in named if p.exists()] + self.step_checkpoints()
 
     def check_start(self, resume: bool, overwrite: bool = False) -> None:

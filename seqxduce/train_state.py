@@ -19,11 +19,15 @@ from seqxduce.settings import TrainSettings
 
 @dataclass
 class TrainState:
-    """The position in training: optimizer steps taken, and the epoch and step within it."""
+    """The position in training (optimizer steps taken, the epoch and step within it) and early stopping's
+    record: the best validation value so far, its step, and the validations since without a better one."""
 
     step: int = 0
     epoch: int = 1
     step_in_epoch: int = 0
+    best_value: float | None = None
+    best_step: int = 0
+    bad_validations: int = 0
 
 
 @dataclass
@@ -63,6 +67,7 @@ def checkpoint_state(weights: dict[str, Any], optimizer: dict[str, Any], scaler:
         "step_in_epoch": state.step_in_epoch,
         "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
         "run_id": run_id,
+        "best": {"value": state.best_value, "step": state.best_step, "bad_validations": state.bad_validations},
     }
 
 
@@ -75,7 +80,9 @@ def restore(latest: Path, saved: dict[str, Any], model: torch.nn.Module, optimiz
     else:
         restore_optimizer(optimizer, saved["optimizer"], fused)
     scaler.load_state_dict(saved["scaler"])
-    state = TrainState(int(saved["step"]), int(saved["epoch"]), int(saved["step_in_epoch"]))
+    best = saved.get("best") or {}  # absent from checkpoints written before early stopping
+    state = TrainState(int(saved["step"]), int(saved["epoch"]), int(saved["step_in_epoch"]), best.get("value"),
+                       int(best.get("step", 0)), int(best.get("bad_validations", 0)))
     torch.set_rng_state(saved["rng"]["torch"])
     random.setstate(_as_random_state(saved["rng"]["python"]))
     return state

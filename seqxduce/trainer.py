@@ -13,7 +13,7 @@ import torch
 from seqxduce import checkpoint as ckpt
 from seqxduce import components, distributed
 from seqxduce.api import TrainingStopped, UserError
-from seqxduce.console import TrainProgress, format_figures
+from seqxduce.console import TrainProgress, console, format_figures
 from seqxduce.data import Batch, Prefetcher, collate
 from seqxduce.device import autocast_context
 from seqxduce.epochs import PlannedStep
@@ -33,6 +33,7 @@ from seqxduce.train_state import (
     settle_average,
 )
 from seqxduce.training_run import TrainingRun, assemble
+from seqxduce.validation import improves
 
 __all__ = ["Trainer", "TrainResult", "train"]
 
@@ -84,6 +85,14 @@ class Trainer:
     def _run(self) -> TrainResult:
         s = self.settings
         rundir = self._rundir()
+        if s.patience and self.validator is None:
+            raise UserError(f"[train] patience = {s.patience}: task {self.recipe.task.core.name!r} has no valid "
+                            "split to stop on; set patience = 0")
+        if self._patience_spent():  # a --resume of a run that early stopping ended
+            if self.is_main:
+                console.print(f"{rundir.path}: early stopping ended the run at step {self.state.step} (patience = "
+                              f"{s.patience}); nothing to train: raise patience with --set to go on")
+            return TrainResult(rundir.path, self.state.step, {})
         self.plan.steps_per_epoch(self.state)  # a plan without a step is refused before anything trains
         if self.run_parts.resumed and self.plan.nothing_left(self.state):
             return finished_already(rundir, self.settings, self.state.step, self.is_main)
@@ -120,12 +129,16 @@ class Trainer:
                     raise self._interrupted(signum)
                 if validating:
                     last_metrics = self.validate(progress)
+                    if self._patience_spent():
+                        self._stopped_early(progress)
+                        break
                 if checkpointing:
                     self.save()
         self._check_nonfinite()
-        self.save()
-        if self.validator is not None:
+        # the last validation comes before the last checkpoint, so that it holds early stopping's record of it
+        if self.validator is not None and not self._patience_spent():
             last_metrics = self.validate(progress)
+        self.save()
         if self.is_main:
             settle_average(rundir, s)
         self.dist.barrier()
@@ -227,8 +240,44 @@ class Trainer:
             self.log.write("valid", step=self.state.step, **metrics, **self.validator.primary(metrics))
             if progress is not None:
                 progress.print(f"valid step {self.state.step} | " + format_figures(metrics))
-        self.dist.barrier()
+            self._keep_best(metrics, model)
+        self._share_best()
         return metrics
+
+    def _keep_best(self, metrics: dict[str, float | str], model: torch.nn.Module) -> None:
+        """Early stopping's record of a validation (rank 0); best.pt is written at each improvement."""
+        name, value, higher = self.validator.watched(metrics)
+        state = self.state
+        if not improves(value, state.best_value, higher):
+            state.bad_validations += 1
+            return
+        state.best_value, state.best_step, state.bad_validations = value, state.step, 0
+        if self.rundir is not None:
+            best = {"model": model.state_dict(), "step": state.step, "metric": name, "value": value,
+                    "run_id": self.run_parts.run_id}
+            ckpt.atomic_save(best, self.rundir.best_file)
+
+    def _share_best(self) -> None:
+        """Every rank takes rank 0's record (all must stop at the same validation)."""
+        if self.dist.world_size == 1:
+            return
+        state = self.state
+        record = torch.tensor([state.best_value if state.best_value is not None else float("nan"),
+                               state.best_step, state.bad_validations], dtype=torch.float64)
+        record = self.dist.all_reduce_sum(record if self.is_main else torch.zeros_like(record))
+        state.best_value = None if torch.isnan(record[0]) else float(record[0])
+        state.best_step, state.bad_validations = int(record[1]), int(record[2])
+
+    def _patience_spent(self) -> bool:
+        """Whether [train] patience validations in a row brought no better one (then training stops)."""
+        return bool(self.settings.patience) and self.state.bad_validations >= self.settings.patience
+
+    def _stopped_early(self, progress: TrainProgress) -> None:
+        state = self.state
+        self.log.write("stopped", step=state.step, reason="patience", best_step=state.best_step,
+                       best=state.best_value)
+        progress.print(f"early stop at step {state.step}: {self.settings.patience} validations without a better "
+                       f"one; the best (step {state.best_step}) is in best.pt")
 
     def _eval_model(self) -> torch.nn.Module | None:
         """The model validation runs: the trained one, or under FSDP a full copy gathered onto rank 0 (None on
@@ -284,16 +333,19 @@ class Trainer:
 
 
 def train(recipe: Recipe, out: Path, resume: bool = False, overwrite: bool = False,
-          tokenizers_from: Path | None = None) -> TrainResult:
+          tokenizers_from: Path | None = None, init_from: Path | None = None,
+          keep_optimizer: bool = False) -> TrainResult:
     """Train the recipe's model into run directory `out` (resuming from its latest checkpoint if asked; with
-    overwrite, replacing a run already there; a new run copies tokenizers_from's tokenizer files if given)."""
+    overwrite, replacing a run already there; a new run copies tokenizers_from's tokenizer files if given, or
+    starts from init_from's weights, see training_run.assemble)."""
     if resume:  # a run finished by max_steps is known from its newest checkpoint alone: no data to load
         rundir = RunDir(out)
         rundir.check_start(resume=True, overwrite=overwrite)
         latest = int(rundir.newest_readable(mmap=True)[1].get("step", 0))
         if latest >= recipe.train.max_steps:
             return finished_already(rundir, recipe.train, latest, int(os.environ.get("RANK", "0")) == 0)
-    run = assemble(recipe, Path(out), resume=resume, overwrite=overwrite, tokenizers_from=tokenizers_from)
+    run = assemble(recipe, Path(out), resume=resume, overwrite=overwrite, tokenizers_from=tokenizers_from,
+                   init_from=init_from, keep_optimizer=keep_optimizer)
     trainer = Trainer(run)
     try:
         result = trainer.run()

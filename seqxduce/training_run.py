@@ -12,15 +12,15 @@ import torch
 
 from seqxduce import checkpoint as ckpt
 from seqxduce import components, distributed
-from seqxduce.api import Example, Task, UserError
+from seqxduce.api import Example, Settings, Task, UserError
 from seqxduce.components import Tokenizers
 from seqxduce.console import MetricsLog, console
 from seqxduce.data import Pair, encode_pairs
 from seqxduce.device import resolve_device
 from seqxduce.epochs import StepPlan
-from seqxduce.optim import build_optimizer, build_scaler
+from seqxduce.optim import build_optimizer, build_scaler, restore_optimizer
 from seqxduce.recipe import Recipe
-from seqxduce.rundir import RunDir
+from seqxduce.rundir import RunDir, locate
 from seqxduce.sampled_epochs import EpochEncoder
 from seqxduce.tensorboard_log import TENSORBOARD_DIR, summary_writer_class
 from seqxduce.token_cache import encode_pairs_cached
@@ -67,10 +67,17 @@ def compiled(model: torch.nn.Module, setting: str, device: torch.device) -> torc
 
 
 def assemble(recipe: Recipe, run_dir: Path, resume: bool = False, overwrite: bool = False,
-             tokenizers_from: Path | None = None) -> TrainingRun:
+             tokenizers_from: Path | None = None, init_from: Path | None = None,
+             keep_optimizer: bool = False) -> TrainingRun:
     """Build a run in run directory `run_dir`: a new one (trained tokenizers, or tokenizers_from's), or with
-    resume the one there, restored from its newest checkpoint exactly. Every rank of a world calls it."""
+    resume the one there, restored from its newest checkpoint exactly. init_from (a run directory or checkpoint)
+    starts a new run from its weights and tokenizer files, and with keep_optimizer its optimizer state, for
+    fine-tuning. Every rank of a world calls it."""
     s = recipe.train
+    # read before any heavy work, so that a model that does not match is one line at once
+    init = fine_tuning_source(recipe, init_from, resume, tokenizers_from, keep_optimizer) if init_from else None
+    if init is not None:
+        tokenizers_from = init[0]
     world = distributed.setup(s.device, s.collective_timeout)
     if s.fsdp:  # before the data and the model are built
         world.require_shards()
@@ -106,9 +113,18 @@ def assemble(recipe: Recipe, run_dir: Path, resume: bool = False, overwrite: boo
     if resume_from is not None:  # into the plain module, before any sharding
         ckpt.load_weights(model, resume_from[1]["model"], f"--resume: {resume_from[0]}",
                           "resume without changing [model] or [tokenizer]")
+    elif init is not None:
+        ckpt.load_weights(model, init[2]["model"], f"--init-from {init[1]}",
+                          "fine-tune with the [model] and [tokenizer] of the run it comes from")
     wrapped = compiled(world.wrap(model, fsdp=s.fsdp), s.compile, device)
     optimizer, fused = build_optimizer(model, s, model.schedule_width)
     scaler = build_scaler(s, device)
+    if init is not None:
+        if keep_optimizer:  # Adam's moments go on; the schedule starts again at step 1 of the new run
+            restore_optimizer(optimizer, init[2]["optimizer"], fused)
+        if is_main:
+            kept = "its optimizer state kept" if keep_optimizer else "a fresh optimizer"
+            console.print(f"initialised from {init[1]} (step {init[2].get('step', '?')}), {kept}")
     run = TrainingRun(
         recipe=recipe, world=world, device=device, task=task, tokenizers=tokenizers, model=model, wrapped=wrapped,
         optimizer=optimizer, fused=fused, scaler=scaler,
@@ -128,6 +144,39 @@ def assemble(recipe: Recipe, run_dir: Path, resume: bool = False, overwrite: boo
         rundir.write_recipe(recipe)
     world.barrier()
     return run
+
+
+def fine_tuning_source(recipe: Recipe, init_from: Path, resume: bool, tokenizers_from: Path | None,
+                       keep_optimizer: bool) -> tuple[Path, Path, dict]:
+    """(run directory, checkpoint, its contents) that --init-from names, refused in one line when the recipe's
+    architecture or vocabulary differs from that run's: [model] and [tokenizer] must match, [train] may change."""
+    if resume:
+        raise UserError("train: --init-from starts a new run from another's weights, --resume continues this one; "
+                        "give one of them")
+    if tokenizers_from is not None:
+        raise UserError("train: --init-from takes the tokenizer files of the run it names; leave out "
+                        "--tokenizers-from")
+    source, path = locate(init_from)
+    if not source.recipe_file.is_file():
+        raise UserError(f"--init-from {init_from}: {source.path} holds no {source.recipe_file.name}; name a run "
+                        "directory or a checkpoint inside one")
+    theirs, mine = source.load_recipe().resolved(), recipe.resolved()
+    settings = recipe.model.settings
+    may_change = settings.decode_time_keys() if isinstance(settings, Settings) else set()
+    for section in ("model", "tokenizer"):
+        for key in sorted(set(theirs[section]) | set(mine[section])):
+            there, here = theirs[section].get(key, "(unset)"), mine[section].get(key, "(unset)")
+            if there != here and not (section == "model" and key in may_change):
+                raise UserError(f"--init-from {init_from}: [{section}] {key} = {there!r} there but {here!r} in this "
+                                f"recipe; fine-tuning keeps the architecture and vocabulary: set {section}.{key} "
+                                f"as that run has it ([train] may change)")
+    saved = ckpt.load(path, mmap=True)
+    if keep_optimizer and not saved.get("optimizer"):
+        raise UserError(f"--keep-optimizer: {path} holds no optimizer state (an average or best.pt holds weights "
+                        "only); name a step checkpoint, or leave out --keep-optimizer")
+    if keep_optimizer and recipe.train.fsdp:
+        raise UserError("--keep-optimizer: not with [train] fsdp = true; fine-tune with a fresh optimizer")
+    return source.path, path, saved
 
 
 def _open_run_dir(rundir: RunDir, world: distributed.World, resume: bool, overwrite: bool) -> None:

@@ -16,6 +16,13 @@ from seqxduce.loss import label_smoothed_nll
 from seqxduce.recipe import Recipe
 
 
+def improves(value: float, best: float | None, higher_is_better: bool) -> bool:
+    """Whether a validation value beats the best so far (any value beats none; NaN never does)."""
+    if best is None:
+        return value == value
+    return value > best if higher_is_better else value < best
+
+
 class Validator:
     """Scores a model on the valid split of a run's task."""
 
@@ -26,6 +33,7 @@ class Validator:
         self.examples, self.pairs = examples, pairs
         self.device = device
         self.primary_metric: str | None = None  # e.g. valid_bleu, once a validation has scored
+        self.higher_is_better = True  # the primary metric's direction, as the task's report gives it
 
     @torch.no_grad()
     def scores(self, model: torch.nn.Module) -> dict[str, float | str]:
@@ -37,6 +45,13 @@ class Validator:
     def primary(self, metrics: dict[str, float | str]) -> dict[str, str]:
         """The log's name for the task's main metric, so `seqxduce info` and `plot` know which one it is."""
         return {"primary": self.primary_metric} if self.primary_metric in metrics else {}
+
+    def watched(self, metrics: dict[str, float | str]) -> tuple[str, float, bool]:
+        """The figure early stopping and best.pt follow: the task's primary metric when the sample was decoded,
+        else the valid loss; with its name and whether higher is better."""
+        if self.primary_metric in metrics:
+            return self.primary_metric, float(metrics[self.primary_metric]), self.higher_is_better
+        return "loss", float(metrics["loss"]), False
 
     def _loss(self, model: torch.nn.Module) -> dict[str, float]:
         model.eval()
@@ -68,6 +83,7 @@ class Validator:
                                  self.settings.precision, decode.core.batch_size)
         report = score_outputs(self.task, outputs, sample)
         self.primary_metric = f"valid_{report.primary}"
+        self.higher_is_better = report.higher_is_better
         metrics: dict[str, float | str] = {"search": decode.core.name if recipe_search else "greedy"}
         metrics.update({f"valid_{k}": v for k, v in report.metrics.items()})
         return metrics
