@@ -18,12 +18,13 @@ from pathlib import Path
 import torch
 
 from seqxduce.api import DecodeRequest
-from seqxduce.data import encode_source, pad_sources, token_batches
+from seqxduce.data import collate, encode_source, pad_sources, token_batches
 from seqxduce.device import autocast_context
 from seqxduce.recipe import load_recipe
 from seqxduce.search import beam_search, greedy_search
 from seqxduce.search_settings import BeamSettings, SearchSettings
 from seqxduce.trainer import Trainer
+from seqxduce.training_run import assemble
 
 
 class NoCache:
@@ -60,9 +61,11 @@ def main() -> None:
     recipe = load_recipe(args.recipe, args.overrides)
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = Trainer(recipe, Path(tmp) / "run")
+        trainer = Trainer(assemble(recipe, Path(tmp) / "run"))
         device = trainer.device
-        batches = token_batches(trainer.train_pairs, recipe.train.max_tokens, 1, 1)
+        pairs = trainer.plan.train_pairs
+        batches = [collate([pairs[j] for j in b], trainer.pad_id, trainer.bos_id, trainer.eos_id)
+                   for b in token_batches(pairs, recipe.train.max_tokens, 1, 1)]
         times, tokens = [], 0
         for i in range(args.steps):
             started = time.perf_counter()

@@ -22,7 +22,7 @@ recipe's autocast dtype, bf16 for fp32 too), peak memory (CPU: peak RSS during t
 reset per window, the other models' resident weights included; CUDA: torch.cuda.max_memory_allocated), and the
 ratio to nn.Transformer and to Marian (median of the per-repeat ratios).
 
-Only Trainer's public entry points are used (construction from a recipe, train_pairs, train_step), so the
+Only Trainer's public entry points are used (assembled from a recipe, plan.train_pairs, train_step), so the
 benchmark measures whatever the trainer does inside a step.
 """
 
@@ -55,6 +55,7 @@ from seqxduce.device import autocast_context  # noqa: E402
 from seqxduce.recipe import Recipe, build_recipe, load_recipe, read_toml  # noqa: E402
 from seqxduce.registry import Registry, new_manager, reset_registry  # noqa: E402
 from seqxduce.trainer import Trainer  # noqa: E402
+from seqxduce.training_run import assemble  # noqa: E402
 
 # model sizes as --size sets them (explicit keys: a recipe's own d_model would win over a [model] preset)
 SIZES: dict[str, dict[str, int]] = {
@@ -303,7 +304,7 @@ def baselines(recipe: Recipe, trainer: Trainer, groups: list[list[int]], wanted:
     s, device = recipe.model.settings, trainer.device
     batches = []
     for indices in groups:
-        b = collate([trainer.train_pairs[j] for j in indices], vocab.pad_id, vocab.bos_id, vocab.eos_id)
+        b = collate([trainer.plan.train_pairs[j] for j in indices], vocab.pad_id, vocab.bos_id, vocab.eos_id)
         batches.append((b.src, b.tgt_in, b.tgt_out, b.ntokens))
     out, skipped = [], []
     if recipe.model.core.name != "transformer" or s.d_k or s.d_v or s.attention_window:
@@ -438,7 +439,7 @@ def pick_groups(trainer: Trainer, recipe: Recipe, args: argparse.Namespace) -> l
     if args.synthetic:
         per_batch = args.target_tokens // args.length
         return [list(range(k * per_batch, (k + 1) * per_batch)) for k in range(args.batches)]
-    batches = token_batches(trainer.train_pairs, recipe.train.max_tokens, 1, 1)
+    batches = token_batches(trainer.plan.train_pairs, recipe.train.max_tokens, 1, 1)
     batches.sort(key=len, reverse=True)  # as gpu_bench.py: comparable across configs
     return batches[: args.batches]
 
@@ -456,13 +457,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                          "use seqxduce, torch, marian")
     with bench_recipe(args) as (recipe, _), tempfile.TemporaryDirectory() as tmp:
         torch.manual_seed(0)
-        trainer = Trainer(recipe, Path(tmp) / "run")
+        trainer = Trainer(assemble(recipe, Path(tmp) / "run"))
         device = trainer.device
         groups = pick_groups(trainer, recipe, args)
-        tokens = [sum(len(trainer.train_pairs[j].tgt) + 1 for j in g) for g in groups]  # eos included
+        tokens = [sum(len(trainer.plan.train_pairs[j].tgt) + 1 for j in g) for g in groups]  # eos included
 
         def seqxduce_step(k: int) -> None:
-            trainer.train_step([groups[k % len(groups)]])
+            indices = groups[k % len(groups)]  # collated in the step, as the loop's prefetch thread does
+            pairs = trainer.plan.train_pairs
+            trainer.train_step([collate([pairs[j] for j in indices], trainer.pad_id, trainer.bos_id, trainer.eos_id)])
             trainer.state.step += 1  # what the loop does after a step (the schedule and seed move on)
 
         contenders = []

@@ -62,7 +62,8 @@ class Postprocessed:
 
 @dataclass
 class Report:
-    """A metric report: named figures (higher is better for `primary`) and a text block to print.
+    """A metric report: named figures (`primary` the main one, better when higher unless higher_is_better is
+    False, e.g. an error rate) and a text block to print.
 
     invalid counts the outputs the metric could not score and left out of its figures (e.g. a parser's output
     that is not a tree): the CLI then prints `warning` (one line naming them) and exits non-zero unless the user
@@ -75,6 +76,7 @@ class Report:
     signature: str = ""
     invalid: int = 0
     warning: str = ""
+    higher_is_better: bool = True  # the primary metric's direction: early stopping and best.pt follow it
 
 
 @dataclass

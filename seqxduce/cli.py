@@ -128,18 +128,25 @@ def prepare(ctx: click.Context, recipe_file: Path, overrides: tuple[str, ...]) -
 @click.option("--tokenizers-from", type=click.Path(path_type=Path, file_okay=False),
               help="a new run takes this run directory's tokenizer files instead of training its own, so that "
                    "the two can be ensembled (decode --ensemble)")
+@click.option("--init-from", type=click.Path(path_type=Path),
+              help="fine-tune: start from this run's weights (RUN: the checkpoint decode uses; or a CHECKPOINT) and "
+                   "tokenizer files, with a fresh optimizer and schedule; [model] and [tokenizer] must match")
+@click.option("--keep-optimizer", is_flag=True,
+              help="with --init-from: keep that checkpoint's optimizer state (Adam's moments) too")
 @click.option("--single", is_flag=True, hidden=True,
               help="train this directory alone even if the recipe names several members (the members' processes)")
 @click.pass_context
 def train(ctx: click.Context, recipe_file: Path, out: Path | None, overrides: tuple[str, ...], resume: bool,
-          overwrite: bool, tokenizers_from: Path | None, single: bool) -> None:
+          overwrite: bool, tokenizers_from: Path | None, init_from: Path | None, keep_optimizer: bool,
+          single: bool) -> None:
     """Train a model from a recipe into a run directory. Run under torchrun for several processes.
 
     With [train] members = N, trains N seeds side by side (RUN and RUN/members/K); decoding RUN ensembles them.
     Ctrl-C or SIGTERM finishes the current step, saves it and exits (130 or 143); --resume continues."""
     _registry(ctx)
     result = engine.train(recipe_file, out=out, resume=resume, overrides=overrides, overwrite=overwrite,
-                          tokenizers_from=tokenizers_from, single=single)
+                          tokenizers_from=tokenizers_from, single=single, init_from=init_from,
+                          keep_optimizer=keep_optimizer)
     figures = " ".join(f"{k}={v}" if isinstance(v, str) else f"{k}={v:.4g}" for k, v in result.metrics.items())
     click.echo(f"trained to step {result.step} in {result.run_dir} {figures}".rstrip())
 

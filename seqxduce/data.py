@@ -71,20 +71,6 @@ def encode_pairs(
     return pairs, skipped
 
 
-def curriculum_cap(step: int, start_len: int, steps: int, longest: int, hold: int = 0) -> int | None:
-    """The longest source (tokens) a length curriculum lets train at `step`, or None once it is over.
-
-    The cap stays at start_len for the first `hold` steps, then grows linearly to the longest source over the
-    next `steps`, so short pairs, which a model learns first, come alone at the start and long ones join
-    gradually. A hold gives a two-stage curriculum: a task whose short cases are learned only after a long
-    plateau (the UT's 'a + b') gets them alone until it has learned them, then every length.
-    """
-    if start_len <= 0 or step >= hold + steps or start_len >= longest:
-        return None
-    grown = max(step - hold, 0)
-    return start_len + (longest - start_len) * grown // steps
-
-
 def token_batches(pairs: Sequence[Pair], max_tokens: int, seed: int, epoch: int,
                   shuffle: bool = True, max_source: int | None = None, bucket_width: int = 0) -> list[list[int]]:
     """Group pair indices by length into batches whose padded source+target size stays within max_tokens.
@@ -136,22 +122,6 @@ def padding_fraction(pairs: Sequence[Pair], batches: list[list[int]]) -> float:
         real += sum(len(pairs[i].src) + len(pairs[i].tgt) + 1 for i in batch)
         padded += (src + tgt) * len(batch)
     return 1.0 - real / max(padded, 1)
-
-
-def steps_in_epoch(num_batches: int, world_size: int, update_freq: int) -> int:
-    """Optimizer steps an epoch holds: each consumes world_size * update_freq batches; the remainder is dropped."""
-    return num_batches // (world_size * update_freq)
-
-
-def batches_for_step(batches: list[list[int]], step_in_epoch: int, rank: int, world_size: int,
-                     update_freq: int) -> list[list[int]]:
-    """The update_freq batches this rank accumulates for one optimizer step.
-
-    Rank r of a world of W takes the same batches a single process with update_freq * W would take
-    in positions r*update_freq .. (r+1)*update_freq - 1, so data-parallel runs match single-process ones.
-    """
-    start = step_in_epoch * world_size * update_freq + rank * update_freq
-    return batches[start:start + update_freq]
 
 
 def collate(pairs: Sequence[Pair], pad_id: int, bos_id: int, eos_id: int) -> Batch:

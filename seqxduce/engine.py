@@ -41,7 +41,8 @@ def prepare(recipe: Recipe) -> Path:
 
 def train(recipe: Recipe | str | Path, out: str | Path | None = None, resume: bool = False,
           overrides: Sequence[str] = (), overwrite: bool = False,
-          tokenizers_from: str | Path | None = None, single: bool = False) -> TrainResult:
+          tokenizers_from: str | Path | None = None, single: bool = False, init_from: str | Path | None = None,
+          keep_optimizer: bool = False) -> TrainResult:
     """Train a recipe (a Recipe or a recipe file) into run directory `out` (default runs/<recipe name>).
 
     With resume, a recipe file gives way to the recipe saved in `out` (plus overrides): the run continues
@@ -49,6 +50,9 @@ def train(recipe: Recipe | str | Path, out: str | Path | None = None, resume: bo
     or overwrite (which removes that run's files first). tokenizers_from: a folder whose tokenizer files a new
     run takes instead of training its own (a run to ensemble with). A recipe with [train] members = N > 1
     trains N seeds of it (seqxduce.members) unless single (how each member's own process is started).
+    init_from (a run directory or checkpoint): fine-tune, starting from its weights and tokenizer files with a fresh
+    optimizer and schedule (keep_optimizer: its optimizer state too); the recipe's [model] and [tokenizer] must be
+    that run's.
     """
     from seqxduce.rundir import RunDir
     from seqxduce.trainer import train as _train
@@ -61,7 +65,12 @@ def train(recipe: Recipe | str | Path, out: str | Path | None = None, resume: bo
     if not isinstance(recipe, Recipe):
         resume_saved = resume and RunDir(out).recipe_file.is_file()
         recipe = load_run_recipe(out, overrides) if resume_saved else load_recipe(recipe, overrides)
+    if keep_optimizer and init_from is None:
+        raise UserError("train: --keep-optimizer keeps the optimizer of --init-from's checkpoint; give --init-from")
     if recipe.train.members > 1 and not single:
+        if init_from is not None:
+            raise UserError(f"train: --init-from with [train] members = {recipe.train.members} is not supported; "
+                            "fine-tune each member into its own run")
         from seqxduce.members import train_members
         from seqxduce.trainer import TrainResult
 
@@ -69,7 +78,8 @@ def train(recipe: Recipe | str | Path, out: str | Path | None = None, resume: bo
                              overrides=overrides)
         return TrainResult(out, step, {})
     return _train(recipe, out, resume=resume, overwrite=overwrite,
-                  tokenizers_from=None if tokenizers_from is None else Path(tokenizers_from))
+                  tokenizers_from=None if tokenizers_from is None else Path(tokenizers_from),
+                  init_from=None if init_from is None else Path(init_from), keep_optimizer=keep_optimizer)
 
 
 def load_run(run: str | Path, overrides: Sequence[str] = (), ensemble: Sequence[Path] = (),

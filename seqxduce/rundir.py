@@ -209,7 +209,8 @@ class RunDir:
     # ------------------------------------------------------------ starting and resuming
 
     def run_files(self) -> list[Path]:
-        """The files here that a training run wrote: recipe, metrics, average and step checkpoints."""
+        """The files here that a training run wrote: recipe, metrics, average and step checkpoints (and best.pt,
+        which `open` removes with them: it never comes alone)."""
         named = [self.recipe_file, self.metrics_file, self.average_file]
         return [p for p in named if p.exists()] + self.step_checkpoints()
 
@@ -245,7 +246,8 @@ class RunDir:
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)  # (and the run directory)
         said = []
         if overwrite:
-            removed = self.run_files() + self._tokenizer_files()
+            best = [self.best_file] if self.best_file.exists() else []
+            removed = self.run_files() + self._tokenizer_files() + best
             for path in removed:
                 path.unlink()
             if removed:

@@ -74,14 +74,20 @@ class TrainSettings(Settings):
                                  max_exclusive=True)
     eps: float = setting(1e-9, help="Adam epsilon (paper: 1e-9)", min=0.0)
     weight_decay: float = setting(0.0, help="weight decay (0 in the paper)", min=0.0)
-    schedule: str = setting("inverse_sqrt", help="inverse_sqrt (paper, eq. 3) or constant",
-                            choices=("inverse_sqrt", "constant"))
+    schedule: str = setting("inverse_sqrt", help="the learning-rate schedule: inverse_sqrt (paper, eq. 3), "
+                                                 "constant (lr), or cosine / linear: linear warm-up to lr over "
+                                                 "warmup_steps, then a cosine or linear decay to lr_floor at "
+                                                 "max_steps (common for fine-tuning)",
+                            choices=("inverse_sqrt", "constant", "cosine", "linear"))
     # eq. 3 divides by warmup^1.5, so 0 has no meaning
-    warmup_steps: int = setting(4000, help="linear warm-up steps of the inverse_sqrt schedule (paper: 4000)",
-                                min=1)
+    warmup_steps: int = setting(4000, help="linear warm-up steps of the inverse_sqrt, cosine and linear schedules "
+                                           "(paper: 4000)", min=1)
     lr_scale: float = setting(1.0, help="factor on the paper's d_model^-0.5 * min(step^-0.5, step*warmup^-1.5)",
                               min=0.0, min_exclusive=True)
-    lr: float = setting(5e-4, help="learning rate of the constant schedule", min=0.0, min_exclusive=True)
+    lr: float = setting(5e-4, help="learning rate of the constant schedule; the peak (after warm-up) of the cosine "
+                                   "and linear ones", min=0.0, min_exclusive=True)
+    lr_floor: float = setting(0.0, help="the learning rate the cosine and linear schedules decay to at max_steps",
+                              min=0.0)
     clip_norm: float = setting(0.0, help="clip the gradient norm to this (0 = off)", min=0.0)
     # fp16 loss scaling overflows now and then (the scale then halves); a run that diverged does so every step
     max_nonfinite_steps: int = setting(10, help="updates with a non-finite loss or gradient are skipped (counted "
@@ -109,6 +115,11 @@ class TrainSettings(Settings):
                                                "recipe's [decode] decoder, as `seqxduce decode` does; greedy = "
                                                "greedy search (faster when the recipe's beam is wide)",
                                 choices=("recipe", "greedy"))
+    patience: int = setting(0, help="early stopping: stop after this many validations in a row without a better "
+                                    "validation metric (the task's metric on the decoded sample, higher or lower "
+                                    "better as the task says; the valid loss when valid_decode_examples = 0); "
+                                    "0 = train to max_steps. best.pt always holds the best validation so far",
+                            min=0)
     checkpoint_every: int = setting(500, help="steps between checkpoints (one is always written at the end)", min=1)
     keep_checkpoints: int = setting(5, help="step checkpoints kept on disk (the oldest are removed)", min=1)
     collective_timeout: float = setting(600.0, help="with several processes: seconds one waits for the others in "
@@ -148,6 +159,12 @@ class TrainSettings(Settings):
         if self.curriculum_start_len and not self.curriculum_steps:
             raise UserError(f"[train] curriculum_start_len = {self.curriculum_start_len} needs curriculum_steps > 0 "
                             "(the steps over which long sources join); set it, or curriculum_start_len = 0")
+        if self.schedule in ("cosine", "linear") and self.lr_floor >= self.lr:
+            raise UserError(f"[train] lr_floor = {self.lr_floor:g} must be below lr = {self.lr:g}, the peak the "
+                            f"{self.schedule} schedule decays from; lower lr_floor or raise lr")
+        if self.patience and not self.validate_every:
+            raise UserError(f"[train] patience = {self.patience} counts validations, but validate_every = 0 "
+                            "validates only at the end; set validate_every > 0, or patience = 0")
         if self.curriculum_hold_steps and not self.curriculum_start_len:
             raise UserError(f"[train] curriculum_hold_steps = {self.curriculum_hold_steps} holds a length curriculum "
                             "that is off; set curriculum_start_len (and curriculum_steps), or "

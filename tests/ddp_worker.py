@@ -11,10 +11,12 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 
 from seqxduce.recipe import load_recipe
 from seqxduce.trainer import Trainer
+from seqxduce.training_run import assemble
 
 recipe_path, out, *overrides = sys.argv[1:]
 resume = "--resume" in overrides
-trainer = Trainer(load_recipe(recipe_path, [o for o in overrides if o != "--resume"]), Path(out), resume=resume)
+recipe = load_recipe(recipe_path, [o for o in overrides if o != "--resume"])
+trainer = Trainer(assemble(recipe, Path(out), resume=resume))
 reduces = [0]
 
 

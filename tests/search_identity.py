@@ -150,13 +150,13 @@ def tree_cases() -> dict:
 
 def transformer_cases() -> dict:
     from seqxduce.recipe import load_recipe
-    from seqxduce.trainer import Trainer
+    from seqxduce.training_run import assemble
 
     recipe = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = Trainer(load_recipe(recipe, ["train.validate_every=0", "train.valid_decode_examples=0"]),
-                          Path(tmp) / "run")
+        trainer = assemble(load_recipe(recipe, ["train.validate_every=0", "train.valid_decode_examples=0"]),
+                           Path(tmp) / "run")
     model = trainer.model.eval()
     with torch.no_grad():
         for p in model.parameters():

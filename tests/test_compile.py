@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from seqxduce import engine
-from seqxduce.trainer import compile_enabled
+from seqxduce.training_run import compile_enabled
 
 RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
 # no dropout: compiled code draws its dropout masks from another generator
@@ -27,11 +27,11 @@ def test_compile_on_wraps_the_training_forward_only(tmp_path):
     from torch._dynamo.eval_frame import OptimizedModule
 
     from seqxduce.recipe import load_recipe
-    from seqxduce.trainer import Trainer
+    from seqxduce.training_run import assemble
 
-    trainer = Trainer(load_recipe(RECIPE, [*SETTINGS, 'train.compile="on"']), tmp_path / "run")
-    assert isinstance(trainer.wrapped, OptimizedModule) and not isinstance(trainer.model, OptimizedModule)
-    assert trainer.wrapped._orig_mod is trainer.model
+    run = assemble(load_recipe(RECIPE, [*SETTINGS, 'train.compile="on"']), tmp_path / "run")
+    assert isinstance(run.wrapped, OptimizedModule) and not isinstance(run.model, OptimizedModule)
+    assert run.wrapped._orig_mod is run.model
 
 
 def _losses(run: Path) -> list[float]:

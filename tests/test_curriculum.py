@@ -7,9 +7,11 @@ import torch
 
 from seqxduce import engine
 from seqxduce.api import UserError
-from seqxduce.data import Pair, curriculum_cap, token_batches
+from seqxduce.data import Pair, token_batches
+from seqxduce.epochs import curriculum_cap
 from seqxduce.recipe import load_recipe
 from seqxduce.trainer import Trainer
+from seqxduce.training_run import assemble
 
 RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
 CURRICULUM = ["train.curriculum_start_len=3", "train.curriculum_steps=8", "train.validate_every=0",
@@ -42,9 +44,9 @@ def _longest_source_per_step(trainer: Trainer, monkeypatch) -> list[int]:
     longest_per_step = []
     real_step = trainer.train_step
 
-    def record(group):
-        longest_per_step.append(max(len(trainer.train_pairs[i].src) for batch in group for i in batch))
-        return real_step(group)
+    def record(batches, global_tokens):
+        longest_per_step.append(max(batch.src.shape[1] for batch in batches))  # padded to the batch's longest
+        return real_step(batches, global_tokens)
 
     monkeypatch.setattr(trainer, "train_step", record)
     trainer.run()
@@ -52,9 +54,9 @@ def _longest_source_per_step(trainer: Trainer, monkeypatch) -> list[int]:
 
 
 def test_training_sees_only_short_sources_early_and_every_length_later(tmp_path, monkeypatch):
-    trainer = Trainer(load_recipe(RECIPE, CURRICULUM + ["train.max_steps=12"]), tmp_path / "run")
+    trainer = Trainer(assemble(load_recipe(RECIPE, CURRICULUM + ["train.max_steps=12"]), tmp_path / "run"))
     longest_per_step = _longest_source_per_step(trainer, monkeypatch)
-    assert trainer.longest_source == 7  # sources of up to 6 symbols, plus eos
+    assert trainer.plan.longest_source == 7  # sources of up to 6 symbols, plus eos
     caps = [curriculum_cap(step, 3, 8, 7) or 7 for step in range(12)]
     assert all(longest <= cap for longest, cap in zip(longest_per_step, caps)), (longest_per_step, caps)
     assert longest_per_step[0] <= 3 and max(longest_per_step[8:]) == 7
@@ -73,7 +75,7 @@ def test_resume_inside_the_curriculum_continues_exactly(tmp_path):
 
 def test_training_with_a_hold_sees_only_short_sources_until_the_hold_ends(tmp_path, monkeypatch):
     hold = ["train.curriculum_hold_steps=6", "train.max_steps=16"]
-    trainer = Trainer(load_recipe(RECIPE, CURRICULUM + hold), tmp_path / "run")
+    trainer = Trainer(assemble(load_recipe(RECIPE, CURRICULUM + hold), tmp_path / "run"))
     longest_per_step = _longest_source_per_step(trainer, monkeypatch)
     caps = [curriculum_cap(step, 3, 8, 7, hold=6) or 7 for step in range(16)]
     assert caps[:7] == [3] * 7 and caps[14:] == [7, 7]
@@ -87,5 +89,5 @@ def test_a_start_without_steps_or_below_every_source_is_a_clear_error(tmp_path):
     with pytest.raises(UserError, match="curriculum_hold_steps = 5 holds a length curriculum that is off"):
         load_recipe(RECIPE, ["train.curriculum_hold_steps=5"])
     with pytest.raises(UserError, match="curriculum_start_len = 1 leaves no training pair"):
-        Trainer(load_recipe(RECIPE, ["train.curriculum_start_len=1", "train.curriculum_steps=4"]),
-                tmp_path / "run").run()
+        Trainer(assemble(load_recipe(RECIPE, ["train.curriculum_start_len=1", "train.curriculum_steps=4"]),
+                tmp_path / "run")).run()

@@ -5,7 +5,8 @@ import random
 import pytest
 
 from seqxduce.api import UserError
-from seqxduce.data import Pair, batches_for_step, collate, steps_in_epoch, token_batches
+from seqxduce.data import Pair, collate, token_batches
+from seqxduce.epochs import batches_for_step, steps_in_epoch
 
 
 def pairs(n=200, seed=0):

@@ -10,6 +10,7 @@ import torch
 
 from seqxduce.recipe import load_recipe
 from seqxduce.trainer import Trainer
+from seqxduce.training_run import assemble
 
 HERE = Path(__file__).resolve().parent
 RECIPE = HERE / "fixtures" / "tiny.toml"
@@ -35,12 +36,12 @@ def test_two_process_gloo_matches_single_process(tmp_path):
     # the tiny model's gradients fill one DDP bucket: one all-reduce per step means none on the first batch
     assert (tmp_path / "ddp" / "reduces0.txt").read_text() == (tmp_path / "ddp" / "reduces1.txt").read_text() == "4"
 
-    single = Trainer(load_recipe(RECIPE, [*NO_DROPOUT, "train.update_freq=4", "train.max_tokens=100"]),
-                     tmp_path / "single")
+    single = Trainer(assemble(load_recipe(RECIPE, [*NO_DROPOUT, "train.update_freq=4", "train.max_tokens=100"]),
+                              tmp_path / "single"))
     single.run()
     state = single.model.state_dict()
-    initial = Trainer(load_recipe(RECIPE, [*NO_DROPOUT, "train.max_steps=0", "train.max_tokens=100"]),
-                      tmp_path / "init").model.state_dict()
+    initial = assemble(load_recipe(RECIPE, [*NO_DROPOUT, "train.max_steps=0", "train.max_tokens=100"]),
+                       tmp_path / "init").model.state_dict()
     moved = 0
     for name in rank0:
         assert torch.allclose(rank0[name], state[name], atol=1e-5, rtol=1e-4), name
@@ -66,8 +67,8 @@ def test_fsdp_over_two_gloo_processes_matches_one_process_and_resumes(tmp_path):
     _torchrun(tmp_path / "fsdp", *settings, "--resume")
     sharded = torch.load(tmp_path / "fsdp" / "rank0.pt", weights_only=True)
     saved = torch.load(tmp_path / "fsdp" / "checkpoints" / "step_00000004.pt", weights_only=True)
-    single = Trainer(load_recipe(RECIPE, [*NO_DROPOUT, "train.update_freq=4", "train.max_tokens=100"]),
-                     tmp_path / "single")
+    single = Trainer(assemble(load_recipe(RECIPE, [*NO_DROPOUT, "train.update_freq=4", "train.max_tokens=100"]),
+                              tmp_path / "single"))
     single.run()
     state = single.model.state_dict()
     assert sharded.keys() == state.keys() == saved["model"].keys()
@@ -85,5 +86,5 @@ def test_fsdp_in_one_process_is_one_line(tmp_path):
 
     with pytest.raises(UserError, match=r"\[train\] fsdp = true shards the model over several processes; start "
                                         r"the run with torchrun --nproc_per_node N"):
-        Trainer(load_recipe(RECIPE, ["train.fsdp=true"]), tmp_path / "run")
+        Trainer(assemble(load_recipe(RECIPE, ["train.fsdp=true"]), tmp_path / "run"))
     assert not (tmp_path / "run").exists()

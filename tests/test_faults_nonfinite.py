@@ -12,6 +12,7 @@ from seqxduce import trainer as trainer_module
 from seqxduce.api import UserError
 from seqxduce.recipe import load_recipe
 from seqxduce.trainer import Trainer
+from seqxduce.training_run import assemble
 from tests.fault_tools import TINY
 
 SETTINGS = ["train.max_steps=20", "train.max_nonfinite_steps=3", "train.log_every=1", "train.checkpoint_every=2",
@@ -37,7 +38,7 @@ def _poison(trainer: Trainer, where: str, monkeypatch) -> None:
 
 @pytest.mark.parametrize("where", ["loss", "gradient"])
 def test_nonfinite_updates_are_skipped_counted_and_too_many_in_a_row_stop_the_run(tmp_path, monkeypatch, where):
-    trainer = Trainer(load_recipe(TINY, SETTINGS), tmp_path / "run")
+    trainer = Trainer(assemble(load_recipe(TINY, SETTINGS), tmp_path / "run"))
     _poison(trainer, where, monkeypatch)
     with pytest.raises(UserError, match=r"stopped at step 8: the last 3 steps \(from step 6\) had a non-finite "
                                         r"loss or gradient.*max_nonfinite_steps = 3.*step_00000006.pt, is intact"):
@@ -55,7 +56,7 @@ def test_nonfinite_updates_are_skipped_counted_and_too_many_in_a_row_stop_the_ru
 
 
 def test_a_skipped_update_leaves_the_weights_as_they_were(tmp_path, monkeypatch):
-    trainer = Trainer(load_recipe(TINY, [*SETTINGS, "train.max_steps=3"]), tmp_path / "run")
+    trainer = Trainer(assemble(load_recipe(TINY, [*SETTINGS, "train.max_steps=3"]), tmp_path / "run"))
     _poison(trainer, "gradient", monkeypatch)
     trainer.run()
     after_two = torch.load(tmp_path / "run" / "checkpoints" / "step_00000002.pt", weights_only=True)["model"]
@@ -63,7 +64,7 @@ def test_a_skipped_update_leaves_the_weights_as_they_were(tmp_path, monkeypatch)
 
 
 def test_nan_weights_never_reach_a_checkpoint(tmp_path):
-    trainer = Trainer(load_recipe(TINY, [*SETTINGS, "train.max_steps=2"]), tmp_path / "run")
+    trainer = Trainer(assemble(load_recipe(TINY, [*SETTINGS, "train.max_steps=2"]), tmp_path / "run"))
     trainer.run()
     with torch.no_grad():
         next(trainer.model.parameters())[0].fill_(float("nan"))
@@ -79,7 +80,7 @@ def test_the_run_of_skipped_updates_is_read_at_the_next_log_line_and_names_the_s
     """The skip flags stay on the device between log lines (no wait per step): steps 6, 7, 8 reach the limit,
     the log line of step 10 reads it, and the run stops there naming step 8."""
     settings = [*SETTINGS, "train.log_every=5", "train.checkpoint_every=100"]
-    trainer = Trainer(load_recipe(TINY, settings), tmp_path / "run")
+    trainer = Trainer(assemble(load_recipe(TINY, settings), tmp_path / "run"))
     _poison(trainer, "loss", monkeypatch)
     with pytest.raises(UserError, match=r"stopped at step 8: the last 3 steps \(from step 6\).*no checkpoint was "
                                         r"written yet"):

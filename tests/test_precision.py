@@ -8,14 +8,15 @@ import torch
 
 from seqxduce.recipe import load_recipe
 from seqxduce.trainer import Trainer
+from seqxduce.training_run import assemble
 
 RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_mixed_precision_trains(tmp_path, precision):
-    trainer = Trainer(load_recipe(RECIPE, [f'train.precision="{precision}"', "train.max_steps=3",
-                                           "train.validate_every=0"]), tmp_path / "run")
+    trainer = Trainer(assemble(load_recipe(RECIPE, [f'train.precision="{precision}"', "train.max_steps=3",
+                                           "train.validate_every=0"]), tmp_path / "run"))
     before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
     result = trainer.run()
     assert math.isfinite(result.metrics["loss"])

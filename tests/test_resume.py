@@ -11,6 +11,7 @@ from seqxduce import engine
 from seqxduce.api import TrainingStopped, UserError
 from seqxduce.recipe import load_recipe
 from seqxduce.trainer import Trainer
+from seqxduce.training_run import assemble
 
 RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
 
@@ -29,7 +30,7 @@ def test_resume_continues_exactly(tmp_path):
 
 
 def test_epochs_roll_over_and_data_position_is_saved(tmp_path):
-    trainer = Trainer(load_recipe(RECIPE, ["train.max_steps=40", "train.validate_every=0"]), tmp_path / "run")
+    trainer = Trainer(assemble(load_recipe(RECIPE, ["train.max_steps=40", "train.validate_every=0"]), tmp_path / "run"))
     trainer.run()
     assert trainer.state.epoch > 1
     saved = torch.load(sorted((tmp_path / "run" / "checkpoints").glob("*.pt"))[-1], weights_only=True)
@@ -38,13 +39,14 @@ def test_epochs_roll_over_and_data_position_is_saved(tmp_path):
 
 def test_ctrl_c_finishes_the_step_saves_it_and_resume_continues(tmp_path, monkeypatch):
     before = signal.getsignal(signal.SIGINT)  # default_int_handler, or SIG_IGN in a shell's background job
-    trainer = Trainer(load_recipe(RECIPE, ["train.validate_every=0", "train.checkpoint_every=100"]), tmp_path / "run")
+    trainer = Trainer(assemble(load_recipe(RECIPE, ["train.validate_every=0", "train.checkpoint_every=100"]),
+                               tmp_path / "run"))
     real_step = trainer.train_step
 
-    def ctrl_c_during_step_three(group):
+    def ctrl_c_during_step_three(*step):
         if trainer.state.step == 2:
             os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C, in the middle of the step
-        return real_step(group)
+        return real_step(*step)
 
     monkeypatch.setattr(trainer, "train_step", ctrl_c_during_step_three)
     with pytest.raises(UserError, match="interrupted at step 3.*--resume"):
@@ -62,14 +64,15 @@ def test_ctrl_c_finishes_the_step_saves_it_and_resume_continues(tmp_path, monkey
 @pytest.mark.parametrize("signum, exit_code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_second_signal_stops_at_once_and_keeps_the_checkpoints_written(tmp_path, monkeypatch, signum, exit_code):
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-    trainer = Trainer(load_recipe(RECIPE, ["train.validate_every=0", "train.checkpoint_every=2"]), tmp_path / "run")
+    trainer = Trainer(assemble(load_recipe(RECIPE, ["train.validate_every=0", "train.checkpoint_every=2"]),
+                               tmp_path / "run"))
     real_step = trainer.train_step
 
-    def twice_during_step_four(group):
+    def twice_during_step_four(*step):
         if trainer.state.step == 3:
             os.kill(os.getpid(), signum)
             os.kill(os.getpid(), signum)
-        return real_step(group)
+        return real_step(*step)
 
     monkeypatch.setattr(trainer, "train_step", twice_during_step_four)
     with pytest.raises(TrainingStopped, match="interrupted during step 4; the last checkpoint is .*step_00000002.pt"

@@ -36,8 +36,14 @@ def test_info_json_reports_the_run(tiny_run):
     assert facts["target_tokens"] == 6 * train_target_tokens(tiny_run)
     assert facts["logged_to_step"] == 6
     assert facts["vocabulary"] == {"source": 14, "target": 14, "shared": True}
-    assert [c["step"] for c in facts["checkpoints"]] == [2, 4, 6, 6]
-    assert facts["checkpoints"][-1]["averaged_from"] == ["step_00000004.pt", "step_00000006.pt"]
+    steps, average, best = facts["checkpoints"][:-2], facts["checkpoints"][-2], facts["checkpoints"][-1]
+    assert [c["step"] for c in steps] == [2, 4, 6] and average["step"] == 6
+    assert average["averaged_from"] == ["step_00000004.pt", "step_00000006.pt"]
+    # best.pt: the first validation with the best sequence accuracy (validations at steps 3 and 6)
+    valid = [json.loads(line) for line in (tiny_run / "metrics.jsonl").read_text().splitlines()]
+    scores = [(r["valid_sequence_accuracy"], -r["step"]) for r in valid if r["kind"] == "valid"]
+    top = max(scores)
+    assert best["file"] == "best.pt" and best["step"] == -top[1] and best["best"]["value"] == top[0]
     assert facts["recipe"]["model"]["name"] == "transformer"
     assert facts["recipe"]["model"]["changed"]["d_model"] == 16
     assert facts["recipe"]["train"]["changed"]["average_last"] == 2

@@ -14,7 +14,9 @@ from seqxduce.api import Example
 from seqxduce.data import Pair
 from seqxduce.recipe import load_recipe
 from seqxduce.sampled_epochs import EpochEncoder
-from seqxduce.trainer import Trainer, TrainState
+from seqxduce.train_state import TrainState
+from seqxduce.trainer import Trainer
+from seqxduce.training_run import TrainingRun, assemble
 
 RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
 SETTINGS = ["task.train_size=20", "train.max_steps=14", "train.max_tokens=60", "train.validate_every=0"]
@@ -92,44 +94,45 @@ def doubling(tok, texts: list[str], seed: int) -> list[list[int]]:
     return [[i for i in tok.encode(text) for _ in range(1 + (rng.random() < 0.3))] for text in texts]
 
 
-def sampling_trainer(out: Path) -> Trainer:
-    """The tiny recipe's trainer, its word tokenizer(s) made to sample."""
-    trainer = Trainer(load_recipe(RECIPE, SETTINGS), out)
-    for tok in {id(t): t for t in (trainer.tokenizers.src, trainer.tokenizers.tgt)}.values():
+def sampling_run(out: Path) -> TrainingRun:
+    """The tiny recipe's run, its word tokenizer(s) made to sample."""
+    run = assemble(load_recipe(RECIPE, SETTINGS), out)
+    for tok in {id(t): t for t in (run.tokenizers.src, run.tokenizers.tgt)}.values():
         tok.encode_sampled = partial(doubling, tok)
-    return trainer
+    return run
 
 
-def planned(trainer: Trainer) -> list[tuple]:
-    """The schedule from the trainer's state: position, batches and the pairs each batch holds."""
+def planned(run: TrainingRun) -> list[tuple]:
+    """The step plan from the run's state: position, batches and the pairs each batch holds."""
     return [(p.epoch, p.step_in_epoch, p.global_tokens, [[p.pairs[i] for i in batch] for batch in p.group])
-            for p in trainer._schedule()]
+            for p in run.plan.steps(run.state)]
 
 
 def test_the_trainer_resamples_per_epoch_and_a_resume_plans_the_same_steps(tmp_path, monkeypatch):
     monkeypatch.setenv("SEQXDUCE_CACHE", str(tmp_path / "cache"))
-    plain = Trainer(load_recipe(RECIPE, SETTINGS), tmp_path / "plain")
-    assert plain._epoch_batches(2, None)[0] is plain.train_pairs  # the word tokenizer does not sample
-    first = sampling_trainer(tmp_path / "first")
+    plain = assemble(load_recipe(RECIPE, SETTINGS), tmp_path / "plain")
+    assert plain.plan.epoch_batches(2, None)[0] is plain.plan.train_pairs  # the word tokenizer does not sample
+    first = sampling_run(tmp_path / "first")
     steps = planned(first)
     epochs = sorted({step[0] for step in steps})
-    assert len(epochs) >= 3 and first.valid_pairs == plain.valid_pairs
-    one, two = (first._epoch_batches(epoch, None)[0] for epoch in epochs[:2])
-    assert len(one) == len(plain.train_pairs) and one != two and one != plain.train_pairs
+    assert len(epochs) >= 3 and first.validator.pairs == plain.validator.pairs
+    one, two = (first.plan.epoch_batches(epoch, None)[0] for epoch in epochs[:2])
+    assert len(one) == len(plain.plan.train_pairs) and one != two and one != plain.plan.train_pairs
     for _, _, _, batches in steps:
         for batch in batches:  # the padded size of every batch of sampled pairs stays within max_tokens
             assert len(batch) * (max(len(p.src) for p in batch) + max(len(p.tgt) for p in batch) + 1) <= 60
     # a second process (a resume, another rank) at step 7 plans what the first did from there
-    again = sampling_trainer(tmp_path / "again")
+    again = sampling_run(tmp_path / "again")
     again.state = TrainState(step=7, epoch=steps[7][0], step_in_epoch=steps[7][1])
     assert planned(again) == steps[7:]
 
 
 @pytest.mark.parametrize("epoch", [1, 2])
-def test_collating_without_the_prefetcher_uses_the_current_epochs_pairs(tmp_path, monkeypatch, epoch):
+def test_a_planned_step_collates_its_own_epochs_pairs(tmp_path, monkeypatch, epoch):
     monkeypatch.setenv("SEQXDUCE_CACHE", str(tmp_path / "cache"))
-    trainer = sampling_trainer(tmp_path / "run")
-    trainer.state.epoch = epoch
-    pairs, batches = trainer._epoch_batches(epoch, None)
-    collated, _ = trainer._collated(batches[:1])
+    run = sampling_run(tmp_path / "run")
+    step = next(p for p in run.plan.steps(run.state) if p.epoch == epoch)
+    pairs, batches = run.plan.epoch_batches(epoch, None)
+    assert step.pairs is pairs and step.group[0] == batches[0]
+    collated = Trainer(run)._prepare(step)
     assert collated[0].ntokens == sum(len(pairs[i].tgt) + 1 for i in batches[0])

@@ -12,10 +12,11 @@ import torch
 from torch import nn
 
 from seqxduce.api import ModelOutput
-from seqxduce.data import token_batches
+from seqxduce.data import collate, token_batches
 from seqxduce.recipe import load_recipe
 from seqxduce.testing import HostReads
 from seqxduce.trainer import Trainer
+from tests.step_parts import step_parts
 
 RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
 QUIET = ["train.validate_every=0", "train.valid_decode_examples=0"]
@@ -27,6 +28,7 @@ class BagModel(nn.Module):
     def __init__(self, vocab: int, pad_id: int, width: int = 8):
         super().__init__()
         self.pad_id = pad_id
+        self.schedule_width = width  # the inverse_sqrt schedule's d_model
         self.embed = nn.Embedding(vocab, width)
         self.out = nn.Linear(width, vocab)
 
@@ -36,23 +38,23 @@ class BagModel(nn.Module):
         return ModelOutput(self.out(torch.tanh(self.embed(tgt_in) + source)))  # (B, T, V)
 
 
-def with_bag_model(trainer: Trainer) -> Trainer:
-    trainer.model = trainer.wrapped = BagModel(trainer.tokenizers.vocab().tgt_size, trainer.pad_id).to(trainer.device)
-    trainer.optimizer, trainer.fused = trainer._optimizer()
-    return trainer
+def bag_model(vocab) -> BagModel:
+    return BagModel(vocab.tgt_size, vocab.pad_id)
 
 
 def run_steps(trainer: Trainer, n: int) -> list[dict]:
-    batches = token_batches(trainer.train_pairs, trainer.settings.max_tokens, 1, 1)
+    pairs = trainer.plan.train_pairs
+    batches = token_batches(pairs, trainer.settings.max_tokens, 1, 1)
     figures = []
     for i in range(n):
-        figures.append(trainer.train_step([batches[i]]))
+        batch = collate([pairs[j] for j in batches[i]], trainer.pad_id, trainer.bos_id, trainer.eos_id)
+        figures.append(trainer.train_step([batch]))
         trainer.state.step += 1
     return figures
 
 
-def test_a_train_step_reads_nothing_back_from_the_device(tmp_path):
-    trainer = with_bag_model(Trainer(load_recipe(RECIPE, QUIET), tmp_path / "run"))
+def test_a_train_step_reads_nothing_back_from_the_device():
+    trainer = Trainer(step_parts(load_recipe(RECIPE, QUIET), bag_model))
     assert trainer.fused  # the CPU has the fused Adam since torch 2.4: the skip is decided without the host
     run_steps(trainer, 1)  # the first step builds the optimizer's state
     with HostReads() as reads:
@@ -72,8 +74,8 @@ def test_the_probe_sees_a_host_read():
 
 
 @pytest.mark.parametrize("char_ngrams", [0, 4])
-def test_the_transformer_plugin_step_reads_nothing_back_from_the_device(tmp_path, char_ngrams):
-    trainer = Trainer(load_recipe(RECIPE, [*QUIET, f"model.char_ngrams={char_ngrams}"]), tmp_path / "run")
+def test_the_transformer_plugin_step_reads_nothing_back_from_the_device(char_ngrams):
+    trainer = Trainer(step_parts(load_recipe(RECIPE, [*QUIET, f"model.char_ngrams={char_ngrams}"])))
     run_steps(trainer, 1)
     with HostReads() as reads:
         run_steps(trainer, 2)
@@ -84,11 +86,9 @@ def test_the_transformer_plugin_step_reads_nothing_back_from_the_device(tmp_path
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("model", ["bag", "transformer"])
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
-def test_cuda_train_steps_run_under_the_sync_debug_mode_error(tmp_path, precision, model):
-    trainer = Trainer(load_recipe(RECIPE, [*QUIET, 'train.device="cuda"', f'train.precision="{precision}"']),
-                      tmp_path / "run")
-    if model == "bag":
-        trainer = with_bag_model(trainer)
+def test_cuda_train_steps_run_under_the_sync_debug_mode_error(precision, model):
+    recipe = load_recipe(RECIPE, [*QUIET, 'train.device="cuda"', f'train.precision="{precision}"'])
+    trainer = Trainer(step_parts(recipe, bag_model if model == "bag" else None, device="cuda"))
     assert trainer.fused
     run_steps(trainer, 1)  # the first step allocates the optimizer's state
     torch.cuda.set_sync_debug_mode("error")
@@ -100,10 +100,10 @@ def test_cuda_train_steps_run_under_the_sync_debug_mode_error(tmp_path, precisio
     assert all(float(f["skipped_updates"]) == 0.0 for f in figures)
 
 
-def test_a_checkpoint_of_a_foreach_optimizer_resumes_into_the_fused_one(tmp_path):
-    from seqxduce.trainer import restore_optimizer
+def test_a_checkpoint_of_a_foreach_optimizer_resumes_into_the_fused_one():
+    from seqxduce.optim import restore_optimizer
 
-    trainer = Trainer(load_recipe(RECIPE, QUIET), tmp_path / "run")
+    trainer = Trainer(step_parts(load_recipe(RECIPE, QUIET)))
     params = list(trainer.model.parameters())
     old = torch.optim.Adam(params, lr=1e-3, foreach=True)  # as runs before the fused optimizer saved it
     for p in params:

@@ -11,7 +11,7 @@ from seqxduce import token_cache
 from seqxduce.api import Example
 from seqxduce.recipe import load_recipe
 from seqxduce.token_cache import encode_pairs_cached
-from seqxduce.trainer import Trainer
+from seqxduce.training_run import assemble
 
 RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
 
@@ -64,13 +64,13 @@ def test_what_changes_the_ids_changes_the_key(tmp_path, change):
 
 def test_a_second_run_on_the_same_data_does_not_tokenize_its_training_pairs(tmp_path, monkeypatch):
     monkeypatch.setenv("SEQXDUCE_CACHE", str(tmp_path / "cache"))
-    first = Trainer(load_recipe(RECIPE, []), tmp_path / "first")
+    first = assemble(load_recipe(RECIPE, []), tmp_path / "first").plan
 
     def no_tokenizing(*args, **kwargs):
         raise AssertionError("tokenized again")
 
     monkeypatch.setattr(token_cache, "encode_pairs", no_tokenizing)
-    second = Trainer(load_recipe(RECIPE, []), tmp_path / "second")
+    second = assemble(load_recipe(RECIPE, []), tmp_path / "second").plan
     assert second.train_pairs == first.train_pairs
-    off = Trainer(load_recipe(RECIPE, ["train.token_cache=false"]), tmp_path / "off")  # the cache is not read
+    off = assemble(load_recipe(RECIPE, ["train.token_cache=false"]), tmp_path / "off").plan  # the cache is not read
     assert off.train_pairs == first.train_pairs

@@ -237,13 +237,17 @@ class UniversalTransformer(EncoderDecoderBase):
 
 
 @torch.no_grad()
-def ponder_stats(encoder: Halting, decoder: Halting) -> dict[str, float]:
-    """Mean and max depth steps N over the real source and target positions, together and per side."""
-    source, target = encoder.updates[encoder.real], decoder.updates[decoder.real]
-    sides = {"src_": source, "tgt_": target, "": torch.cat([source, target])}
+def ponder_stats(encoder: Halting, decoder: Halting) -> dict[str, torch.Tensor]:
+    """Mean and max depth steps N over the real source and target positions, together and per side, as 0-dim
+    device tensors: the training log reads them once per log window (seqxduce.api: no host read in a step)."""
+    source = (encoder.updates.flatten(), encoder.real.flatten())
+    target = (decoder.updates.flatten(), decoder.real.flatten())
+    both = (torch.cat([source[0], target[0]]), torch.cat([source[1], target[1]]))
     stats = {}
-    for prefix, steps in sides.items():
-        empty = steps.numel() == 0
-        stats[f"{prefix}ponder_mean"] = 0.0 if empty else float(steps.mean())
-        stats[f"{prefix}ponder_max"] = 0.0 if empty else float(steps.max())
+    for prefix, (steps, real) in {"src_": source, "tgt_": target, "": both}.items():
+        # masked by multiplication, not by boolean indexing, whose output size the host would have to read;
+        # padding positions never update (N = 0), so they do not raise the maximum, and none real gives 0
+        real = real.to(steps.dtype)
+        stats[f"{prefix}ponder_mean"] = (steps * real).sum() / real.sum().clamp(min=1.0)
+        stats[f"{prefix}ponder_max"] = (steps * real).max() if steps.numel() else steps.new_zeros(())
     return stats

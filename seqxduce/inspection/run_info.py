@@ -188,7 +188,7 @@ def vocabulary(tokenizers: components.Tokenizers) -> dict[str, Any]:
 
 
 def checkpoint_list(run_dir: Path) -> list[dict[str, Any]]:
-    """The step checkpoints (oldest first) and the average, each with its step and size."""
+    """The step checkpoints (oldest first), the average and best.pt, each with its step and size."""
     from seqxduce import checkpoint as ckpt
 
     run = rundir.RunDir(run_dir)
@@ -205,6 +205,11 @@ def checkpoint_list(run_dir: Path) -> list[dict[str, Any]]:
         found.append({"file": AVERAGE_FILE, "step": int(state.get("step", 0)),
                       "bytes": average.stat().st_size,
                       "averaged_from": [Path(p).name for p in state.get("averaged_from", [])]})
+    best = run.best_file
+    if best.is_file():  # the best validation so far (seqxduce.trainer)
+        state = ckpt.load(best, mmap=True)
+        found.append({"file": rundir.BEST_FILE, "step": int(state.get("step", 0)), "bytes": best.stat().st_size,
+                      "best": {"metric": state.get("metric", ""), "value": state.get("value")}})
     return found
 
 
@@ -268,6 +273,10 @@ def _checkpoint_text(found: list[dict[str, Any]]) -> str:
         if "averaged_from" in c:
             parts.append(f"{c['file']} (step {c['step']}, the average of {len(c['averaged_from'])}: "
                          f"{', '.join(c['averaged_from'])})")
+        if "best" in c:
+            value = c["best"]["value"]
+            figure = f"{c['best']['metric']} {value:.4g}" if isinstance(value, float) else c["best"]["metric"]
+            parts.append(f"{c['file']} (step {c['step']}, the best validation: {figure})")
     return "; ".join(parts) or "none"
 
 

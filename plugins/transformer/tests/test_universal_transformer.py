@@ -92,6 +92,7 @@ def test_act_with_very_high_halting_bias_halts_every_position_after_one_step():
     output = model(src, tgt)
     assert model.annotate(src, tgt)["source_ponder"].tolist() == (src != PAD).float().tolist()
     assert output.stats == all_ponder_stats(1.0)
+    assert all(isinstance(v, torch.Tensor) and v.dim() == 0 for v in output.stats.values())  # read at log time
     # halting at step 1 with remainder 1 gives weight 1 to the first state: a one-step UT
     one_step = tiny(steps=1)
     missing, unexpected = one_step.load_state_dict(model.state_dict(), strict=False)

@@ -1,0 +1,149 @@
+"""The step plan: which training pairs each optimizer step takes. The length curriculum, batching by length, the
+epochs (encoded anew when a tokenizer samples) and each rank's share of a step's batches, as a function of the
+position in training alone, so that a --resume and every rank plan the same steps."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from seqxduce.api import UserError
+from seqxduce.data import Pair, token_batches
+from seqxduce.sampled_epochs import EpochEncoder
+from seqxduce.settings import TrainSettings
+from seqxduce.train_state import TrainState
+
+
+def curriculum_cap(step: int, start_len: int, steps: int, longest: int, hold: int = 0) -> int | None:
+    """The longest source (tokens) a length curriculum lets train at `step`, or None once it is over.
+
+    The cap stays at start_len for the first `hold` steps, then grows linearly to the longest source over the
+    next `steps`, so short pairs, which a model learns first, come alone at the start and long ones join
+    gradually. A hold gives a two-stage curriculum: a task whose short cases are learned only after a long
+    plateau (the UT's 'a + b') gets them alone until it has learned them, then every length.
+    """
+    if start_len <= 0 or step >= hold + steps or start_len >= longest:
+        return None
+    grown = max(step - hold, 0)
+    return start_len + (longest - start_len) * grown // steps
+
+
+def steps_in_epoch(num_batches: int, world_size: int, update_freq: int) -> int:
+    """Optimizer steps an epoch holds: each consumes world_size * update_freq batches; the remainder is dropped."""
+    return num_batches // (world_size * update_freq)
+
+
+def batches_for_step(batches: list[list[int]], step_in_epoch: int, rank: int, world_size: int,
+                     update_freq: int) -> list[list[int]]:
+    """The update_freq batches this rank accumulates for one optimizer step.
+
+    Rank r of a world of W takes the same batches a single process with update_freq * W would take
+    in positions r*update_freq .. (r+1)*update_freq - 1, so data-parallel runs match single-process ones.
+    """
+    start = step_in_epoch * world_size * update_freq + rank * update_freq
+    return batches[start:start + update_freq]
+
+
+@dataclass
+class PlannedStep:
+    """One optimizer step as the plan has it: the data position, this rank's batches (pair indices) and
+    the target tokens of all ranks' batches (the gradient's normaliser), and the pairs the batches index."""
+
+    epoch: int
+    step_in_epoch: int
+    group: list[list[int]]
+    global_tokens: int
+    pairs: list[Pair]  # the epoch's training pairs, which group indexes (sampled anew per epoch, or the fixed ones)
+
+
+class StepPlan:
+    """The batches of every step from a training position on, for one rank of a world."""
+
+    def __init__(self, settings: TrainSettings, train_pairs: list[Pair], sampler: EpochEncoder | None,
+                 rank: int = 0, world_size: int = 1):
+        self.settings = settings
+        self.train_pairs = train_pairs
+        self.sampler = sampler
+        self.rank, self.world_size = rank, world_size
+        # the curriculum's longest source is the deterministic encoding's; a longer sampled one waits for its end
+        self.longest_source = max(len(p.src) for p in train_pairs)
+        self._sampled: tuple[int | None, list[Pair]] = (None, [])
+        self._last_batches: tuple[tuple[int, int | None] | None, list[Pair], list[list[int]]] = (None, [], [])
+
+    def source_cap(self, step: int) -> int | None:
+        """The length curriculum's source cap at `step` (None: every pair trains)."""
+        s = self.settings
+        return curriculum_cap(step, s.curriculum_start_len, s.curriculum_steps, self.longest_source,
+                              s.curriculum_hold_steps)
+
+    def epoch_pairs(self, epoch: int) -> list[Pair]:
+        """The training pairs of an epoch: encoded anew from ([train] seed, epoch) when a tokenizer samples
+        (subword regularization), else the deterministic ones; every rank and a --resume get the same."""
+        if self._sampled[0] != epoch:
+            sampled = self.sampler.pairs(epoch) if self.sampler is not None else None
+            self._sampled = (epoch, self.train_pairs if sampled is None else sampled)
+        return self._sampled[1]
+
+    def epoch_batches(self, epoch: int, cap: int | None) -> tuple[list[Pair], list[list[int]]]:
+        """The epoch's pairs and their batches (lists of indices into those pairs)."""
+        # a function of (epoch, cap) only, so --resume rebuilds the same batches; the last one is kept because
+        # the run's checks and its plan both start from it
+        if self._last_batches[0] != (epoch, cap):
+            pairs = self.epoch_pairs(epoch)
+            self._last_batches = ((epoch, cap), pairs, token_batches(pairs, self.settings.max_tokens,
+                                                                     self.settings.seed, epoch, max_source=cap,
+                                                                     bucket_width=self.settings.bucket_width))
+        return self._last_batches[1], self._last_batches[2]
+
+    def _per_epoch(self, batches: list[list[int]]) -> int:
+        return steps_in_epoch(len(batches), self.world_size, self.settings.update_freq)
+
+    def steps_per_epoch(self, state: TrainState) -> int:
+        """Optimizer steps in the current epoch; a plan that holds none is refused in one line."""
+        s = self.settings
+        cap = self.source_cap(state.step)
+        _, batches = self.epoch_batches(state.epoch, cap)
+        per_epoch = self._per_epoch(batches)
+        if per_epoch == 0 and cap is not None:
+            raise UserError(f"[train] curriculum_start_len = {s.curriculum_start_len} leaves no training pair "
+                            f"(sources here have at least {min(len(p.src) for p in self.train_pairs)} tokens, "
+                            "eos included); raise it")
+        if per_epoch == 0:
+            raise UserError(
+                f"the training data fill {len(batches)} batches, fewer than world_size * update_freq = "
+                f"{self.world_size * s.update_freq}; lower [train] max_tokens or update_freq"
+            )
+        return per_epoch
+
+    def nothing_left(self, state: TrainState) -> bool:
+        """Whether training from `state` would take no step: max_steps reached, or the last of max_epochs done."""
+        s = self.settings
+        return state.step >= s.max_steps or bool(
+            s.max_epochs and state.epoch >= s.max_epochs and state.step_in_epoch >= self.steps_per_epoch(state))
+
+    def steps(self, state: TrainState) -> Iterator[PlannedStep]:
+        """The steps to train from `state` on, in order, with the batches this rank takes: a function of the
+        position alone (not of the training), so that it can run ahead of the training in a thread."""
+        s, world = self.settings, self.world_size
+        step, epoch, step_in_epoch = state.step, state.epoch, state.step_in_epoch
+        cap = self.source_cap(step)
+        pairs, batches = self.epoch_batches(epoch, cap)
+        per_epoch = self._per_epoch(batches)
+        while step < s.max_steps:
+            if self.source_cap(step) != cap:  # the curriculum admits longer sources
+                cap = self.source_cap(step)
+                pairs, batches = self.epoch_batches(epoch, cap)
+                per_epoch = self._per_epoch(batches)
+            if step_in_epoch >= per_epoch:
+                if s.max_epochs and epoch >= s.max_epochs:
+                    return
+                epoch, step_in_epoch = epoch + 1, 0
+                pairs, batches = self.epoch_batches(epoch, cap)
+                per_epoch = self._per_epoch(batches)
+            group = batches_for_step(batches, step_in_epoch, self.rank, world, s.update_freq)
+            # the target tokens of every rank's batches (eos included, as the loss counts), known here without
+            # asking the other ranks
+            every_rank = batches_for_step(batches, step_in_epoch, 0, 1, world * s.update_freq)
+            tokens = sum(len(pairs[i].tgt) + 1 for batch in every_rank for i in batch)
+            yield PlannedStep(epoch, step_in_epoch, group, tokens, pairs)
+            step, step_in_epoch = step + 1, step_in_epoch + 1

@@ -1,0 +1,223 @@
+"""Assembling a training run: the world, the run directory, the data, the tokenizers, the model (wrapped and
+compiled), the optimizer and its schedule, and the training state, built once and handed to the Trainer as one
+value, as fairseq and Joey NMT build them outside their trainers."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from seqxduce import checkpoint as ckpt
+from seqxduce import components, distributed
+from seqxduce.api import Example, Settings, Task, UserError
+from seqxduce.components import Tokenizers
+from seqxduce.console import MetricsLog, console
+from seqxduce.data import Pair, encode_pairs
+from seqxduce.device import resolve_device
+from seqxduce.epochs import StepPlan
+from seqxduce.optim import build_optimizer, build_scaler, restore_optimizer
+from seqxduce.recipe import Recipe
+from seqxduce.rundir import RunDir, locate
+from seqxduce.sampled_epochs import EpochEncoder
+from seqxduce.tensorboard_log import TENSORBOARD_DIR, summary_writer_class
+from seqxduce.token_cache import encode_pairs_cached
+from seqxduce.train_state import TrainState, restore
+from seqxduce.validation import Validator
+
+
+@dataclass
+class TrainingRun:
+    """Everything one training run (on one rank) is made of. `model` is the plain module, whose state_dict the
+    checkpoints hold and which validation runs; `wrapped` is what the training forward calls (DDP, FSDP, compiled).
+    A run without a run directory (rundir None) trains and validates but cannot save."""
+
+    recipe: Recipe
+    world: distributed.World
+    device: torch.device
+    task: Task
+    tokenizers: Tokenizers
+    model: torch.nn.Module
+    wrapped: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    fused: bool  # the optimizer is the fused kernel, which skips a non-finite step on the device
+    scaler: torch.amp.GradScaler
+    plan: StepPlan
+    validator: Validator | None = None  # None: no valid split
+    rundir: RunDir | None = None
+    state: TrainState = field(default_factory=TrainState)
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # tells this run's checkpoints from another's
+    resumed: bool = False
+    log: MetricsLog = field(default_factory=lambda: MetricsLog(None))
+
+
+def compile_enabled(setting: str, device: torch.device) -> bool:
+    """[train] compile: on, off, or auto = on for CUDA only."""
+    return setting == "on" or (setting == "auto" and device.type == "cuda")
+
+
+def compiled(model: torch.nn.Module, setting: str, device: torch.device) -> torch.nn.Module:
+    """The training forward, compiled when [train] compile says so; the plain module stays as it is."""
+    if not compile_enabled(setting, device):
+        return model
+    # batch shapes vary with length: mark them dynamic from the start instead of recompiling per shape
+    return torch.compile(model, dynamic=True)
+
+
+def assemble(recipe: Recipe, run_dir: Path, resume: bool = False, overwrite: bool = False,
+             tokenizers_from: Path | None = None, init_from: Path | None = None,
+             keep_optimizer: bool = False) -> TrainingRun:
+    """Build a run in run directory `run_dir`: a new one (trained tokenizers, or tokenizers_from's), or with
+    resume the one there, restored from its newest checkpoint exactly. init_from (a run directory or checkpoint)
+    starts a new run from its weights and tokenizer files, and with keep_optimizer its optimizer state, for
+    fine-tuning. Every rank of a world calls it."""
+    s = recipe.train
+    # read before any heavy work, so that a model that does not match is one line at once
+    init = fine_tuning_source(recipe, init_from, resume, tokenizers_from, keep_optimizer) if init_from else None
+    if init is not None:
+        tokenizers_from = init[0]
+    world = distributed.setup(s.device, s.collective_timeout)
+    if s.fsdp:  # before the data and the model are built
+        world.require_shards()
+    device = world.device or resolve_device(s.device)
+    is_main = world.rank == 0
+    if is_main and s.tensorboard:
+        summary_writer_class()  # a missing package is one line before the run folder is touched
+    rundir = RunDir(run_dir)
+    _open_run_dir(rundir, world, resume, overwrite)
+    # read before any heavy work, so that a checkpoint that cannot be resumed is one line at once
+    resume_from = rundir.resume_state() if resume else None
+    board = rundir.path / TENSORBOARD_DIR if is_main and s.tensorboard else None
+    log = MetricsLog(rundir.metrics_file if is_main else None, tensorboard=board)
+    task = components.build_task(recipe)
+    data_dir = components.data_dir(recipe)
+    if is_main:
+        task.prepare(data_dir)
+    world.barrier()
+    train_examples = task.examples("train", data_dir)
+    if not train_examples:
+        raise UserError(f"[task] name = {recipe.task.core.name!r} read no training examples from "
+                        f"{data_dir}: the training file is empty")
+    valid_examples = task.examples("valid", data_dir) if "valid" in task.splits else []
+    _tokenizers_in(rundir, recipe, world, train_examples, resume, tokenizers_from)
+    torch.manual_seed(s.seed)
+    built = rundir.components(recipe, task)
+    tokenizers = built.tokenizers
+    train_pairs = encode(recipe, tokenizers, train_examples, "train", rundir, is_main)
+    valid_pairs = encode(recipe, tokenizers, valid_examples, "valid", rundir, is_main) if valid_examples else []
+    sampler = EpochEncoder(train_examples, tokenizers.src, tokenizers.tgt, s.max_source_len, s.max_target_len,
+                           s.max_tokens, s.seed)
+    model = built.model.to(device)
+    if resume_from is not None:  # into the plain module, before any sharding
+        ckpt.load_weights(model, resume_from[1]["model"], f"--resume: {resume_from[0]}",
+                          "resume without changing [model] or [tokenizer]")
+    elif init is not None:
+        ckpt.load_weights(model, init[2]["model"], f"--init-from {init[1]}",
+                          "fine-tune with the [model] and [tokenizer] of the run it comes from")
+    wrapped = compiled(world.wrap(model, fsdp=s.fsdp), s.compile, device)
+    optimizer, fused = build_optimizer(model, s, model.schedule_width)
+    scaler = build_scaler(s, device)
+    if init is not None:
+        if keep_optimizer:  # Adam's moments go on; the schedule starts again at step 1 of the new run
+            restore_optimizer(optimizer, init[2]["optimizer"], fused)
+        if is_main:
+            kept = "its optimizer state kept" if keep_optimizer else "a fresh optimizer"
+            console.print(f"initialised from {init[1]} (step {init[2].get('step', '?')}), {kept}")
+    run = TrainingRun(
+        recipe=recipe, world=world, device=device, task=task, tokenizers=tokenizers, model=model, wrapped=wrapped,
+        optimizer=optimizer, fused=fused, scaler=scaler,
+        plan=StepPlan(s, train_pairs, sampler, world.rank, world.world_size),
+        validator=Validator(recipe, task, tokenizers, valid_examples, valid_pairs, device) if valid_pairs else None,
+        rundir=rundir, log=log)
+    if resume_from is not None:
+        latest, saved = resume_from
+        run.state = restore(latest, saved, model, optimizer, fused, scaler, s.fsdp)
+        run.run_id = saved.get("run_id") or run.run_id
+        run.resumed = True
+        if is_main:
+            console.print(f"resumed from {latest} at step {run.state.step}")
+    # the resolved recipe is saved only once the model is built (and any checkpoint loaded) with it, so that a
+    # run directory never holds a recipe its checkpoints do not fit
+    if is_main:
+        rundir.write_recipe(recipe)
+    world.barrier()
+    return run
+
+
+def fine_tuning_source(recipe: Recipe, init_from: Path, resume: bool, tokenizers_from: Path | None,
+                       keep_optimizer: bool) -> tuple[Path, Path, dict]:
+    """(run directory, checkpoint, its contents) that --init-from names, refused in one line when the recipe's
+    architecture or vocabulary differs from that run's: [model] and [tokenizer] must match, [train] may change."""
+    if resume:
+        raise UserError("train: --init-from starts a new run from another's weights, --resume continues this one; "
+                        "give one of them")
+    if tokenizers_from is not None:
+        raise UserError("train: --init-from takes the tokenizer files of the run it names; leave out "
+                        "--tokenizers-from")
+    source, path = locate(init_from)
+    if not source.recipe_file.is_file():
+        raise UserError(f"--init-from {init_from}: {source.path} holds no {source.recipe_file.name}; name a run "
+                        "directory or a checkpoint inside one")
+    theirs, mine = source.load_recipe().resolved(), recipe.resolved()
+    settings = recipe.model.settings
+    may_change = settings.decode_time_keys() if isinstance(settings, Settings) else set()
+    for section in ("model", "tokenizer"):
+        for key in sorted(set(theirs[section]) | set(mine[section])):
+            there, here = theirs[section].get(key, "(unset)"), mine[section].get(key, "(unset)")
+            if there != here and not (section == "model" and key in may_change):
+                raise UserError(f"--init-from {init_from}: [{section}] {key} = {there!r} there but {here!r} in this "
+                                f"recipe; fine-tuning keeps the architecture and vocabulary: set {section}.{key} "
+                                f"as that run has it ([train] may change)")
+    saved = ckpt.load(path, mmap=True)
+    if keep_optimizer and not saved.get("optimizer"):
+        raise UserError(f"--keep-optimizer: {path} holds no optimizer state (an average or best.pt holds weights "
+                        "only); name a step checkpoint, or leave out --keep-optimizer")
+    if keep_optimizer and recipe.train.fsdp:
+        raise UserError("--keep-optimizer: not with [train] fsdp = true; fine-tune with a fresh optimizer")
+    return source.path, path, saved
+
+
+def _open_run_dir(rundir: RunDir, world: distributed.World, resume: bool, overwrite: bool) -> None:
+    rundir.check_start(resume, overwrite)
+    if world.rank == 0:
+        for line in rundir.open(overwrite):
+            console.print(line)
+    world.barrier()
+
+
+def _tokenizers_in(rundir: RunDir, recipe: Recipe, world: distributed.World, examples: list[Example],
+                   resume: bool, tokenizers_from: Path | None) -> None:
+    """A resumed run keeps the tokenizers its checkpoints were trained with; a new run trains its own (or
+    copies tokenizers_from's), replacing any left in the run directory by an earlier attempt (they may come
+    from other settings)."""
+    if not resume and world.rank == 0:
+        if tokenizers_from is not None:
+            rundir.copy_tokenizers(recipe, tokenizers_from)
+        else:
+            rundir.train_tokenizers(recipe, examples)
+    world.barrier()
+    if not rundir.has_tokenizers(recipe):
+        raise UserError(f"--resume: {rundir.path} holds no tokenizer files; train into a new --out")
+
+
+def encode(recipe: Recipe, tokenizers: Tokenizers, examples: list[Example], split: str,
+           rundir: RunDir | None = None, is_main: bool = True) -> list[Pair]:
+    """A split's examples encoded into pairs within the length limits (the training split through the token
+    cache when the run directory holds the tokenizer files it is keyed by)."""
+    s = recipe.train
+    limits = (s.max_source_len, s.max_target_len)
+    if split == "train" and s.token_cache and rundir is not None:
+        files = rundir.tokenizer_files(recipe)
+        pairs, skipped, cached = encode_pairs_cached(examples, tokenizers.src, tokenizers.tgt, *limits, files)
+        if cached is not None and is_main:
+            console.print(f"{split}: read {len(pairs)} tokenized pairs from the cache {cached}")
+    else:
+        pairs, skipped = encode_pairs(examples, tokenizers.src, tokenizers.tgt, *limits)
+    if skipped and is_main:
+        console.print(f"{split}: skipped {skipped} of {len(examples)} pairs over max_source_len/max_target_len")
+    if not pairs:
+        raise UserError(f"{split}: no pairs left after the length limits; "
+                        "raise [train] max_source_len/max_target_len")
+    return pairs

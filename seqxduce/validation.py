@@ -1,0 +1,89 @@
+"""Validation during training: loss and perplexity on the valid split, and the task's metric on a sample decoded
+as [train] valid_search says (the trainer's only tie to decoding)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from seqxduce import components
+from seqxduce.api import Example, Task
+from seqxduce.components import Tokenizers
+from seqxduce.data import Pair, collate, token_batches
+from seqxduce.device import autocast_context
+from seqxduce.loss import label_smoothed_nll
+from seqxduce.recipe import Recipe
+
+
+def improves(value: float, best: float | None, higher_is_better: bool) -> bool:
+    """Whether a validation value beats the best so far (any value beats none; NaN never does)."""
+    if best is None:
+        return value == value
+    return value > best if higher_is_better else value < best
+
+
+class Validator:
+    """Scores a model on the valid split of a run's task."""
+
+    def __init__(self, recipe: Recipe, task: Task, tokenizers: Tokenizers, examples: list[Example],
+                 pairs: list[Pair], device: torch.device):
+        self.recipe, self.settings = recipe, recipe.train
+        self.task, self.tokenizers = task, tokenizers
+        self.examples, self.pairs = examples, pairs
+        self.device = device
+        self.primary_metric: str | None = None  # e.g. valid_bleu, once a validation has scored
+        self.higher_is_better = True  # the primary metric's direction, as the task's report gives it
+
+    @torch.no_grad()
+    def scores(self, model: torch.nn.Module) -> dict[str, float | str]:
+        """Loss and perplexity on the valid pairs, and the task's metric on the decoded sample."""
+        metrics: dict[str, float | str] = dict(self._loss(model))
+        metrics.update(self._metric(model))
+        return metrics
+
+    def primary(self, metrics: dict[str, float | str]) -> dict[str, str]:
+        """The log's name for the task's main metric, so `seqxduce info` and `plot` know which one it is."""
+        return {"primary": self.primary_metric} if self.primary_metric in metrics else {}
+
+    def watched(self, metrics: dict[str, float | str]) -> tuple[str, float, bool]:
+        """The figure early stopping and best.pt follow: the task's primary metric when the sample was decoded,
+        else the valid loss; with its name and whether higher is better."""
+        if self.primary_metric in metrics:
+            return self.primary_metric, float(metrics[self.primary_metric]), self.higher_is_better
+        return "loss", float(metrics["loss"]), False
+
+    def _loss(self, model: torch.nn.Module) -> dict[str, float]:
+        model.eval()
+        vocab = self.tokenizers.vocab()
+        loss_sum = nll_sum = tokens = 0.0
+        for indices in token_batches(self.pairs, self.settings.max_tokens, 0, 0, shuffle=False):
+            batch = collate([self.pairs[j] for j in indices], vocab.pad_id, vocab.bos_id, vocab.eos_id)
+            batch = batch.to(self.device)
+            with autocast_context(self.device, self.settings.precision):
+                out = model(batch.src, batch.tgt_in)
+            loss, nll = label_smoothed_nll(out.logits, batch.tgt_out, self.settings.label_smoothing, vocab.pad_id)
+            loss_sum, nll_sum, tokens = loss_sum + float(loss), nll_sum + float(nll), tokens + batch.ntokens
+        nll = nll_sum / max(tokens, 1)
+        return {"loss": loss_sum / max(tokens, 1), "nll": nll, "ppl": math.exp(min(nll, 100.0))}
+
+    def _metric(self, model: torch.nn.Module) -> dict[str, float | str]:
+        from seqxduce.decoding import decode_sources, score_outputs
+        from seqxduce.search import GreedyDecoder
+        from seqxduce.search_settings import SearchSettings
+
+        sample = self.examples[: self.settings.valid_decode_examples]
+        if not sample:
+            return {}
+        recipe_search = self.settings.valid_search == "recipe"
+        decode = self.recipe.decode
+        decoder = (components.build_decoder(self.recipe, self.tokenizers) if recipe_search
+                   else GreedyDecoder(SearchSettings.lengths_of(decode.settings)))
+        outputs = decode_sources(model, self.tokenizers, self.task, sample, decoder, self.device,
+                                 self.settings.precision, decode.core.batch_size)
+        report = score_outputs(self.task, outputs, sample)
+        self.primary_metric = f"valid_{report.primary}"
+        self.higher_is_better = report.higher_is_better
+        metrics: dict[str, float | str] = {"search": decode.core.name if recipe_search else "greedy"}
+        metrics.update({f"valid_{k}": v for k, v in report.metrics.items()})
+        return metrics
