@@ -169,15 +169,18 @@ def ut_row(args, device: torch.device, peak: float, kind: str, key: str, label: 
            figures: dict) -> None:
     from torch.utils.flop_counter import FlopCounterMode
 
-    from seqxduce.data import token_batches
+    from seqxduce.data import collate, token_batches
     from seqxduce.recipe import load_recipe
     from seqxduce.trainer import Trainer
+    from seqxduce.training_run import assemble
 
     recipe = load_recipe(REPO / "recipes" / f"ut_{kind}.toml", ut_recipe_overrides(args, device))
     with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(io.StringIO()):
         torch.manual_seed(0)
-        trainer = Trainer(recipe, Path(tmp) / "run")
-        batches = token_batches(trainer.train_pairs, recipe.train.max_tokens, 1, 1)
+        trainer = Trainer(assemble(recipe, Path(tmp) / "run"))
+        pairs = trainer.plan.train_pairs
+        batches = [collate([pairs[j] for j in group], trainer.pad_id, trainer.bos_id, trainer.eos_id)
+                   for group in token_batches(pairs, recipe.train.max_tokens, 1, 1)]
         random.Random(0).shuffle(batches)
         with FlopCounterMode(display=False) as counter:  # one step's FLOPs (an untimed first step)
             first = trainer.train_step([batches[0]])

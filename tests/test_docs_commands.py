@@ -125,7 +125,10 @@ def tiny(args: list[str], cwd: Path) -> list[str]:
                 "decode": recipe.decode.settings, "task": recipe.task.settings}
     search = TINY_TREES if recipe.decode.component.name == "tree_beam" else TINY_SEARCH
     extra: list[str] = []
-    for key, value in {**TINY_TRAIN, **search}.items():
+    tiny = dict(TINY_TRAIN)
+    if any(g.startswith("train.patience=") for g in given):  # early stopping counts validations: keep some
+        tiny["train.validate_every"] = "1"
+    for key, value in {**tiny, **search}.items():
         section, name = key.split(".")
         if hasattr(sections[section], name) and not any(g.startswith(f"{key}=") for g in given):
             extra += ["--set", f"{key}={value}"]

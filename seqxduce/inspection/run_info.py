@@ -17,7 +17,7 @@ from seqxduce.api import UserError
 from seqxduce.inspection.curves import RunLog, read_run_log
 from seqxduce.members import member_of, members_to_decode
 from seqxduce.recipe import Recipe, toml_value
-from seqxduce.rundir import AVERAGE_FILE, BEST_FILE, METRICS_FILE
+from seqxduce.rundir import AVERAGE_FILE, METRICS_FILE
 
 
 @dataclass
@@ -195,10 +195,6 @@ def checkpoint_list(run_dir: Path) -> list[dict[str, Any]]:
     found = [{"file": str(p.relative_to(run_dir)), "step": int(rundir.STEP_FILE.match(p.name).group(1)),
               "bytes": p.stat().st_size}
              for p in run.step_checkpoints()]
-    if run.best_file.is_file():
-        state = ckpt.load(run.best_file, mmap=True)
-        found.append({"file": BEST_FILE, "step": int(state.get("step", 0)), "bytes": run.best_file.stat().st_size,
-                      "best": True})
     average = run.average_file
     if average.is_file():
         state = ckpt.load(average)
@@ -261,22 +257,20 @@ def format_info(info: RunInfo) -> str:
 
 
 def _checkpoint_text(found: list[dict[str, Any]]) -> str:
-    steps = [c for c in found if "averaged_from" not in c and not c.get("best")]
+    steps = [c for c in found if "averaged_from" not in c and "best" not in c]
     parts = []
     if steps:
         size = max(c["bytes"] for c in steps) / 1e6
         where = str(Path(steps[0]["file"]).parent)
         parts.append(f"steps {', '.join(str(c['step']) for c in steps)} in {where}/ ({size:.1f} MB each)")
     for c in found:
-        if c.get("best"):
-            parts.append(f"{c['file']} (step {c['step']}, the best validation; decode --checkpoint best)")
         if "averaged_from" in c:
             parts.append(f"{c['file']} (step {c['step']}, the average of {len(c['averaged_from'])}: "
                          f"{', '.join(c['averaged_from'])})")
         if "best" in c:
             value = c["best"]["value"]
             figure = f"{c['best']['metric']} {value:.4g}" if isinstance(value, float) else c["best"]["metric"]
-            parts.append(f"{c['file']} (step {c['step']}, the best validation: {figure})")
+            parts.append(f"{c['file']} (step {c['step']}, the best validation: {figure}; decode --checkpoint best)")
     return "; ".join(parts) or "none"
 
 
