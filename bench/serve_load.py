@@ -162,6 +162,17 @@ def start_server(run: Path, port: int, extra: list[str]) -> subprocess.Popen:
         time.sleep(0.5)
 
 
+def set_overrides(server_args: list[str]) -> list[str]:
+    """The `--set s.k=v` values among the arguments passed on to `seqxduce serve`."""
+    found = []
+    for i, arg in enumerate(server_args):
+        if arg == "--set" and i + 1 < len(server_args):
+            found.append(server_args[i + 1])
+        elif arg.startswith("--set="):
+            found.append(arg.removeprefix("--set="))
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("run", type=Path)
@@ -181,7 +192,8 @@ def main() -> None:
 
     sources = reference_sources(args.run, args.split, args.input, args.sources)
     print(f"{len(sources)} sources; decoding them once as `seqxduce decode` does (the reference)", flush=True)
-    expected = dict(zip(sources, engine.format_outputs(engine.decode(args.run, sources))))
+    overrides = set_overrides(args.server_arg)  # the reference decodes with the server's --set values
+    expected = dict(zip(sources, engine.format_outputs(engine.decode(args.run, sources, overrides=overrides))))
     port = free_port()
     server = start_server(args.run, port, args.server_arg)
     rows = []
