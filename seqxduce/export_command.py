@@ -14,7 +14,7 @@ ENGINE_HELP = ("ctranslate2: decode the run (exported into a temporary folder fi
 
 
 @click.command()
-@click.argument("run", metavar="RUN_DIR|CHECKPOINT", type=click.Path(path_type=Path))
+@click.argument("run", metavar="RUN", type=click.Path(path_type=Path))
 @click.option("--to", "engine", type=click.Choice(["ctranslate2"]), default="ctranslate2", show_default=True,
               help="the inference engine to export to")
 @click.option("-o", "--output", required=True, type=click.Path(path_type=Path),

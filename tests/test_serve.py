@@ -257,14 +257,21 @@ def send_in_thread(server: Server, body: dict, answers: list) -> threading.Threa
     return thread
 
 
+def one_decoding_one_queued(server: Server) -> tuple[list, threading.Thread, threading.Thread]:
+    """Send SOURCES[0] and wait until it is being decoded, then SOURCES[1] and wait until it waits in the queue
+    (/health answers mid-batch); the answers list fills as the two threads get theirs."""
+    answers: list = []
+    first = send_in_thread(server, {"inputs": SOURCES[:1]}, answers)
+    server.wait_for("the first request taken into a batch", lambda h: h["decoding"] == 1)
+    second = send_in_thread(server, {"inputs": SOURCES[1:2]}, answers)
+    server.wait_for("the second request queued", lambda h: h["queued"] == 1)
+    return answers, first, second
+
+
 def test_full_queue_answers_503_with_retry_after_and_the_rest_is_answered(reverse_run, tmp_path):
     expected = decode_cli(reverse_run, SOURCES[:2], tmp_path)
     with slow_server(reverse_run, tmp_path) as server:
-        answers: list = []
-        first = send_in_thread(server, {"inputs": SOURCES[:1]}, answers)
-        server.wait_for("the first request taken into a batch", lambda h: h["decoding"] == 1)
-        second = send_in_thread(server, {"inputs": SOURCES[1:2]}, answers)
-        server.wait_for("the second request queued", lambda h: h["queued"] == 1)  # /health answers mid-batch
+        answers, first, second = one_decoding_one_queued(server)
         status, headers, answer = call(server, "/v1/decode", {"inputs": SOURCES[2:3]})
         assert status == 503 and int(headers["Retry-After"]) >= 1, answer
         assert answer["error"].startswith("busy:")
@@ -294,11 +301,7 @@ def test_a_request_whose_client_leaves_is_dropped_from_the_queue(reverse_run, tm
 def test_sigterm_answers_the_requests_in_flight_and_exits_0(reverse_run, tmp_path):
     expected = decode_cli(reverse_run, SOURCES[:2], tmp_path)
     with slow_server(reverse_run, tmp_path) as server:
-        answers: list = []
-        first = send_in_thread(server, {"inputs": SOURCES[:1]}, answers)
-        server.wait_for("the first request taken into a batch", lambda h: h["decoding"] == 1)
-        second = send_in_thread(server, {"inputs": SOURCES[1:2]}, answers)
-        server.wait_for("the second request queued", lambda h: h["queued"] == 1)
+        answers, first, second = one_decoding_one_queued(server)
         server.process.send_signal(signal.SIGTERM)
         first.join()
         second.join()
