@@ -24,7 +24,7 @@ from seqxduce.api import ExportRequest, UserError
 ENGINES = ("ctranslate2",)
 QUANTIZATIONS = ("none", "int8", "int8_float32", "float16")
 METADATA_FILE = "seqxduce_export.json"
-INSTALL_HINT = "pip install 'seqxduce[ctranslate2]'"
+INSTALL_HINT = "pip install -e '.[ctranslate2]' in the seqxduce checkout"
 
 
 @dataclass

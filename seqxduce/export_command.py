@@ -10,7 +10,7 @@ import click
 ENGINE_CHOICES = ("seqxduce", "ctranslate2")
 ENGINE_HELP = ("ctranslate2: decode the run (exported into a temporary folder first) or an export folder from "
                "`seqxduce export` with CTranslate2, through the same tokenizers and metric; needs the extra "
-               "seqxduce[ctranslate2]")
+               "(pip install -e '.[ctranslate2]')")
 
 
 @click.command()

@@ -100,9 +100,9 @@ def test_an_ensemble_run_exports_one_member_at_a_time(tiny_run, tmp_path):
 def test_without_ctranslate2_the_cli_names_the_extra(tiny_run, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ctranslate2", None)  # import fails as if not installed
     result = run_cli("export", tiny_run, "-o", tmp_path / "out")
-    assert result.exit_code != 0 and "seqxduce[ctranslate2]" in result.output
+    assert result.exit_code != 0 and "pip install -e '.[ctranslate2]'" in result.output
     result = run_cli("decode", tiny_run, "--engine", "ctranslate2", "--split", "test")
-    assert result.exit_code != 0 and "seqxduce[ctranslate2]" in result.output
+    assert result.exit_code != 0 and "pip install -e '.[ctranslate2]'" in result.output
     assert not (tmp_path / "out").exists()
 
 

@@ -330,7 +330,7 @@ def test_serve_without_the_extra_says_which_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "uvicorn", None)  # import uvicorn now raises ImportError
     result = CliRunner().invoke(add_plugin_commands(), ["serve", "nowhere"])
     assert result.exit_code == 1
-    assert "pip install 'seqxduce[serve]'" in result.output and "Traceback" not in result.output
+    assert "pip install -e '.[serve]'" in result.output and "Traceback" not in result.output
 
 
 CHROMIUM = Path(os.environ.get("SEQXDUCE_CHROMIUM", "/usr/bin/chromium"))

@@ -14,7 +14,7 @@ import click
 from seqxduce.api import UserError
 from seqxduce.serving.limits import Limits
 
-EXTRA = "seqxduce serve needs the serve extra (starlette, uvicorn): pip install 'seqxduce[serve]'"
+EXTRA = "seqxduce serve needs the serve extra (starlette, uvicorn): pip install -e '.[serve]' in the seqxduce checkout"
 DEFAULTS = Limits()
 
 
