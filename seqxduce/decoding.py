@@ -70,8 +70,7 @@ def length_batches(order: Sequence[int], lengths: Sequence[int], batch_size: int
     batches: list[list[int]] = []
     current: list[int] = []
     for i in order:
-        longest = max([lengths[i], *(lengths[j] for j in current[-1:])])  # sorted: the newest is the longest
-        if current and (len(current) + 1) * longest > batch_tokens:
+        if current and (len(current) + 1) * lengths[i] > batch_tokens:  # sorted: the newest is the longest
             batches.append(current)
             current = []
         current.append(i)
