@@ -58,3 +58,27 @@ def test_under_no_grad_it_only_scores():
         loss, nll = label_smoothed_nll(logits, target, 0.1, pad_id=0)
     ref_loss, ref_nll = reference(logits, target, 0.1, pad_id=0)
     assert torch.allclose(loss, ref_loss, rtol=1e-5) and torch.allclose(nll, ref_nll, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_cpu_row_chunks_keep_every_bit_of_one_whole_pass(monkeypatch, dtype):
+    """On the CPU the loss goes through the rows in chunks; one row per chunk (and a last, shorter chunk) gives
+    the same loss, NLL and gradient bit for bit as the whole tensor at once, as a GPU computes it."""
+    from seqxduce import loss as loss_module
+
+    logits, target = _case(3, shape=(7, 9, 50))
+    results = []
+    # everything at once; one row per chunk; four rows (63 = 15 * 4 + 3)
+    for chunk_bytes, count in ((1 << 30, 1), (4 * 50, 63), (4 * 50 * 4, 16)):
+        monkeypatch.setattr(loss_module, "CPU_CHUNK_BYTES", chunk_bytes)
+        chunks = loss_module.row_chunks(63, 50, torch.device("cpu"))
+        assert len(chunks) == count and [c.start for c in chunks[1:]] == [c.stop for c in chunks[:-1]]
+        assert chunks[0].start == 0 and chunks[-1].stop == 63
+        x = logits.to(dtype).requires_grad_()
+        loss, nll = label_smoothed_nll(x, target, 0.1, pad_id=0)
+        (1.7 * loss).backward()
+        assert x.grad.dtype == dtype
+        results.append((loss, nll, x.grad))
+    for other in results[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(results[0], other))
+    assert loss_module.row_chunks(63, 50, torch.device("meta")) == [slice(0, 63)]  # not a CPU: one chunk
