@@ -10,6 +10,7 @@ from seqxduce.api import UserError
 from seqxduce.data import Pair, token_batches
 from seqxduce.epochs import curriculum_cap
 from seqxduce.recipe import load_recipe
+from seqxduce.train_state import TrainState
 from seqxduce.trainer import Trainer
 from seqxduce.training_run import assemble
 
@@ -91,3 +92,20 @@ def test_a_start_without_steps_or_below_every_source_is_a_clear_error(tmp_path):
     with pytest.raises(UserError, match="curriculum_start_len = 1 leaves no training pair"):
         Trainer(assemble(load_recipe(RECIPE, ["train.curriculum_start_len=1", "train.curriculum_steps=4"]),
                 tmp_path / "run")).run()
+
+
+def test_the_addition_recipe_trains_short_sums_alone_through_its_hold_then_every_length(tmp_path):
+    """recipes/ut_addition_cpu.toml relies on its hold: sources of at most 12 symbols (3-12, every one of those
+    lengths) for the first 10,000 steps, where the UT learns the short sums after its plateau, then longer ones
+    joining until every length up to 40 trains from step 11,000 on."""
+    recipe = Path(__file__).resolve().parents[1] / "recipes" / "ut_addition_cpu.toml"
+    plan = assemble(load_recipe(recipe), tmp_path / "run").plan
+    assert plan.longest_source == 41  # 40 symbols and eos (the bos source_bos adds is the encoder's)
+    held, grown = set(), set()
+    for step, planned in enumerate(plan.steps(TrainState())):
+        if step == 11_200:
+            break
+        lengths = {len(planned.pairs[i].src) for batch in planned.group for i in batch}
+        (held if step < 10_000 else grown).update(lengths)
+    assert held == set(range(4, 14))  # 3-12 symbols plus eos: every short length, nothing longer
+    assert max(grown) == 41 and min(grown) <= 13
