@@ -62,6 +62,13 @@ def _registry(ctx: click.Context):
     return reg
 
 
+CHECKPOINT_OPTION = click.option(
+    "--checkpoint", metavar="best|average|last|PATH",
+    help="which of RUN's checkpoints: best (best.pt, the best validation), average (average.pt), last (the newest "
+         "step), for every member alike; or a checkpoint file, read alone with RUN's recipe. Default: the average "
+         "if any, else the newest (see `seqxduce info RUN`)")
+
+
 @cli.command()
 @click.option("--kind", type=click.Choice(KINDS), help="list only this kind")
 @click.pass_context
@@ -157,10 +164,7 @@ def train(ctx: click.Context, recipe_file: Path, out: Path | None, overrides: tu
               help="sources, one per line ('-' for stdin)")
 @click.option("--split", help="decode one of the task's splits and print its metric instead")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="write outputs here instead of stdout")
-@click.option("--checkpoint", metavar="best|average|last|PATH",
-              help="which of RUN's checkpoints: best (best.pt, the best validation), average (average.pt), last "
-                   "(the newest step), for every member alike; or a checkpoint file, read alone with RUN's recipe. "
-                   "Default: the average if any, else the newest (see `seqxduce info RUN`)")
+@CHECKPOINT_OPTION
 @click.option("--beam", type=click.IntRange(min=1), help="beam size (decode.beam)")
 @click.option("--nbest", type=click.IntRange(min=1),
               help="write the N best hypotheses of each source, with their scores (decode.nbest; widens a narrower "
@@ -267,16 +271,19 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
 @click.option("--set", "overrides", multiple=True, help=SET_HELP + "; e.g. --set decode.alpha=1.0")
 @click.option("--ensemble", multiple=True, type=click.Path(path_type=Path),
               help="also a checkpoint or run directory whose probabilities are averaged in, as in decode")
+@CHECKPOINT_OPTION
 @click.pass_context
 def score(ctx: click.Context, run: Path, source_file: Path, target_file: Path, normalize: bool,
-          output: Path | None, overrides: tuple[str, ...], ensemble: tuple[Path, ...]) -> None:
+          output: Path | None, overrides: tuple[str, ...], ensemble: tuple[Path, ...], checkpoint: str | None) -> None:
     """Score given pairs with a trained run, as decode loads it (a multi-member run: its ensemble): one line per
     pair, tab-separated, the target's total log-probability and its log-probability per token, both over its
     tokens and eos (natural log), for filtering and reranking."""
     _registry(ctx)
     if output is not None:
         engine.check_writable(output, f"--output {output}")
-    scores = engine.score_files(run, source_file, target_file, overrides=overrides, ensemble=ensemble)
+    loaded = engine.load_run(run, overrides, ensemble, checkpoint)  # load first, then say what scores
+    click.echo(f"scoring with {loaded.described()}", err=True)
+    scores = engine.score_files(loaded, source_file, target_file)
     _write(engine.format_scores(scores, normalize), output)
 
 

@@ -86,10 +86,10 @@ def test_without_normalize_two_columns_and_alpha_zero_leaves_the_total(tiny_run:
     tgt = write(tmp_path / "t.txt", ["3 2 1", "5 4"])
     plain = invoke("score", tiny_run, "--source", src, "--target", tgt)
     assert plain.exit_code == 0, plain.output
-    assert [len(line.split("\t")) for line in plain.output.splitlines()] == [2, 2]
+    assert [len(line.split("\t")) for line in plain.stdout.splitlines()] == [2, 2]
     flat = invoke("score", tiny_run, "--source", src, "--target", tgt, "--normalize", "--set", "decode.alpha=0")
     assert flat.exit_code == 0, flat.output
-    for line in flat.output.splitlines():
+    for line in flat.stdout.splitlines():
         total, _, normalized = line.split("\t")
         assert normalized == total
 
@@ -106,6 +106,20 @@ def test_score_uses_the_ensemble_decode_uses(tiny_run: Path, tmp_path: Path):
     assert any(abs(a.logprob - b.logprob) > 1e-3 for a, b in zip(scored, alone))  # the member counted
 
 
+def test_score_says_what_it_scores_with_and_takes_decodes_checkpoint_choice(tiny_run: Path, tmp_path: Path):
+    src = write(tmp_path / "s.txt", SOURCES[:2])
+    tgt = write(tmp_path / "t.txt", ["3 2 1", "5 4"])
+    default = invoke("score", tiny_run, "--source", src, "--target", tgt)
+    last = invoke("score", tiny_run, "--source", src, "--target", tgt, "--checkpoint", "last")
+    assert default.exit_code == 0 and last.exit_code == 0, default.output + last.output
+    newest = sorted((tiny_run / "checkpoints").glob("step_*.pt"))[-1]
+    assert default.stderr.splitlines()[0] == f"scoring with {load_run(tiny_run).checkpoint}"
+    assert last.stderr.splitlines()[0] == f"scoring with {newest}"
+    expected = engine.format_scores(engine.score(tiny_run, SOURCES[:2], ["3 2 1", "5 4"], checkpoint="last"))
+    assert last.stdout.splitlines() == expected
+    assert load_run(tiny_run).checkpoint != newest and default.stdout != last.stdout  # the choice took effect
+
+
 def test_score_refuses_files_of_unequal_length_naming_both(tiny_run: Path, tmp_path: Path):
     src = write(tmp_path / "s.txt", SOURCES)
     tgt = write(tmp_path / "t.txt", ["1"])
@@ -118,7 +132,7 @@ def test_score_refuses_files_of_unequal_length_naming_both(tiny_run: Path, tmp_p
 def test_score_help_names_its_options():
     result = invoke("score", "--help")
     assert result.exit_code == 0, result.output
-    for option in ("--source", "--target", "--normalize", "--output", "--ensemble", "length penalty"):
+    for option in ("--source", "--target", "--normalize", "--output", "--ensemble", "--checkpoint", "length penalty"):
         assert option in result.output
 
 
