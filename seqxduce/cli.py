@@ -65,8 +65,8 @@ def _registry(ctx: click.Context):
 CHECKPOINT_OPTION = click.option(
     "--checkpoint", metavar="best|average|last|PATH",
     help="which of RUN's checkpoints: best (best.pt, the best validation), average (average.pt), last (the newest "
-         "step), for every member alike; or a checkpoint file, read alone with RUN's recipe. Default: the average "
-         "if any, else the newest (see `seqxduce info RUN`)")
+         "step), for every member and --ensemble run directory alike; or a checkpoint file, read alone with RUN's "
+         "recipe. Default: the average if any, else the newest (see `seqxduce info RUN`)")
 
 
 @cli.command()

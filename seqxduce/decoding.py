@@ -108,9 +108,9 @@ def load_run(path: Path, overrides: Sequence[str] = (), ensemble: Sequence[Path]
     every member. A run directory trained with [train] members = N is the ensemble of its members
     (seqxduce.members), unless member = K asks for member K alone; with ensemble (more checkpoints or run
     directories sharing this run's tokenizer files) those are averaged in too. checkpoint: which of the run's
-    checkpoints (best, average or last, for each member alike; or a file, alone), see rundir.locate; None: the
-    average if any, else the newest. The model is then quantized and its step compiled as [decode] quantize /
-    compile say (decode_options)."""
+    checkpoints (best, average or last, for each member and --ensemble run directory alike; or a file, alone), see
+    rundir.locate; None: the average if any, else the newest. The model is then quantized and its step compiled as
+    [decode] quantize / compile say (decode_options)."""
     from seqxduce.ensemble import EnsembleModel, load_members
 
     run, chosen = rundir.locate(path, checkpoint)
@@ -121,7 +121,9 @@ def load_run(path: Path, overrides: Sequence[str] = (), ensemble: Sequence[Path]
     members = member_checkpoints(run, recipe, checkpoint) if whole else []
     if member is not None:
         run, chosen, recipe = _member_alone(path, run, chosen, recipe, member, overrides, checkpoint)
-    members += [p for extra in ensemble for p in _checkpoints_of(Path(extra))]
+    # --ensemble run directories take the same choice (best, average or last) as this run's members
+    choice = checkpoint if checkpoint in rundir.CHECKPOINT_CHOICES else None
+    members += [p for extra in ensemble for p in _checkpoints_of(Path(extra), choice)]
     device = resolve_device(recipe.train.device)
     built = run.components(recipe)
     ckpt.load_weights(built.model, ckpt.load(chosen)["model"], chosen,
@@ -154,13 +156,14 @@ def _member_alone(path: Path, run: rundir.RunDir, chosen: Path, recipe: Recipe, 
     return alone, chosen, alone.load_recipe(overrides)
 
 
-def _checkpoints_of(path: Path) -> list[Path]:
-    """The checkpoints an --ensemble path stands for: a file itself; a run directory its decode checkpoint and,
-    when it was trained with [train] members = N, its other members' too (the run as a whole)."""
-    run, chosen = rundir.locate(path)
+def _checkpoints_of(path: Path, choice: str | None = None) -> list[Path]:
+    """The checkpoints an --ensemble path stands for: a file itself; a run directory its decode checkpoint (or the
+    `choice`: best, average or last) and, when it was trained with [train] members = N, its other members' too (the
+    run as a whole)."""
     if not path.is_dir():
-        return [chosen]
-    return [chosen, *member_checkpoints(run, run.load_recipe())]
+        return [rundir.locate(path)[1]]
+    run, chosen = rundir.locate(path, choice)
+    return [chosen, *member_checkpoints(run, run.load_recipe(), choice)]
 
 
 def decode_lines(run: LoadedRun, sources: Sequence[str], annotate: bool = False) -> list[Output]:

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from seqxduce.api import UserError
 from seqxduce.cli import add_plugin_commands
+from seqxduce.decoding import load_run
 from seqxduce.ensemble import EnsembleModel
 from seqxduce.search import beam_search, greedy_search
 from seqxduce.search_settings import BeamSettings, SearchSettings
@@ -71,6 +72,17 @@ def test_decode_ensembles_checkpoints_of_one_run(tiny_run: Path):
                                                  "--ensemble", str(checkpoints[-1]), "--ensemble", str(checkpoints[0])])
     assert alone.exit_code == 0 and both.exit_code == 0, both.output
     assert f"+ {checkpoints[-1]}" in both.output
+
+
+def test_checkpoint_choice_applies_to_ensemble_run_directories_too(tiny_run: Path, tmp_path: Path):
+    """--checkpoint last takes the newest step of an --ensemble run directory as of RUN itself; a file stays itself."""
+    other = tmp_path / "other"
+    shutil.copytree(tiny_run, other)
+    newest = sorted((other / "checkpoints").glob("step_*.pt"))[-1]
+    assert load_run(tiny_run, ensemble=[other]).members == [other / "average.pt"]  # the default: its average
+    assert load_run(tiny_run, ensemble=[other], checkpoint="last").members == [newest]
+    oldest = sorted((other / "checkpoints").glob("step_*.pt"))[0]
+    assert load_run(tiny_run, ensemble=[oldest], checkpoint="last").members == [oldest]
 
 
 def test_a_run_with_other_tokenizer_files_is_refused(tiny_run: Path, tmp_path: Path):
