@@ -80,7 +80,7 @@ class Validator:
         decoder = (components.build_decoder(self.recipe, self.tokenizers) if recipe_search
                    else GreedyDecoder(SearchSettings.lengths_of(decode.settings)))
         outputs = decode_sources(model, self.tokenizers, self.task, sample, decoder, self.device,
-                                 self.settings.precision, decode.core.batch_size)
+                                 self.settings.precision, decode.core.batch_size, decode.core.batch_tokens)
         report = score_outputs(self.task, outputs, sample)
         self.primary_metric = f"valid_{report.primary}"
         self.higher_is_better = report.higher_is_better

@@ -187,3 +187,21 @@ def test_init_from_refuses_another_architecture_or_vocabulary_in_one_line(tiny_r
     result = invoke(cli, "train", RECIPE, "--out", tmp_path / "tuned", "--init-from", tiny_run, "--set", change)
     assert result.exit_code != 0 and said in result.output and "Traceback" not in result.output, result.output
     assert not (tmp_path / "tuned").exists()  # refused before any work
+
+
+def test_validation_decodes_in_the_batches_decode_would_use(tmp_path, monkeypatch):
+    """[decode] batch_tokens sizes validation's decoding batches as it sizes `seqxduce decode`'s."""
+    import seqxduce.decoding as decoding
+    from seqxduce import engine
+
+    seen = []
+    real = decoding.decode_sources
+
+    def spy(*args, **kwargs):
+        seen.append(args[8:] or kwargs.get("batch_tokens"))  # its batch_tokens (after batch_size)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(decoding, "decode_sources", spy)
+    engine.train(RECIPE, tmp_path / "run", overrides=["train.max_steps=2", "train.validate_every=2",
+                                                       "train.valid_decode_examples=3", "decode.batch_tokens=40"])
+    assert seen and all(given == (40,) or given == 40 for given in seen), seen
