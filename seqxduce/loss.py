@@ -78,10 +78,11 @@ class _LabelSmoothedNLL(torch.autograd.Function):
             rows, flat_target, flat_lse = logits.reshape(-1, vocab), target.reshape(-1, 1), lse.reshape(-1, 1)
             grad = torch.empty_like(rows)
             for part in row_chunks(rows.size(0), vocab, logits.device):
-                w, out = weight[part], grad[part]
+                out = grad[part]
                 # softmax; bf16 logits minus float32 lse promote to float32 in one pass (no float copy first), and
                 # float32 logits' gradient is written in place
                 g = torch.sub(rows[part], flat_lse[part], out=out if out.dtype == torch.float32 else None).exp_()
+                w = weight[part].to(g.dtype)  # float32, unless float64 logits made g float64
                 g.mul_(w)
                 if epsilon:
                     g.sub_(w * (epsilon / vocab))
