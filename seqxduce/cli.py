@@ -281,9 +281,10 @@ def score(ctx: click.Context, run: Path, source_file: Path, target_file: Path, n
     _registry(ctx)
     if output is not None:
         engine.check_writable(output, f"--output {output}")
-    loaded = engine.load_run(run, overrides, ensemble, checkpoint)  # load first, then say what scores
+    sources, targets = engine.read_pairs(source_file, target_file)  # the files' mistakes before the model loads
+    loaded = engine.load_run(run, overrides, ensemble, checkpoint)
     click.echo(f"scoring with {loaded.described()}", err=True)
-    scores = engine.score_files(loaded, source_file, target_file)
+    scores = engine.score(loaded, sources, targets)
     _write(engine.format_scores(scores, normalize), output)
 
 

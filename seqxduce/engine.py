@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["load_recipe", "load_run_recipe", "prepare", "train", "decode", "decode_split", "evaluate", "average",
            "info", "plot", "attention", "recipe_cost", "last_checkpoints",
            "format_outputs", "format_annotations", "checkpoint_for", "load_run", "read_lines", "check_writable",
-           "score", "score_files", "format_scores", "alignments"]
+           "score", "score_files", "read_pairs", "format_scores", "alignments"]
 
 
 def load_run_recipe(run_dir: Path, overrides: Sequence[str] = ()) -> Recipe:
@@ -126,11 +126,17 @@ def score_files(run: str | Path | LoadedRun, source_file: str | Path, target_fil
                 overrides: Sequence[str] = (), ensemble: Sequence[Path] = (), checkpoint: str | None = None
                 ) -> list[PairScore]:
     """score() of the pairs of two files of one sentence per line (`seqxduce score`)."""
+    sources, targets = read_pairs(source_file, target_file)
+    return score(run, sources, targets, overrides=overrides, ensemble=ensemble, checkpoint=checkpoint)
+
+
+def read_pairs(source_file: str | Path, target_file: str | Path) -> tuple[list[str], list[str]]:
+    """The lines of a source file and of a target file, refused in one line unless there are as many of each."""
     sources, targets = read_lines(Path(source_file)), read_lines(Path(target_file))
     if len(sources) != len(targets):
         raise UserError(f"--source {source_file} has {len(sources)} lines but --target {target_file} has "
                         f"{len(targets)}: give one target line per source line")
-    return score(run, sources, targets, overrides=overrides, ensemble=ensemble, checkpoint=checkpoint)
+    return sources, targets
 
 
 def format_scores(scores: Sequence[PairScore], normalize: bool = False) -> list[str]:
