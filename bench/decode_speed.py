@@ -47,9 +47,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch_baseline  # noqa: E402
 
 from seqxduce.api import DecodeRequest, VocabInfo  # noqa: E402
+from seqxduce.decoding.search import beam_search, greedy_search  # noqa: E402
+from seqxduce.decoding.search_settings import BeamSettings, SearchSettings  # noqa: E402
 from seqxduce.registry import registry  # noqa: E402
-from seqxduce.search import beam_search, greedy_search  # noqa: E402
-from seqxduce.search_settings import BeamSettings, SearchSettings  # noqa: E402
 
 SIZES = {
     "small": dict(d_model=256, heads=4, d_ff=1024, layers=3),
@@ -114,8 +114,8 @@ def build_seqxduce(size: str, device: torch.device):
 
 
 def quantized(model: torch.nn.Module, kind: str) -> torch.nn.Module:
-    """The model as `decode.quantize = kind` gives it (seqxduce.decode_options), or as it is for "none"."""
-    from seqxduce.decode_options import quantize_for_decoding
+    """The model as `decode.quantize = kind` gives it (seqxduce.decoding.options), or as it is for "none"."""
+    from seqxduce.decoding.options import quantize_for_decoding
     return quantize_for_decoding(model, kind)
 
 
@@ -158,7 +158,7 @@ def bench_synthetic(size: str, args, device: torch.device, results: dict) -> Non
     if args.compile:  # decode.compile = true; the warm-up call pays the compilation, the timed ones do not
         import copy
 
-        from seqxduce.decode_options import compile_step
+        from seqxduce.decoding.options import compile_step
         compiled = compile_step(copy.deepcopy(model))
         systems.append(("seqxduce-compile",
                         lambda beam: seqxduce_search(compiled, src, beam, forced(beam, args.out_len))))
@@ -234,7 +234,7 @@ def bench_run(run: str, args, device: torch.device, results: dict) -> None:
     """The run's trained model on its valid sources with the run's decoder lengths: beam 4 and greedy."""
     from seqxduce import components
     from seqxduce.data import encode_source, pad_sources
-    from seqxduce.decoding import load_run
+    from seqxduce.decoding.decode import load_run
     loaded = load_run(Path(run))
     model = loaded.model.to(device).eval()
     examples = loaded.task.examples("valid", components.data_dir(loaded.recipe))[: args.sentences]

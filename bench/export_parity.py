@@ -4,8 +4,8 @@ how far the scores of equal outputs are apart, and why the others differ.
     python bench/export_parity.py runs/quickstart --split test [--limit 500] [--set decode.beam=4 ...]
 
 Exports the run into a temporary folder (float32), decodes the split with both engines through the task's
-pipeline (seqxduce.decoding and seqxduce.ct2_decoding) under greedy search, beam 4 without length penalty, and
-the recipe's own [decode], and prints one markdown row each. A differing output is a "tie" when both scores
+pipeline (seqxduce.decoding.decode and seqxduce.export.ct2_decoding) under greedy search, beam 4 without length
+penalty, and the recipe's own [decode], and prints one markdown row each. A differing output is a "tie" when both scores
 agree to 1e-3 (equal model scores, order decided by float rounding), else a "search" difference (the two
 searches kept different hypotheses, e.g. CTranslate2 stops a source once its best hypothesis has ended, or
 GNMT's penalty, which CTranslate2 lacks, is applied to its n-best only).
@@ -28,7 +28,9 @@ TIE = 1e-3
 
 def compare(run: Path, export: Path, split: str, limit: int | None, overrides: list[str]) -> dict:
     """Decode `split` (its first `limit` examples) with both engines; equal outputs, score gaps, differences."""
-    from seqxduce import components, ct2_decoding, decoding
+    from seqxduce import components
+    from seqxduce.decoding import decode as decoding
+    from seqxduce.export import ct2_decoding
 
     ours = decoding.load_run(run, overrides)
     theirs = ct2_decoding.load_export(export, overrides)
@@ -55,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--limit", type=int)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args = parser.parse_args(argv)
-    from seqxduce.export import export_run
+    from seqxduce.export.exporting import export_run
 
     with tempfile.TemporaryDirectory(prefix="export-parity-") as work:
         export = export_run(args.run, Path(work) / "ct2").directory

@@ -169,17 +169,17 @@ def ut_row(args, device: torch.device, peak: float, kind: str, key: str, label: 
            figures: dict) -> None:
     from torch.utils.flop_counter import FlopCounterMode
 
-    from seqxduce.data import collate, token_batches
+    from seqxduce.data import collate_indices, token_batches
     from seqxduce.recipe import load_recipe
-    from seqxduce.trainer import Trainer
-    from seqxduce.training_run import assemble
+    from seqxduce.training.in_memory import in_memory_run
+    from seqxduce.training.trainer import Trainer
 
     recipe = load_recipe(REPO / "recipes" / f"ut_{kind}.toml", ut_recipe_overrides(args, device))
-    with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(io.StringIO()):
+    with contextlib.redirect_stdout(io.StringIO()):
         torch.manual_seed(0)
-        trainer = Trainer(assemble(recipe, Path(tmp) / "run"))
-        pairs = trainer.plan.train_pairs
-        batches = [collate([pairs[j] for j in group], trainer.pad_id, trainer.bos_id, trainer.eos_id)
+        trainer = Trainer(in_memory_run(recipe))
+        pairs = trainer.parts.plan.train_pairs
+        batches = [collate_indices(pairs, group, trainer.parts.tokenizers.vocab())
                    for group in token_batches(pairs, recipe.train.max_tokens, 1, 1)]
         random.Random(0).shuffle(batches)
         with FlopCounterMode(display=False) as counter:  # one step's FLOPs (an untimed first step)

@@ -1,4 +1,4 @@
-"""The training loss, forward and backward: seqxduce.loss (its gradient written by hand) against autograd over
+"""The training loss, forward and backward: seqxduce.training.loss (its gradient written by hand) against autograd over
 log_softmax, gather and mean (what it replaced), in interleaved rounds on one thread: medians and per-round ratios.
 
     python bench/loss_speed.py                      # a Multi30k-sized step: 164 x 25 targets, vocabulary 8,000
@@ -9,17 +9,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from test_loss import reference  # noqa: E402
-
-from seqxduce.loss import label_smoothed_nll  # noqa: E402
+from seqxduce.training.loss import label_smoothed_nll, label_smoothed_nll_reference
 
 
 def forward_backward(loss_fn: Callable, logits: torch.Tensor, target: torch.Tensor) -> float:
@@ -43,7 +38,7 @@ def main() -> None:
     torch.manual_seed(0)
     logits = torch.randn(args.sentences, args.length, args.vocab)
     target = torch.randint(1, args.vocab, (args.sentences, args.length))
-    systems = {"autograd": reference, "seqxduce.loss": label_smoothed_nll}
+    systems = {"autograd": label_smoothed_nll_reference, "seqxduce.training.loss": label_smoothed_nll}
     for fn in systems.values():  # warm-up
         forward_backward(fn, logits, target)
     times: dict[str, list[float]] = {name: [] for name in systems}
@@ -52,8 +47,8 @@ def main() -> None:
             times[name].append(forward_backward(fn, logits, target))
     for name, values in times.items():
         print(f"{name:14s} median {statistics.median(values) * 1e3:8.1f} ms")
-    ratios = [mine / theirs for mine, theirs in zip(times["seqxduce.loss"], times["autograd"])]
-    print(f"seqxduce.loss / autograd: median {statistics.median(ratios):.3f}, per round "
+    ratios = [mine / theirs for mine, theirs in zip(times["seqxduce.training.loss"], times["autograd"])]
+    print(f"seqxduce.training.loss / autograd: median {statistics.median(ratios):.3f}, per round "
           + " ".join(f"{r:.2f}" for r in ratios))
 
 

@@ -22,8 +22,8 @@ recipe's autocast dtype, bf16 for fp32 too), peak memory (CPU: peak RSS during t
 reset per window, the other models' resident weights included; CUDA: torch.cuda.max_memory_allocated), and the
 ratio to nn.Transformer and to Marian (median of the per-repeat ratios).
 
-Only Trainer's public entry points are used (assembled from a recipe, plan.train_pairs, train_step), so the
-benchmark measures whatever the trainer does inside a step.
+Only Trainer's public entry points are used (built in memory from a recipe, no run directory; plan.train_pairs,
+train_step), so the benchmark measures whatever the trainer does inside a step.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ import gc
 import math
 import random
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,12 +49,12 @@ from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from seqxduce import hookimpl  # noqa: E402
 from seqxduce.api import Example, Report, Task  # noqa: E402
-from seqxduce.data import collate, token_batches  # noqa: E402
+from seqxduce.data import collate_indices, token_batches  # noqa: E402
 from seqxduce.device import autocast_context  # noqa: E402
 from seqxduce.recipe import Recipe, build_recipe, load_recipe, read_toml  # noqa: E402
 from seqxduce.registry import Registry, new_manager, reset_registry  # noqa: E402
-from seqxduce.trainer import Trainer  # noqa: E402
-from seqxduce.training_run import assemble  # noqa: E402
+from seqxduce.training.in_memory import in_memory_run  # noqa: E402
+from seqxduce.training.trainer import Trainer  # noqa: E402
 
 # model sizes as --size sets them (explicit keys: a recipe's own d_model would win over a [model] preset)
 SIZES: dict[str, dict[str, int]] = {
@@ -300,11 +299,11 @@ def adam(model: nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
 
 def baselines(recipe: Recipe, trainer: Trainer, groups: list[list[int]], wanted: set[str]) -> tuple[list, list]:
     """The plain-torch (and Marian) contenders on the trainer's batches, and lines saying what was skipped."""
-    vocab = trainer.tokenizers.vocab()
-    s, device = recipe.model.settings, trainer.device
+    vocab = trainer.parts.tokenizers.vocab()
+    s, device = recipe.model.settings, trainer.parts.device
     batches = []
     for indices in groups:
-        b = collate([trainer.plan.train_pairs[j] for j in indices], vocab.pad_id, vocab.bos_id, vocab.eos_id)
+        b = collate_indices(trainer.parts.plan.train_pairs, indices, vocab)
         batches.append((b.src, b.tgt_in, b.tgt_out, b.ntokens))
     out, skipped = [], []
     if recipe.model.core.name != "transformer" or s.d_k or s.d_v or s.attention_window:
@@ -439,7 +438,7 @@ def pick_groups(trainer: Trainer, recipe: Recipe, args: argparse.Namespace) -> l
     if args.synthetic:
         per_batch = args.target_tokens // args.length
         return [list(range(k * per_batch, (k + 1) * per_batch)) for k in range(args.batches)]
-    batches = token_batches(trainer.plan.train_pairs, recipe.train.max_tokens, 1, 1)
+    batches = token_batches(trainer.parts.plan.train_pairs, recipe.train.max_tokens, 1, 1)
     batches.sort(key=len, reverse=True)  # as gpu_bench.py: comparable across configs
     return batches[: args.batches]
 
@@ -455,22 +454,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if unknown:
         raise SystemExit(f"train_speed.py: --models: unknown {', '.join(sorted(unknown))}; "
                          "use seqxduce, torch, marian")
-    with bench_recipe(args) as (recipe, _), tempfile.TemporaryDirectory() as tmp:
+    with bench_recipe(args) as (recipe, _):
         torch.manual_seed(0)
-        trainer = Trainer(assemble(recipe, Path(tmp) / "run"))
-        device = trainer.device
+        trainer = Trainer(in_memory_run(recipe))
+        device = trainer.parts.device
         groups = pick_groups(trainer, recipe, args)
-        tokens = [sum(len(trainer.plan.train_pairs[j].tgt) + 1 for j in g) for g in groups]  # eos included
+        tokens = [sum(len(trainer.parts.plan.train_pairs[j].tgt) + 1 for j in g) for g in groups]  # eos included
 
         def seqxduce_step(k: int) -> None:
             indices = groups[k % len(groups)]  # collated in the step, as the loop's prefetch thread does
-            pairs = trainer.plan.train_pairs
-            trainer.train_step([collate([pairs[j] for j in indices], trainer.pad_id, trainer.bos_id, trainer.eos_id)])
+            pairs = trainer.parts.plan.train_pairs
+            trainer.train_step([collate_indices(pairs, indices, trainer.parts.tokenizers.vocab())])
             trainer.state.step += 1  # what the loop does after a step (the schedule and seed move on)
 
         contenders = []
         if "seqxduce" in wanted:
-            contenders.append(Contender("seqxduce", seqxduce_step, count_params(trainer.model),
+            contenders.append(Contender("seqxduce", seqxduce_step, count_params(trainer.parts.model),
                                         "Trainer.train_step"))
         extra, skipped = baselines(recipe, trainer, groups, wanted)
         contenders += extra

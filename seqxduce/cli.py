@@ -8,9 +8,10 @@ from pathlib import Path
 
 import click
 
-from seqxduce import engine, export_command
+from seqxduce import engine
 from seqxduce.api import Report, TrainingStopped, UserError
 from seqxduce.atomic import atomic_write_text
+from seqxduce.export import command as export_command
 from seqxduce.inspection import commands as inspect_commands
 from seqxduce.registry import KINDS, PluginLoadError, Registry, registry
 from seqxduce.serving.command import serve as serve_command

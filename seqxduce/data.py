@@ -11,7 +11,7 @@ from typing import Generic, TypeVar
 
 import torch
 
-from seqxduce.api import Example, Tokenizer, UserError
+from seqxduce.api import Example, Tokenizer, UserError, VocabInfo
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -140,6 +140,11 @@ def collate(pairs: Sequence[Pair], pad_id: int, bos_id: int, eos_id: int) -> Bat
         tgt_out[i, len(p.tgt)] = eos_id
     ntokens = sum(len(p.tgt) + 1 for p in pairs)
     return Batch(src, tgt_in, tgt_out, ntokens)
+
+
+def collate_indices(pairs: Sequence[Pair], indices: Sequence[int], vocab: VocabInfo) -> Batch:
+    """The batch of pairs[j] for j in indices, padded and framed with the vocabulary's special ids."""
+    return collate([pairs[j] for j in indices], vocab.pad_id, vocab.bos_id, vocab.eos_id)
 
 
 def pad_sources(sources: Sequence[list[int]], pad_id: int) -> torch.Tensor:

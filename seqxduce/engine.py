@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,11 +12,11 @@ from seqxduce.files import check_writable
 from seqxduce.recipe import Recipe, load_recipe
 
 if TYPE_CHECKING:  # pragma: no cover
-    from seqxduce.decoding import LoadedRun, Output
+    from seqxduce.decoding.decode import LoadedRun, Output
+    from seqxduce.decoding.scoring import PairScore
     from seqxduce.inspection.cost import TrainingCost
     from seqxduce.inspection.run_info import RunInfo
-    from seqxduce.scoring import PairScore
-    from seqxduce.trainer import TrainResult
+    from seqxduce.training.trainer import TrainResult
 
 __all__ = ["load_recipe", "load_run_recipe", "prepare", "train", "decode", "decode_split", "evaluate", "average",
            "info", "plot", "attention", "recipe_cost", "last_checkpoints",
@@ -55,7 +56,7 @@ def train(recipe: Recipe | str | Path, out: str | Path | None = None, resume: bo
     that run's.
     """
     from seqxduce.rundir import RunDir
-    from seqxduce.trainer import train as _train
+    from seqxduce.training.trainer import train as _train
 
     if out is None:
         if isinstance(recipe, Recipe):
@@ -71,22 +72,27 @@ def train(recipe: Recipe | str | Path, out: str | Path | None = None, resume: bo
         if init_from is not None:
             raise UserError(f"train: --init-from with [train] members = {recipe.train.members} is not supported; "
                             "fine-tune each member into its own run")
-        from seqxduce.members import train_members
-        from seqxduce.trainer import TrainResult
+        from seqxduce.training.supervisor import train_members
+        from seqxduce.training.trainer import TrainResult
 
         step = train_members(recipe, out, resume=resume, overwrite=overwrite, tokenizers_from=tokenizers_from,
                              overrides=overrides)
         return TrainResult(out, step, {})
-    return _train(recipe, out, resume=resume, overwrite=overwrite,
-                  tokenizers_from=None if tokenizers_from is None else Path(tokenizers_from),
-                  init_from=None if init_from is None else Path(init_from), keep_optimizer=keep_optimizer)
+    result = _train(recipe, out, resume=resume, overwrite=overwrite,
+                    tokenizers_from=None if tokenizers_from is None else Path(tokenizers_from),
+                    init_from=None if init_from is None else Path(init_from), keep_optimizer=keep_optimizer)
+    if int(os.environ.get("RANK", "0")) == 0:  # the run's README: how to decode, inspect and go on with it
+        from seqxduce.inspection.run_readme import write_run_readme
+
+        write_run_readme(result.run_dir)
+    return result
 
 
 def load_run(run: str | Path, overrides: Sequence[str] = (), ensemble: Sequence[Path] = (),
              checkpoint: str | None = None) -> LoadedRun:
     """Load a run directory or checkpoint for decoding, once: what it decodes with (checkpoint, members) is in the
-    result (seqxduce.decoding.load_run; checkpoint: best, average, last or a file, None for the default)."""
-    from seqxduce.decoding import load_run as _load_run
+    result (seqxduce.decoding.decode.load_run; checkpoint: best, average, last or a file, None for the default)."""
+    from seqxduce.decoding.decode import load_run as _load_run
 
     return _load_run(Path(run), overrides, ensemble, checkpoint)
 
@@ -99,7 +105,7 @@ def decode(run: str | Path | LoadedRun, sources: Sequence[str], overrides: Seque
     annotate: also fill each Output's annotations with the model's per-position figures (e.g. ponder counts).
     ensemble: more checkpoints or run directories (same tokenizer files) whose predictions are averaged in.
     checkpoint: which of the run's checkpoints (best, average, last or a file; default the average if any)."""
-    from seqxduce.decoding import decode_lines
+    from seqxduce.decoding.decode import decode_lines
 
     return decode_lines(_loaded(run, overrides, ensemble, checkpoint), sources, annotate=annotate)
 
@@ -107,7 +113,7 @@ def decode(run: str | Path | LoadedRun, sources: Sequence[str], overrides: Seque
 def decode_split(run: str | Path | LoadedRun, split: str, overrides: Sequence[str] = (), annotate: bool = False,
                  ensemble: Sequence[Path] = (), checkpoint: str | None = None) -> tuple[list[Output], Report]:
     """Decode one of the task's splits with a run and score it (the rest as in decode())."""
-    from seqxduce.decoding import decode_split as _decode_split
+    from seqxduce.decoding.decode import decode_split as _decode_split
 
     return _decode_split(_loaded(run, overrides, ensemble, checkpoint), split, annotate=annotate)
 
@@ -116,8 +122,9 @@ def score(run: str | Path | LoadedRun, sources: Sequence[str], targets: Sequence
           overrides: Sequence[str] = (), ensemble: Sequence[Path] = (), checkpoint: str | None = None
           ) -> list[PairScore]:
     """Score given (source, target) pairs with a run as decode() loads it (its checkpoint, a multi-member run's
-    ensemble, and ensemble as in decode()): each target's total log-probability, eos counted (seqxduce.scoring)."""
-    from seqxduce.scoring import score_pairs
+    ensemble, and ensemble as in decode()): each target's total log-probability, eos counted
+    (seqxduce.decoding.scoring)."""
+    from seqxduce.decoding.scoring import score_pairs
 
     return score_pairs(_loaded(run, overrides, ensemble, checkpoint), sources, targets)
 
@@ -141,7 +148,7 @@ def read_pairs(source_file: str | Path, target_file: str | Path) -> tuple[list[s
 
 def format_scores(scores: Sequence[PairScore], normalize: bool = False) -> list[str]:
     """One tab-separated line per pair: total log-prob, per token, and with normalize beam's normalized score."""
-    from seqxduce.scoring import format_scores as _format_scores
+    from seqxduce.decoding.scoring import format_scores as _format_scores
 
     return _format_scores(scores, normalize)
 
@@ -150,8 +157,8 @@ def alignments(run: str | Path | LoadedRun, outputs: Sequence[Output], overrides
                ensemble: Sequence[Path] = ()) -> list[str]:
     """Pharaoh word alignments (`0-0 1-2 ...`) of decoded outputs from the model's encoder-decoder attention, one
     line per line format_outputs() gives; run: the loaded run that decoded them, or its path (loaded as decode()
-    loads it, with overrides and ensemble). See seqxduce.alignments for the layer, heads and words."""
-    from seqxduce.alignments import align_outputs
+    loads it, with overrides and ensemble). See seqxduce.decoding.alignments for the layer, heads and words."""
+    from seqxduce.decoding.alignments import align_outputs
 
     return align_outputs(_loaded(run, overrides, ensemble, None), outputs)
 
@@ -159,7 +166,7 @@ def alignments(run: str | Path | LoadedRun, outputs: Sequence[Output], overrides
 def _loaded(run: str | Path | LoadedRun, overrides: Sequence[str], ensemble: Sequence[Path],
             checkpoint: str | None) -> LoadedRun:
     """A run given loaded as it is (then overrides, ensemble and checkpoint were load_run's to apply), else loaded."""
-    from seqxduce.decoding import LoadedRun
+    from seqxduce.decoding.decode import LoadedRun
 
     if isinstance(run, LoadedRun):
         if overrides or ensemble or checkpoint is not None:
@@ -314,7 +321,7 @@ def attention(run: str | Path, source: str, output: str | Path = "attention.png"
               dpi: int = 100, member: int | None = None) -> Path:
     """Draw a run's attention weights for one source as a PNG grid, as `seqxduce attention` does ([plot] extra);
     of a run trained with [train] members = N, member K's (default 1: an ensemble has no attention of its own)."""
-    from seqxduce.decoding import load_run
+    from seqxduce.decoding.decode import load_run
     from seqxduce.inspection.attention_maps import attention_view
     from seqxduce.inspection.attention_plot import plot_attention
 

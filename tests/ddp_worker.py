@@ -10,8 +10,8 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
 from seqxduce.recipe import load_recipe
-from seqxduce.trainer import Trainer
-from seqxduce.training_run import assemble
+from seqxduce.training.run import assemble
+from seqxduce.training.trainer import Trainer
 
 recipe_path, out, *overrides = sys.argv[1:]
 resume = "--resume" in overrides
@@ -26,14 +26,14 @@ def counting_hook(state, bucket):
 
 
 if not trainer.settings.fsdp:
-    trainer.wrapped.register_comm_hook(None, counting_hook)
+    trainer.parts.wrapped.register_comm_hook(None, counting_hook)
 trainer.run()
 if trainer.settings.fsdp:
-    weights, _ = trainer._full_states()  # a collective: every rank takes part, rank 0 gets the weights
-    if trainer.is_main:
+    weights, _ = trainer.full_states()  # a collective: every rank takes part, rank 0 gets the weights
+    if trainer.parts.is_main:
         torch.save(weights, Path(out) / "rank0.pt")
 else:
-    torch.save(trainer.model.state_dict(), Path(out) / f"rank{trainer.dist.rank}.pt")
-    (Path(out) / f"reduces{trainer.dist.rank}.txt").write_text(str(reduces[0]))
+    torch.save(trainer.parts.model.state_dict(), Path(out) / f"rank{trainer.parts.world.rank}.pt")
+    (Path(out) / f"reduces{trainer.parts.world.rank}.txt").write_text(str(reduces[0]))
 dist.barrier()
-trainer.dist.close()
+trainer.parts.world.close()

@@ -1,5 +1,5 @@
 """Records what the searches return on many seeded tiny models, and compares a later version's outputs with it
-bit for bit: the check for a rewrite of seqxduce/search.py that must not change a single output.
+bit for bit: the check for a rewrite of seqxduce/decoding/search.py that must not change a single output.
 
     python tests/search_identity.py record /tmp/before.json   # with the search as it was
     python tests/search_identity.py compare /tmp/before.json  # after the change: exit 1 on any difference
@@ -23,9 +23,9 @@ from pathlib import Path
 import torch
 
 from seqxduce.api import DecodeRequest, Hypothesis, StepConstraint
-from seqxduce.ensemble import EnsembleModel
-from seqxduce.search import beam_search, greedy_search
-from seqxduce.search_settings import SearchSettings
+from seqxduce.decoding.ensemble import EnsembleModel
+from seqxduce.decoding.search import beam_search, greedy_search
+from seqxduce.decoding.search_settings import SearchSettings
 from seqxduce.testing import ListTokenizer, RandomModel, TableModel, table_request
 
 TREE_VOCAB = ["<pad>", "<s>", "</s>", "<unk>", "XX", "(S", ")S", "(NP", ")NP", "(VP", ")VP", "(PP",
@@ -150,25 +150,25 @@ def tree_cases() -> dict:
 
 def transformer_cases() -> dict:
     from seqxduce.recipe import load_recipe
-    from seqxduce.training_run import assemble
+    from seqxduce.training.run import assemble
 
     recipe = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
         trainer = assemble(load_recipe(recipe, ["train.validate_every=0", "train.valid_decode_examples=0"]),
                            Path(tmp) / "run")
-    model = trainer.model.eval()
+    model = trainer.parts.model.eval()
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.5)
-    tgt = trainer.tokenizers.tgt
+    tgt = trainer.parts.tokenizers.tgt
     out = {}
     for seed in range(6):
         g = torch.Generator().manual_seed(seed)
         lengths = torch.randint(1, 7, (5,), generator=g).tolist()
         src = torch.full((5, max(lengths) + 1), tgt.pad_id)
         for j, n in enumerate(lengths):
-            src[j, :n] = torch.randint(4, trainer.tokenizers.src.vocab_size, (n,), generator=g)
+            src[j, :n] = torch.randint(4, trainer.parts.tokenizers.src.vocab_size, (n,), generator=g)
             src[j, n] = tgt.eos_id
         req = DecodeRequest(src=src, sources=["x"] * 5, bos_id=tgt.bos_id, eos_id=tgt.eos_id, pad_id=tgt.pad_id)
         s = random_settings(g)

@@ -13,10 +13,10 @@ from seqxduce_sentencepiece.settings import SentencePieceSettings
 from seqxduce_text.tokenizers import CharTokenizer
 from seqxduce_transformer.transformer import Transformer
 
-from seqxduce.alignments import cross_attention, layer_of, pharaoh, word_alignment, word_of_pieces
 from seqxduce.api import AttentionWeights, Model, UserError
 from seqxduce.cli import add_plugin_commands
-from seqxduce.ensemble import EnsembleModel
+from seqxduce.decoding.alignments import cross_attention, layer_of, pharaoh, word_alignment, word_of_pieces
+from seqxduce.decoding.ensemble import EnsembleModel
 
 WORDS = "the a cat dog sat on mat ran fast house big small red green blue".split()
 

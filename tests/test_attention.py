@@ -14,7 +14,7 @@ from seqxduce_transformer.universal import UniversalTransformer
 
 from seqxduce.api import Model, VocabInfo
 from seqxduce.cli import add_plugin_commands
-from seqxduce.decoding import load_run
+from seqxduce.decoding.decode import load_run
 from seqxduce.inspection.attention_maps import attention_view
 from seqxduce.inspection.attention_plot import grid_size, plan_rows
 from seqxduce.inspection.plotting import pixel_size

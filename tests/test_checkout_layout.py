@@ -19,7 +19,8 @@ def test_no_core_module_is_named_like_a_top_level_folder_of_the_checkout():
 
 def test_the_core_imports_from_the_parent_of_a_checkout_named_seqxduce(tmp_path):
     (tmp_path / "seqxduce").symlink_to(REPO, target_is_directory=True)
-    code = ("import seqxduce.decoding, seqxduce.trainer, seqxduce.cli, seqxduce.registry, seqxduce.recipe; "
+    code = ("import seqxduce.decoding.decode, seqxduce.training.trainer, seqxduce.cli, seqxduce.registry, "
+            "seqxduce.recipe; "
             "print(seqxduce.registry.__file__)")
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from seqxduce import engine
-from seqxduce.training_run import compile_enabled
+from seqxduce.training.run import compile_enabled
 
 RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
 # no dropout: compiled code draws its dropout masks from another generator
@@ -27,7 +27,7 @@ def test_compile_on_wraps_the_training_forward_only(tmp_path):
     from torch._dynamo.eval_frame import OptimizedModule
 
     from seqxduce.recipe import load_recipe
-    from seqxduce.training_run import assemble
+    from seqxduce.training.run import assemble
 
     run = assemble(load_recipe(RECIPE, [*SETTINGS, 'train.compile="on"']), tmp_path / "run")
     assert isinstance(run.wrapped, OptimizedModule) and not isinstance(run.model, OptimizedModule)

@@ -8,11 +8,11 @@ import torch
 from seqxduce import engine
 from seqxduce.api import UserError
 from seqxduce.data import Pair, token_batches
-from seqxduce.epochs import curriculum_cap
 from seqxduce.recipe import load_recipe
-from seqxduce.train_state import TrainState
-from seqxduce.trainer import Trainer
-from seqxduce.training_run import assemble
+from seqxduce.training.run import assemble
+from seqxduce.training.state import TrainState
+from seqxduce.training.step_plan import curriculum_cap
+from seqxduce.training.trainer import Trainer
 
 RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
 CURRICULUM = ["train.curriculum_start_len=3", "train.curriculum_steps=8", "train.validate_every=0",
@@ -57,7 +57,7 @@ def _longest_source_per_step(trainer: Trainer, monkeypatch) -> list[int]:
 def test_training_sees_only_short_sources_early_and_every_length_later(tmp_path, monkeypatch):
     trainer = Trainer(assemble(load_recipe(RECIPE, CURRICULUM + ["train.max_steps=12"]), tmp_path / "run"))
     longest_per_step = _longest_source_per_step(trainer, monkeypatch)
-    assert trainer.plan.longest_source == 7  # sources of up to 6 symbols, plus eos
+    assert trainer.parts.plan.longest_source == 7  # sources of up to 6 symbols, plus eos
     caps = [curriculum_cap(step, 3, 8, 7) or 7 for step in range(12)]
     assert all(longest <= cap for longest, cap in zip(longest_per_step, caps)), (longest_per_step, caps)
     assert longest_per_step[0] <= 3 and max(longest_per_step[8:]) == 7
@@ -105,7 +105,7 @@ def test_the_addition_recipe_trains_short_sums_alone_through_its_hold_then_every
     for step, planned in enumerate(plan.steps(TrainState())):
         if step == 11_200:
             break
-        lengths = {len(planned.pairs[i].src) for batch in planned.group for i in batch}
+        lengths = {len(planned.pairs[i].src) for batch in planned.batch_indices for i in batch}
         (held if step < 10_000 else grown).update(lengths)
     assert held == set(range(4, 14))  # 3-12 symbols plus eos: every short length, nothing longer
     assert max(grown) == 41 and min(grown) <= 13

@@ -6,7 +6,7 @@ import pytest
 
 from seqxduce.api import UserError
 from seqxduce.data import Pair, collate, token_batches
-from seqxduce.epochs import batches_for_step, steps_in_epoch
+from seqxduce.training.step_plan import batches_for_step, steps_in_epoch
 
 
 def pairs(n=200, seed=0):

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from seqxduce import engine
 from seqxduce.cli import add_plugin_commands
-from seqxduce.decoding import length_batches, load_run
+from seqxduce.decoding.decode import length_batches, load_run
 from seqxduce.rundir import BEST_FILE
 
 from .conftest import TINY_RECIPE

@@ -1,4 +1,4 @@
-"""[decode] quantize and compile (seqxduce.decode_options) on a small trained model: what they change and what not."""
+"""[decode] quantize and compile (seqxduce.decoding.options) on a small trained model: what they change and what not."""
 
 import pytest
 import torch
@@ -7,10 +7,10 @@ from torch import nn
 import seqxduce
 from seqxduce.api import DecodeRequest, UserError
 from seqxduce.data import encode_source, pad_sources
-from seqxduce.decode_options import compile_step, quantize_for_decoding
-from seqxduce.decoding import load_run
-from seqxduce.search import beam_search, greedy_search
-from seqxduce.search_settings import BeamSettings, SearchSettings
+from seqxduce.decoding.decode import load_run
+from seqxduce.decoding.options import compile_step, quantize_for_decoding
+from seqxduce.decoding.search import beam_search, greedy_search
+from seqxduce.decoding.search_settings import BeamSettings, SearchSettings
 
 
 @pytest.fixture(scope="module")

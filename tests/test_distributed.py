@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 
 from seqxduce.recipe import load_recipe
-from seqxduce.trainer import Trainer
-from seqxduce.training_run import assemble
+from seqxduce.training.run import assemble
+from seqxduce.training.trainer import Trainer
 
 HERE = Path(__file__).resolve().parent
 RECIPE = HERE / "fixtures" / "tiny.toml"

@@ -12,10 +12,10 @@ from click.testing import CliRunner
 
 from seqxduce.api import UserError
 from seqxduce.cli import add_plugin_commands
-from seqxduce.decoding import load_run
-from seqxduce.ensemble import EnsembleModel
-from seqxduce.search import beam_search, greedy_search
-from seqxduce.search_settings import BeamSettings, SearchSettings
+from seqxduce.decoding.decode import load_run
+from seqxduce.decoding.ensemble import EnsembleModel
+from seqxduce.decoding.search import beam_search, greedy_search
+from seqxduce.decoding.search_settings import BeamSettings, SearchSettings
 from seqxduce.testing import TableModel, table_request
 
 

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from seqxduce.cli import add_plugin_commands
-from seqxduce.export import METADATA_FILE
+from seqxduce.export.exporting import METADATA_FILE
 
 pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install -e '.[ctranslate2]')")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from seqxduce.export import export_run
+from seqxduce.export.exporting import export_run
 
 from .bench_scripts import load_bench
 

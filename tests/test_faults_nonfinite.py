@@ -8,11 +8,11 @@ import json
 import pytest
 import torch
 
-from seqxduce import trainer as trainer_module
 from seqxduce.api import UserError
 from seqxduce.recipe import load_recipe
-from seqxduce.trainer import Trainer
-from seqxduce.training_run import assemble
+from seqxduce.training import trainer as trainer_module
+from seqxduce.training.run import assemble
+from seqxduce.training.trainer import Trainer
 from tests.fault_tools import TINY
 
 SETTINGS = ["train.max_steps=20", "train.max_nonfinite_steps=3", "train.log_every=1", "train.checkpoint_every=2",
@@ -24,7 +24,7 @@ def _poison(trainer: Trainer, where: str, monkeypatch) -> None:
     """Make the loss (or only a gradient) NaN in the POISONED steps."""
     nan = float("nan")
     if where == "gradient":
-        param = next(trainer.model.parameters())
+        param = next(trainer.parts.model.parameters())
         param.register_hook(lambda grad: grad * nan if trainer.state.step + 1 in POISONED else grad)
         return
     real = trainer_module.label_smoothed_nll
@@ -48,8 +48,8 @@ def test_nonfinite_updates_are_skipped_counted_and_too_many_in_a_row_stop_the_ru
     assert skipped == {3, 6, 7, 8}
     assert records[-1] == {**records[-1], "kind": "stopped", "step": 8, "skipped_in_a_row": 3}
     # 8 steps ran, 4 updates were skipped: Adam took 4 steps, and every weight is finite
-    assert {int(s["step"]) for s in trainer.optimizer.state_dict()["state"].values()} == {4}
-    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+    assert {int(s["step"]) for s in trainer.parts.optimizer.state_dict()["state"].values()} == {4}
+    assert all(torch.isfinite(p).all() for p in trainer.parts.model.parameters())
     for path in sorted((tmp_path / "run" / "checkpoints").glob("step_*.pt")):
         weights = torch.load(path, weights_only=True)["model"]
         assert all(torch.isfinite(t).all() for t in weights.values() if t.is_floating_point()), path
@@ -60,14 +60,14 @@ def test_a_skipped_update_leaves_the_weights_as_they_were(tmp_path, monkeypatch)
     _poison(trainer, "gradient", monkeypatch)
     trainer.run()
     after_two = torch.load(tmp_path / "run" / "checkpoints" / "step_00000002.pt", weights_only=True)["model"]
-    assert all(torch.equal(after_two[name], value) for name, value in trainer.model.state_dict().items())
+    assert all(torch.equal(after_two[name], value) for name, value in trainer.parts.model.state_dict().items())
 
 
 def test_nan_weights_never_reach_a_checkpoint(tmp_path):
     trainer = Trainer(assemble(load_recipe(TINY, [*SETTINGS, "train.max_steps=2"]), tmp_path / "run"))
     trainer.run()
     with torch.no_grad():
-        next(trainer.model.parameters())[0].fill_(float("nan"))
+        next(trainer.parts.model.parameters())[0].fill_(float("nan"))
     trainer.state.step = 3
     with pytest.raises(UserError, match=r"step 3: .* holds NaN or inf, so no checkpoint was written; the last "
                                         r"checkpoint, .*step_00000002.pt, is intact"):
@@ -90,4 +90,4 @@ def test_the_run_of_skipped_updates_is_read_at_the_next_log_line_and_names_the_s
     train = [r for r in records if r["kind"] == "train"]
     assert [(r["step"], r["skipped_updates"]) for r in train] == [(5, 1), (10, 3)]
     assert records[-1] == {**records[-1], "kind": "stopped", "step": 8, "skipped_in_a_row": 3}
-    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+    assert all(torch.isfinite(p).all() for p in trainer.parts.model.parameters())

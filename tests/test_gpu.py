@@ -9,7 +9,7 @@ import torch
 
 from seqxduce import engine
 from seqxduce.data import collate, encode_pairs
-from seqxduce.decoding import LoadedRun, load_run
+from seqxduce.decoding.decode import LoadedRun, load_run
 from seqxduce.device import autocast_context
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]

@@ -1,19 +1,10 @@
-"""The label-smoothed loss's hand-written gradient (seqxduce.loss) against autograd over the textbook formula."""
+"""The label-smoothed loss's hand-written gradient (seqxduce.training.loss) against autograd over the textbook
+formula."""
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-from seqxduce.loss import label_smoothed_nll
-
-
-def reference(logits: torch.Tensor, target: torch.Tensor, epsilon: float, pad_id: int):
-    """log_softmax, gather and mean under autograd: what the loss computed before its gradient was written out."""
-    lprobs = F.log_softmax(logits.float(), dim=-1)
-    mask = target != pad_id
-    nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
-    loss = (1.0 - epsilon) * nll + epsilon * -lprobs.mean(dim=-1)
-    return torch.where(mask, loss, 0.0).sum(), torch.where(mask, nll, 0.0).sum()
+from seqxduce.training.loss import label_smoothed_nll, label_smoothed_nll_reference
 
 
 def _case(seed: int, shape=(3, 5, 11)):
@@ -30,7 +21,7 @@ def test_loss_nll_and_gradient_match_autograd(epsilon):
     mine = logits.clone().requires_grad_()
     theirs = logits.clone().requires_grad_()
     loss, nll = label_smoothed_nll(mine, target, epsilon, pad_id=0)
-    ref_loss, ref_nll = reference(theirs, target, epsilon, pad_id=0)
+    ref_loss, ref_nll = label_smoothed_nll_reference(theirs, target, epsilon, pad_id=0)
     assert torch.allclose(loss, ref_loss, rtol=1e-5) and torch.allclose(nll, ref_nll, rtol=1e-5)
     (2.5 * loss).backward()  # an upstream gradient other than 1 (e.g. a loss scale)
     (2.5 * ref_loss).backward()
@@ -44,7 +35,7 @@ def test_bf16_logits_get_a_bf16_gradient_computed_in_float32():
     half = logits.bfloat16().requires_grad_()
     full = logits.bfloat16().float().requires_grad_()
     loss, _ = label_smoothed_nll(half, target, 0.1, pad_id=0)
-    ref, _ = reference(full, target, 0.1, pad_id=0)
+    ref, _ = label_smoothed_nll_reference(full, target, 0.1, pad_id=0)
     loss.backward()
     ref.backward()
     assert loss.dtype == torch.float32 and half.grad.dtype == torch.bfloat16
@@ -56,7 +47,7 @@ def test_under_no_grad_it_only_scores():
     logits, target = _case(3)
     with torch.no_grad():
         loss, nll = label_smoothed_nll(logits, target, 0.1, pad_id=0)
-    ref_loss, ref_nll = reference(logits, target, 0.1, pad_id=0)
+    ref_loss, ref_nll = label_smoothed_nll_reference(logits, target, 0.1, pad_id=0)
     assert torch.allclose(loss, ref_loss, rtol=1e-5) and torch.allclose(nll, ref_nll, rtol=1e-5)
 
 
@@ -64,7 +55,7 @@ def test_under_no_grad_it_only_scores():
 def test_the_cpu_row_chunks_keep_every_bit_of_one_whole_pass(monkeypatch, dtype):
     """On the CPU the loss goes through the rows in chunks; one row per chunk (and a last, shorter chunk) gives
     the same loss, NLL and gradient bit for bit as the whole tensor at once, as a GPU computes it."""
-    from seqxduce import loss as loss_module
+    from seqxduce.training import loss as loss_module
 
     logits, target = _case(3, shape=(7, 9, 50))
     results = []

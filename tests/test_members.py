@@ -16,9 +16,10 @@ from click.testing import CliRunner
 import seqxduce
 from seqxduce.api import UserError
 from seqxduce.cli import add_plugin_commands
-from seqxduce.members import member_command, members_to_decode, parallel_count
+from seqxduce.members import members_to_decode
 from seqxduce.recipe import load_recipe
 from seqxduce.rundir import RunDir
+from seqxduce.training.supervisor import member_command, parallel_count
 
 from .conftest import TINY_RECIPE
 

@@ -14,8 +14,8 @@ from click.testing import CliRunner
 import seqxduce
 from seqxduce.api import UserError
 from seqxduce.cli import add_plugin_commands
-from seqxduce.decoding import load_run
-from seqxduce.ensemble import EnsembleModel
+from seqxduce.decoding.decode import load_run
+from seqxduce.decoding.ensemble import EnsembleModel
 from seqxduce.rundir import RunDir
 
 from .conftest import TINY_RECIPE

@@ -204,8 +204,8 @@ def test_register_commands_adds_a_cli_command():
 def test_package_functions_are_not_shadowed_by_modules():
     import seqxduce
     import seqxduce.checkpoint  # noqa: F401
-    import seqxduce.decoding  # noqa: F401
-    import seqxduce.trainer  # noqa: F401
+    import seqxduce.decoding.decode  # noqa: F401
+    import seqxduce.training.trainer  # noqa: F401
 
     for name in ("train", "decode", "decode_split", "evaluate", "average", "prepare", "load_recipe"):
         assert callable(getattr(seqxduce, name)), name

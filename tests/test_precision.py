@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from seqxduce.recipe import load_recipe
-from seqxduce.trainer import Trainer
-from seqxduce.training_run import assemble
+from seqxduce.training.run import assemble
+from seqxduce.training.trainer import Trainer
 
 RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
 
@@ -17,11 +17,11 @@ RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
 def test_mixed_precision_trains(tmp_path, precision):
     trainer = Trainer(assemble(load_recipe(RECIPE, [f'train.precision="{precision}"', "train.max_steps=3",
                                            "train.validate_every=0"]), tmp_path / "run"))
-    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    before = {k: v.clone() for k, v in trainer.parts.model.state_dict().items()}
     result = trainer.run()
     assert math.isfinite(result.metrics["loss"])
-    after = trainer.model.state_dict()
+    after = trainer.parts.model.state_dict()
     assert all(after[k].dtype == before[k].dtype for k in before)  # master weights stay fp32
     assert any(not torch.equal(after[k], before[k]) for k in before)
     if precision == "fp16":
-        assert trainer.scaler.is_enabled() and trainer.scaler.get_scale() > 0
+        assert trainer.parts.scaler.is_enabled() and trainer.parts.scaler.get_scale() > 0

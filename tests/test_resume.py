@@ -10,8 +10,8 @@ import torch
 from seqxduce import engine
 from seqxduce.api import TrainingStopped, UserError
 from seqxduce.recipe import load_recipe
-from seqxduce.trainer import Trainer
-from seqxduce.training_run import assemble
+from seqxduce.training.run import assemble
+from seqxduce.training.trainer import Trainer
 
 RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
 

@@ -1,9 +1,8 @@
-"""The run directory module and the core's import graph: the trainer keeps the caller's recipe as it was, the
-saved recipe names the same data from the run directory, and no core module imports itself back."""
+"""The run directory module: the trainer keeps the caller's recipe as it was, the saved recipe names the same data
+from the run directory, and a probe another process removes first is passed over."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 from seqxduce import engine
@@ -11,7 +10,6 @@ from seqxduce.recipe import load_recipe
 from seqxduce.rundir import RunDir
 
 RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
-CORE = Path(__file__).resolve().parents[1] / "seqxduce"
 
 
 def test_training_keeps_the_callers_recipe_and_saves_one_resolved_against_the_run_directory(tmp_path):
@@ -22,38 +20,6 @@ def test_training_keeps_the_callers_recipe_and_saves_one_resolved_against_the_ru
     saved = RunDir(tmp_path / "run").load_recipe()
     assert saved.base_dir == (tmp_path / "run").resolve()
     assert saved.path(saved.task.core.data_dir) == recipe.path(recipe.task.core.data_dir)
-
-
-def _core_imports() -> dict[str, set[str]]:
-    graph: dict[str, set[str]] = {}
-    for path in CORE.glob("*.py"):
-        found: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("seqxduce."):
-                found.add(node.module.split(".")[1])
-            elif isinstance(node, ast.ImportFrom) and node.module == "seqxduce":
-                found |= {a.name for a in node.names if (CORE / f"{a.name}.py").is_file()}
-            elif isinstance(node, ast.Import):
-                found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("seqxduce.")}
-        graph[path.stem] = found - {path.stem}
-    return graph
-
-
-def test_the_core_has_no_import_cycle():
-    graph = _core_imports()
-    assert "rundir" in graph["trainer"] and "device" in graph["decoding"]  # the graph is read, not empty
-    done: set[str] = set()
-
-    def visit(module: str, path: tuple[str, ...]) -> None:
-        assert module not in path, " -> ".join((*path, module))
-        if module in done:
-            return
-        for other in graph.get(module, ()):
-            visit(other, (*path, module))
-        done.add(module)
-
-    for module in graph:
-        visit(module, ())
 
 
 def test_opening_copes_with_a_temporary_file_that_another_process_removes_first(tmp_path, monkeypatch):

@@ -13,10 +13,10 @@ import pytest
 from seqxduce.api import Example
 from seqxduce.data import Pair
 from seqxduce.recipe import load_recipe
-from seqxduce.sampled_epochs import EpochEncoder
-from seqxduce.train_state import TrainState
-from seqxduce.trainer import Trainer
-from seqxduce.training_run import TrainingRun, assemble
+from seqxduce.training.run import TrainingRun, assemble
+from seqxduce.training.sampled_epochs import EpochEncoder
+from seqxduce.training.state import TrainState
+from seqxduce.training.trainer import Trainer
 
 RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
 SETTINGS = ["task.train_size=20", "train.max_steps=14", "train.max_tokens=60", "train.validate_every=0"]
@@ -104,7 +104,7 @@ def sampling_run(out: Path) -> TrainingRun:
 
 def planned(run: TrainingRun) -> list[tuple]:
     """The step plan from the run's state: position, batches and the pairs each batch holds."""
-    return [(p.epoch, p.step_in_epoch, p.global_tokens, [[p.pairs[i] for i in batch] for batch in p.group])
+    return [(p.epoch, p.step_in_epoch, p.global_tokens, [[p.pairs[i] for i in batch] for batch in p.batch_indices])
             for p in run.plan.steps(run.state)]
 
 
@@ -133,6 +133,6 @@ def test_a_planned_step_collates_its_own_epochs_pairs(tmp_path, monkeypatch, epo
     run = sampling_run(tmp_path / "run")
     step = next(p for p in run.plan.steps(run.state) if p.epoch == epoch)
     pairs, batches = run.plan.epoch_batches(epoch, None)
-    assert step.pairs is pairs and step.group[0] == batches[0]
+    assert step.pairs is pairs and step.batch_indices[0] == batches[0]
     collated = Trainer(run)._prepare(step)
     assert collated[0].ntokens == sum(len(pairs[i].tgt) + 1 for i in batches[0])

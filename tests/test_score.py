@@ -11,9 +11,9 @@ from click.testing import CliRunner
 import seqxduce.engine as engine
 from seqxduce.cli import add_plugin_commands
 from seqxduce.data import encode_source
-from seqxduce.decoding import load_run
-from seqxduce.scoring import score_ids, score_pairs, scores_of
-from seqxduce.search import length_penalty
+from seqxduce.decoding.decode import load_run
+from seqxduce.decoding.scoring import score_ids, score_pairs, scores_of
+from seqxduce.decoding.search import length_penalty
 
 SOURCES = ["1 2 3", "4 5", "6 7 8 9 1", "2"]
 # beam 4 with all four kept and room to grow: hypotheses of several lengths, not only the empty one

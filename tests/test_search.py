@@ -8,9 +8,9 @@ import torch
 from seqxduce_parsing.settings import TreeBeamSettings
 
 from seqxduce.api import UserError
+from seqxduce.decoding.search import BeamDecoder, GreedyDecoder, beam_search, greedy_search, length_penalty
+from seqxduce.decoding.search_settings import BeamSettings, SearchSettings
 from seqxduce.registry import registry
-from seqxduce.search import BeamDecoder, GreedyDecoder, beam_search, greedy_search, length_penalty
-from seqxduce.search_settings import BeamSettings, SearchSettings
 from seqxduce.testing import BOS, EOS, HostReads, TableModel
 from seqxduce.testing import table_request as request
 

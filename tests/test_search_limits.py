@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from seqxduce.api import DecodeRequest
-from seqxduce.search import beam_search, greedy_search, max_lengths, shortest_limit
-from seqxduce.search_settings import BeamSettings, SearchSettings
+from seqxduce.decoding.search import beam_search, greedy_search, max_lengths, shortest_limit
+from seqxduce.decoding.search_settings import BeamSettings, SearchSettings
 from seqxduce.testing import BOS, EOS, TableModel
 from seqxduce.testing import table_request as request
 

@@ -6,9 +6,9 @@ import torch
 import seqxduce
 from seqxduce.api import DecodeRequest
 from seqxduce.data import encode_source, pad_sources
-from seqxduce.decoding import load_run
-from seqxduce.search import beam_search, greedy_search, length_penalty
-from seqxduce.search_settings import BeamSettings, SearchSettings
+from seqxduce.decoding.decode import load_run
+from seqxduce.decoding.search import beam_search, greedy_search, length_penalty
+from seqxduce.decoding.search_settings import BeamSettings, SearchSettings
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,9 @@ from seqxduce_algorithmic.settings import AlgorithmicSettings
 from seqxduce_transformer.settings import TransformerSettings, UniversalSettings
 
 from seqxduce.api import UserError, check_settings, setting
+from seqxduce.decoding.search_settings import BeamSettings
 from seqxduce.recipe import build_recipe
 from seqxduce.registry import registry
-from seqxduce.search_settings import BeamSettings
 from seqxduce.settings import DecodeCore, ModelCore, TaskCore, TokenizerCore, TrainSettings
 from seqxduce.settings_check import make_settings
 

@@ -8,8 +8,8 @@ import pytest
 
 from seqxduce import hookimpl
 from seqxduce.api import Settings, UserError, setting, setting_like
+from seqxduce.decoding.search_settings import BeamSettings
 from seqxduce.recipe import build_recipe
-from seqxduce.search_settings import BeamSettings
 from seqxduce.testing import plugins_registered
 
 

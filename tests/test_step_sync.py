@@ -12,11 +12,11 @@ import torch
 from torch import nn
 
 from seqxduce.api import ModelOutput
-from seqxduce.data import collate, token_batches
+from seqxduce.data import collate_indices, token_batches
 from seqxduce.recipe import load_recipe
 from seqxduce.testing import HostReads
-from seqxduce.trainer import Trainer
-from tests.step_parts import step_parts
+from seqxduce.training.in_memory import in_memory_run
+from seqxduce.training.trainer import Trainer
 
 RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
 QUIET = ["train.validate_every=0", "train.valid_decode_examples=0"]
@@ -43,19 +43,19 @@ def bag_model(vocab) -> BagModel:
 
 
 def run_steps(trainer: Trainer, n: int) -> list[dict]:
-    pairs = trainer.plan.train_pairs
+    pairs = trainer.parts.plan.train_pairs
     batches = token_batches(pairs, trainer.settings.max_tokens, 1, 1)
     figures = []
     for i in range(n):
-        batch = collate([pairs[j] for j in batches[i]], trainer.pad_id, trainer.bos_id, trainer.eos_id)
+        batch = collate_indices(pairs, batches[i], trainer.parts.tokenizers.vocab())
         figures.append(trainer.train_step([batch]))
         trainer.state.step += 1
     return figures
 
 
 def test_a_train_step_reads_nothing_back_from_the_device():
-    trainer = Trainer(step_parts(load_recipe(RECIPE, QUIET), bag_model))
-    assert trainer.fused  # the CPU has the fused Adam since torch 2.4: the skip is decided without the host
+    trainer = Trainer(in_memory_run(load_recipe(RECIPE, QUIET), bag_model))
+    assert trainer.parts.fused  # the CPU has the fused Adam since torch 2.4: the skip is decided without the host
     run_steps(trainer, 1)  # the first step builds the optimizer's state
     with HostReads() as reads:
         figures = run_steps(trainer, 3)
@@ -75,7 +75,7 @@ def test_the_probe_sees_a_host_read():
 
 @pytest.mark.parametrize("char_ngrams", [0, 4])
 def test_the_transformer_plugin_step_reads_nothing_back_from_the_device(char_ngrams):
-    trainer = Trainer(step_parts(load_recipe(RECIPE, [*QUIET, f"model.char_ngrams={char_ngrams}"])))
+    trainer = Trainer(in_memory_run(load_recipe(RECIPE, [*QUIET, f"model.char_ngrams={char_ngrams}"])))
     run_steps(trainer, 1)
     with HostReads() as reads:
         run_steps(trainer, 2)
@@ -88,8 +88,8 @@ def test_the_transformer_plugin_step_reads_nothing_back_from_the_device(char_ngr
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 def test_cuda_train_steps_run_under_the_sync_debug_mode_error(precision, model):
     recipe = load_recipe(RECIPE, [*QUIET, 'train.device="cuda"', f'train.precision="{precision}"'])
-    trainer = Trainer(step_parts(recipe, bag_model if model == "bag" else None, device="cuda"))
-    assert trainer.fused
+    trainer = Trainer(in_memory_run(recipe, bag_model if model == "bag" else None, device="cuda"))
+    assert trainer.parts.fused
     run_steps(trainer, 1)  # the first step allocates the optimizer's state
     torch.cuda.set_sync_debug_mode("error")
     try:
@@ -101,15 +101,15 @@ def test_cuda_train_steps_run_under_the_sync_debug_mode_error(precision, model):
 
 
 def test_a_checkpoint_of_a_foreach_optimizer_resumes_into_the_fused_one():
-    from seqxduce.optim import restore_optimizer
+    from seqxduce.training.optim import restore_optimizer
 
-    trainer = Trainer(step_parts(load_recipe(RECIPE, QUIET)))
-    params = list(trainer.model.parameters())
+    trainer = Trainer(in_memory_run(load_recipe(RECIPE, QUIET)))
+    params = list(trainer.parts.model.parameters())
     old = torch.optim.Adam(params, lr=1e-3, foreach=True)  # as runs before the fused optimizer saved it
     for p in params:
         p.grad = torch.ones_like(p)
     old.step()
-    restore_optimizer(trainer.optimizer, old.state_dict(), fused=True)
-    assert trainer.optimizer.param_groups[0]["fused"] is True and trainer.fused
+    restore_optimizer(trainer.parts.optimizer, old.state_dict(), fused=True)
+    assert trainer.parts.optimizer.param_groups[0]["fused"] is True and trainer.parts.fused
     run_steps(trainer, 1)  # the device-side skip needs the fused step: a foreach one would refuse found_inf
-    assert {int(s["step"]) for s in trainer.optimizer.state.values()} == {2}
+    assert {int(s["step"]) for s in trainer.parts.optimizer.state.values()} == {2}

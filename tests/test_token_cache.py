@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from seqxduce import token_cache
 from seqxduce.api import Example
 from seqxduce.recipe import load_recipe
-from seqxduce.token_cache import encode_pairs_cached
-from seqxduce.training_run import assemble
+from seqxduce.training import token_cache
+from seqxduce.training.run import assemble
+from seqxduce.training.token_cache import encode_pairs_cached
 
 RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
 

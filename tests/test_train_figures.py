@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from seqxduce.train_figures import NonfiniteRun, Window
+from seqxduce.training.figures import NonfiniteRun, Window
 
 STEPS = [  # loss, nll, tokens, grad_norm, skipped, ponder_max
     (8.0, 4.0, 4.0, 1.0, 0.0, 2.0),

@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
-from seqxduce.loss import label_smoothed_nll
-from seqxduce.optim import inverse_sqrt_lr, learning_rate
 from seqxduce.settings import TrainSettings
-from seqxduce.train_figures import Window, batch_stats
+from seqxduce.training.figures import Window, batch_stats
+from seqxduce.training.loss import label_smoothed_nll
+from seqxduce.training.optim import inverse_sqrt_lr, learning_rate
 
 
 def test_inverse_sqrt_schedule_matches_the_paper_formula():
@@ -86,7 +86,7 @@ def test_the_schedule_reads_the_models_declared_width():
 
 
 def test_gradient_clipping_matches_torchs_clip_grad_norm():
-    from seqxduce.optim import clip_gradients
+    from seqxduce.training.optim import clip_gradients
 
     torch.manual_seed(0)
     grads = [torch.randn(3, 4), torch.randn(5)]

@@ -13,10 +13,10 @@ from click.testing import CliRunner
 
 from seqxduce.api import UserError
 from seqxduce.cli import add_plugin_commands
-from seqxduce.optim import decayed_lr, learning_rate
 from seqxduce.settings import TrainSettings
 from seqxduce.settings_check import check_settings
-from seqxduce.validation import improves
+from seqxduce.training.early_stopping import improves
+from seqxduce.training.optim import decayed_lr, learning_rate
 
 RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
 # sequence accuracy on the tiny task stays at its first value for many steps: validations that do not improve
@@ -191,7 +191,7 @@ def test_init_from_refuses_another_architecture_or_vocabulary_in_one_line(tiny_r
 
 def test_validation_decodes_in_the_batches_decode_would_use(tmp_path, monkeypatch):
     """[decode] batch_tokens sizes validation's decoding batches as it sizes `seqxduce decode`'s."""
-    import seqxduce.decoding as decoding
+    import seqxduce.decoding.decode as decoding
     from seqxduce import engine
 
     seen = []

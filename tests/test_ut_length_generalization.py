@@ -18,7 +18,7 @@ from seqxduce_transformer.universal import UniversalTransformer
 from seqxduce.api import UserError, VocabInfo
 from seqxduce.cli import add_plugin_commands
 from seqxduce.data import encode_source
-from seqxduce.decoding import decode_lines, load_run
+from seqxduce.decoding.decode import decode_lines, load_run
 from seqxduce.recipe import load_recipe
 from tests.bench_scripts import load_bench
 

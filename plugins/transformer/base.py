@@ -54,6 +54,11 @@ class EncoderDecoderBase(nn.Module, Model):
         plan = memory.plan(index)
         return memory.take(plan), None if cache is None else cache.select(index, plan)
 
+    def ct2_refusal(self) -> str | None:
+        """Why CTranslate2 cannot hold this model class at all, in one line; None when it can (ct2_export.py then
+        checks the settings)."""
+        return None
+
     def export(self, request: ExportRequest) -> bool:
         """To CTranslate2 (ct2_export.py), which refuses what it cannot hold (the Universal Transformer, ...)."""
         if request.engine != "ctranslate2":

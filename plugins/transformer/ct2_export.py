@@ -38,13 +38,12 @@ MIN_POSITIONS = 1024  # sinusoid rows exported at least: CTranslate2 cannot grow
 
 def refusal(model: EncoderDecoderBase) -> str | None:
     """The one setting of this model that CTranslate2 cannot represent, as a one-line reason; None if none."""
-    from .universal import UniversalTransformer
-
+    # the model's own refusal first (the Universal Transformer's): asked of the model, so that this module needs no
+    # import of the model classes (universal.py imports base.py, which imports this module to export)
+    own = model.ct2_refusal()
+    if own is not None:
+        return own
     s = model.settings
-    if isinstance(model, UniversalTransformer):
-        what = "with ACT (act = true)" if s.act else f"({s.steps} depth steps of one shared layer)"
-        return (f"[model] name = universal_transformer {what}: CTranslate2 has no Universal Transformer "
-                "(layers shared in depth, timestep signal); only the Transformer can be exported")
     checks = [
         (s.attention_window > 0, f"[model] attention_window = {s.attention_window}: CTranslate2 has no "
                                  "restricted (band) self-attention in the encoder"),

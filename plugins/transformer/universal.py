@@ -91,6 +91,12 @@ class UniversalTransformer(EncoderDecoderBase):
 
     settings: UniversalSettings
 
+    def ct2_refusal(self) -> str | None:
+        s = self.settings
+        what = "with ACT (act = true)" if s.act else f"({s.steps} depth steps of one shared layer)"
+        return (f"[model] name = universal_transformer {what}: CTranslate2 has no Universal Transformer "
+                "(layers shared in depth, timestep signal); only the Transformer can be exported")
+
     def __init__(self, settings: UniversalSettings, vocab: VocabInfo):
         super().__init__(settings, vocab)
         s = settings

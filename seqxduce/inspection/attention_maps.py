@@ -14,7 +14,7 @@ import torch
 
 from seqxduce.api import UserError
 from seqxduce.data import encode_source
-from seqxduce.decoding import LoadedRun, decode_lines
+from seqxduce.decoding.decode import LoadedRun, decode_lines
 
 KINDS = ("encoder", "decoder", "cross")
 KIND_TITLES = {"encoder": "encoder self-attention", "decoder": "decoder self-attention",

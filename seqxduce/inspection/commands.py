@@ -84,7 +84,7 @@ def attention(run: Path, source: str, target: str | None, kinds: tuple[str, ...]
     kind and layer, one panel per head); a Universal Transformer's ponder counts appear beside the rows.
     Of a multi-member run, one member's (--member). Needs the [plot] extra: pip install -e '.[plot]' in the
     checkout."""
-    from seqxduce.decoding import load_run
+    from seqxduce.decoding.decode import load_run
     from seqxduce.inspection.attention_maps import attention_view
     from seqxduce.inspection.attention_plot import plot_attention
     from seqxduce.inspection.plotting import new_figure

@@ -19,7 +19,7 @@ import click
 from seqxduce.api import UserError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from seqxduce.decoding import LoadedRun, Output
+    from seqxduce.decoding.decode import LoadedRun, Output
 
 HISTORY_LENGTH = 1000
 Render = Callable[..., str]  # (task-formatted output text, **the command's extra options) -> what to print
@@ -129,7 +129,7 @@ def prompt_loop(run: LoadedRun, render: Render, nbest: int = 1, prompt: str = ">
 
     prepare(line, **options), if given, turns a line into the source to decode (e.g. word tokenization). An
     empty line gets an empty answer; a line the task cannot take is reported on stderr and the loop goes on."""
-    from seqxduce.decoding import decode_lines
+    from seqxduce.decoding.decode import decode_lines
 
     terminal = (stdin or sys.stdin).isatty()
     answered = 0
@@ -163,7 +163,7 @@ def interactive_command(name: str, help: str, render: Render, options: Sequence[
     given, turns each typed line into the source to decode (e.g. word tokenization)."""
 
     def command(run: Path, nbest: int, overrides: tuple[str, ...], history: Path | None, **extra: Any) -> None:
-        from seqxduce.decoding import load_run
+        from seqxduce.decoding.decode import load_run
 
         loaded = load_run(run, overrides)
         with_nbest(loaded, nbest)

@@ -202,7 +202,7 @@ def checkpoint_list(run_dir: Path) -> list[dict[str, Any]]:
                       "bytes": average.stat().st_size,
                       "averaged_from": [Path(p).name for p in state.get("averaged_from", [])]})
     best = run.best_file
-    if best.is_file():  # the best validation so far (seqxduce.trainer)
+    if best.is_file():  # the best validation so far (seqxduce.training.trainer)
         state = ckpt.load(best, mmap=True)
         found.append({"file": rundir.BEST_FILE, "step": int(state.get("step", 0)), "bytes": best.stat().st_size,
                       "best": {"metric": state.get("metric", ""), "value": state.get("value")}})

@@ -70,7 +70,7 @@ def serve(run: Path, checkpoint: str | None, host: str, port: int, overrides: tu
     """Serve a trained run over HTTP: POST /v1/decode, POST /v1/attention, GET /health, GET /v1/info, and a page
     to try it at /. Requests are batched together; SIGTERM or Ctrl-C finishes the requests in flight, exit 0."""
     _server_libraries()
-    from seqxduce.decoding import load_run
+    from seqxduce.decoding.decode import load_run
     from seqxduce.inspection.run_info import run_info
     from seqxduce.serving.app import create_app
     from seqxduce.serving.batching import Batcher

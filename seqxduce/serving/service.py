@@ -15,7 +15,7 @@ from typing import Any
 
 from seqxduce.api import Decoder, UserError
 from seqxduce.data import encode_source
-from seqxduce.decoding import LoadedRun, Output, decode_sources
+from seqxduce.decoding.decode import LoadedRun, Output, decode_sources
 from seqxduce.serving.limits import DecodeAsk, RequestError
 
 DECODERS_KEPT = 16  # decoders built for requests' own settings, the least recently used dropped first

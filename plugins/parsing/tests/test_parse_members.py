@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from nltk.tree import Tree
 
 from seqxduce.cli import add_plugin_commands
-from seqxduce.decoding import decode_lines, load_run
+from seqxduce.decoding.decode import decode_lines, load_run
 from seqxduce.testing import repository_root
 
 RECIPE = repository_root(Path(__file__)) / "recipes" / "ptb_sample.toml"

@@ -12,8 +12,8 @@ from seqxduce_parsing.linearize import delinearize
 from seqxduce_parsing.settings import TreeBeamSettings
 
 from seqxduce.api import DecodeRequest, UserError
-from seqxduce.search import beam_search, greedy_search
-from seqxduce.search_settings import BeamSettings, SearchSettings
+from seqxduce.decoding.search import beam_search, greedy_search
+from seqxduce.decoding.search_settings import BeamSettings, SearchSettings
 from seqxduce.testing import HostReads, ListTokenizer, RandomModel
 
 VOCAB = ["<pad>", "<s>", "</s>", "<unk>", "XX", "(S", ")S", "(NP", ")NP", "(VP", ")VP", "(PP"]

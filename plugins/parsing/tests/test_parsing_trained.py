@@ -9,7 +9,7 @@ import pytest
 from nltk.tree import Tree
 
 import seqxduce
-from seqxduce.decoding import decode_split, load_run
+from seqxduce.decoding.decode import decode_split, load_run
 from seqxduce.testing import repository_root
 
 RECIPE = repository_root(Path(__file__)) / "recipes" / "ptb_sample.toml"

@@ -10,8 +10,8 @@ from seqxduce_transformer.transformer import Transformer
 from seqxduce_transformer.universal import UniversalTransformer
 
 from seqxduce.api import DecodeRequest, ExportRequest, UserError, VocabInfo
-from seqxduce.search import greedy_search
-from seqxduce.search_settings import SearchSettings
+from seqxduce.decoding.search import greedy_search
+from seqxduce.decoding.search_settings import SearchSettings
 
 ctranslate2 = pytest.importorskip("ctranslate2",
                                   reason="ctranslate2 is not installed (pip install -e '.[ctranslate2]')")

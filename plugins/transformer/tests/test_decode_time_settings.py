@@ -16,7 +16,7 @@ from seqxduce.api import UserError, VocabInfo
 from seqxduce.checkpoint import load_weights
 from seqxduce.cli import add_plugin_commands
 from seqxduce.components import check_decode_overrides
-from seqxduce.decoding import load_run
+from seqxduce.decoding.decode import load_run
 
 RECIPE = """
 [task]

@@ -12,11 +12,11 @@ from seqxduce_transformer.settings import TransformerSettings
 from seqxduce_transformer.transformer import Transformer
 
 from seqxduce.api import DecodeRequest, UserError, VocabInfo
+from seqxduce.decoding.search import beam_search, greedy_search
+from seqxduce.decoding.search_settings import BeamSettings, SearchSettings
 from seqxduce.hookspecs import hookimpl
 from seqxduce.recipe import build_recipe
 from seqxduce.registry import Registry, new_manager
-from seqxduce.search import beam_search, greedy_search
-from seqxduce.search_settings import BeamSettings, SearchSettings
 from seqxduce.settings_check import make_settings
 
 PAD, BOS, EOS = 0, 1, 2

@@ -14,9 +14,9 @@ from seqxduce_transformer.transformer import Transformer
 from seqxduce_transformer.universal import UniversalTransformer
 
 from seqxduce.api import DecodeRequest, VocabInfo
+from seqxduce.decoding.search import beam_search, greedy_search
+from seqxduce.decoding.search_settings import BeamSettings, SearchSettings
 from seqxduce.registry import Registry, new_manager
-from seqxduce.search import beam_search, greedy_search
-from seqxduce.search_settings import BeamSettings, SearchSettings
 from seqxduce.settings_check import make_settings
 
 PAD, BOS, EOS = 0, 1, 2

@@ -28,7 +28,7 @@ def export(run: Path, engine: str, output: Path, quantization: str, member: int 
 
     The folder also holds the run's tokenizer files, its recipe and seqxduce_export.json (checkpoint, steps,
     versions); decode it with `seqxduce decode DIR --engine ctranslate2 --split test`."""
-    from seqxduce.export import export_run
+    from seqxduce.export.exporting import export_run
 
     done = export_run(run, output, engine, quantization, member, overwrite)
     meta = done.metadata
@@ -40,8 +40,8 @@ def export(run: Path, engine: str, output: Path, quantization: str, member: int 
 def decode_with_engine(run: Path, sources: list[str] | None, split: str | None, overrides: tuple[str, ...],
                        ensemble: tuple[Path, ...], annotate: bool):
     """(outputs, report or None) of `seqxduce decode --engine ctranslate2`: a split with its metric, or lines."""
-    from seqxduce import ct2_decoding
     from seqxduce.api import UserError
+    from seqxduce.export import ct2_decoding
 
     if ensemble or annotate:
         raise UserError("--engine ctranslate2: decodes one model without per-position figures; drop "

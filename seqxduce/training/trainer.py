@@ -1,4 +1,4 @@
-"""The training loop over an assembled run (seqxduce.training_run): the step (label-smoothed loss, gradient
+"""The training loop over an assembled run (seqxduce.training.run): the step (label-smoothed loss, gradient
 accumulation, clipping, a skip of non-finite updates), logging, validation and checkpoints, and stops on signals."""
 
 from __future__ import annotations
@@ -11,29 +11,29 @@ from typing import Any
 import torch
 
 from seqxduce import checkpoint as ckpt
-from seqxduce import components, distributed
+from seqxduce import components
 from seqxduce.api import TrainingStopped, UserError
 from seqxduce.console import TrainProgress, console, format_figures
-from seqxduce.data import Batch, Prefetcher, collate
+from seqxduce.data import Batch, Prefetcher
 from seqxduce.device import autocast_context
-from seqxduce.epochs import PlannedStep
-from seqxduce.inspection.run_readme import write_run_readme
-from seqxduce.loss import label_smoothed_nll
-from seqxduce.optim import clip_gradients, learning_rate, optimizer_step, set_learning_rate
 from seqxduce.recipe import Recipe
 from seqxduce.rundir import RunDir, prune
-from seqxduce.stopping import StopRequest, signal_name, stop_on_signals
-from seqxduce.train_figures import NonfiniteRun, Window, batch_stats
-from seqxduce.train_state import (
+from seqxduce.training import distributed
+from seqxduce.training.figures import NonfiniteRun, Window, batch_stats
+from seqxduce.training.loss import label_smoothed_nll
+from seqxduce.training.optim import clip_gradients, learning_rate, optimizer_step, set_learning_rate
+from seqxduce.training.run import TrainingRun, assemble
+from seqxduce.training.signals import StopRequest, signal_name, stop_on_signals
+from seqxduce.training.state import (
     TrainResult,
+    TrainState,
     checkpoint_state,
     finished_already,
     full_states,
     set_step_seed,
     settle_average,
 )
-from seqxduce.training_run import TrainingRun, assemble
-from seqxduce.validation import improves
+from seqxduce.training.step_plan import PlannedStep
 
 __all__ = ["Trainer", "TrainResult", "train"]
 
@@ -41,23 +41,16 @@ __all__ = ["Trainer", "TrainResult", "train"]
 class Trainer:
     """Trains an assembled run, on one rank of a (possibly single-process) world: the loop, the step and saving."""
 
-    def __init__(self, run: TrainingRun):
-        self.run_parts = run
-        self.recipe, self.settings = run.recipe, run.recipe.train
-        self.dist, self.device = run.world, run.device
-        self.is_main = self.dist.rank == 0
-        self.rundir = run.rundir
-        self.tokenizers = run.tokenizers
-        self.model, self.wrapped = run.model, run.wrapped
-        self.optimizer, self.fused, self.scaler = run.optimizer, run.fused, run.scaler
-        self.plan, self.validator = run.plan, run.validator
-        self.state = run.state
-        self.log = run.log
-        vocab = self.tokenizers.vocab()
-        self.pad_id, self.bos_id, self.eos_id = vocab.pad_id, vocab.bos_id, vocab.eos_id
-        self.d_model = self.model.schedule_width
+    def __init__(self, parts: TrainingRun):
+        self.parts = parts  # everything the run is made of, built outside (training.run.assemble)
+        self.settings = parts.recipe.train
         self.stop = StopRequest()
         self.nonfinite = NonfiniteRun(self.settings.max_nonfinite_steps)
+
+    @property
+    def state(self) -> TrainState:
+        """The training position and early stopping's record (what a checkpoint holds besides the weights)."""
+        return self.parts.state
 
     # ------------------------------------------------------------ the loop
 
@@ -74,10 +67,10 @@ class Trainer:
                 raise TrainingStopped(f"interrupted during step {self.state.step + 1}; {kept}; continue with "
                                       "--resume", self.stop.exit_code) from None
             except RuntimeError as err:
-                if self.dist.world_size == 1 or not distributed.is_collective_failure(err):
+                if self.parts.world.world_size == 1 or not distributed.is_collective_failure(err):
                     raise
                 raise UserError(
-                    f"process {self.dist.rank} of {self.dist.world_size} lost the others during step "
+                    f"process {self.parts.world.rank} of {self.parts.world.world_size} lost the others during step "
                     f"{self.state.step + 1} ({distributed.failure_text(err)}): one died or did not answer within "
                     f"[train] collective_timeout = {self.settings.collective_timeout:g} s; "
                     f"{self._last_checkpoint_text()}; continue with --resume") from None
@@ -85,22 +78,22 @@ class Trainer:
     def _run(self) -> TrainResult:
         s = self.settings
         rundir = self._rundir()
-        if s.patience and self.validator is None:
-            raise UserError(f"[train] patience = {s.patience}: task {self.recipe.task.core.name!r} has no valid "
+        if s.patience and self.parts.validator is None:
+            raise UserError(f"[train] patience = {s.patience}: task {self.parts.recipe.task.core.name!r} has no valid "
                             "split to stop on; set patience = 0")
-        if self._patience_spent():  # a --resume of a run that early stopping ended
-            if self.is_main:
-                console.print(f"{rundir.path}: early stopping ended the run at step {self.state.step} (patience = "
-                              f"{s.patience}); nothing to train: raise patience with --set to go on")
+        stopping = self.parts.early_stopping
+        if stopping.spent(self.state):  # a --resume of a run that early stopping ended
+            if self.parts.is_main:
+                console.print(stopping.ended_line(self.state, rundir.path))
             return TrainResult(rundir.path, self.state.step, {})
-        self.plan.steps_per_epoch(self.state)  # a plan without a step is refused before anything trains
-        if self.run_parts.resumed and self.plan.nothing_left(self.state):
-            return finished_already(rundir, self.settings, self.state.step, self.is_main)
+        self.parts.plan.steps_per_epoch(self.state)  # a plan without a step is refused before anything trains
+        if self.parts.resumed and self.parts.plan.nothing_left(self.state):
+            return finished_already(rundir, self.settings, self.state.step, self.parts.is_main)
         last_metrics: dict[str, float | str] = {}
         window = Window()
         # the next steps' batches are collated (and pinned for a GPU) in a thread while this one trains
-        with TrainProgress(s.max_steps, self.state.step, enabled=self.is_main) as progress, \
-                Prefetcher(self.plan.steps(self.state), self._prepare, depth=2) as planned:
+        with TrainProgress(s.max_steps, self.state.step, enabled=self.parts.is_main) as progress, \
+                Prefetcher(self.parts.plan.steps(self.state), self._prepare, depth=2) as planned:
             for plan, batches in planned:
                 self.state.epoch, self.state.step_in_epoch = plan.epoch, plan.step_in_epoch
                 figures = self.train_step(batches, plan.global_tokens)
@@ -112,8 +105,8 @@ class Trainer:
                 validating = bool(s.validate_every) and step % s.validate_every == 0 and step < s.max_steps
                 checkpointing = step % s.checkpoint_every == 0 and step < s.max_steps
                 if step % s.log_every == 0 or step == s.max_steps:  # the step's figures reach the host here
-                    summary = window.summary(self.optimizer.param_groups[0]["lr"], self.dist)
-                    self.log.write("train", step=step, epoch=self.state.epoch, target_tokens=window.tokens(),
+                    summary = window.summary(self.parts.optimizer.param_groups[0]["lr"], self.parts.world)
+                    self.parts.log.write("train", step=step, epoch=self.state.epoch, target_tokens=window.tokens(),
                                    **summary)
                     progress.update(step, summary)
                     progress.print(f"step {step} | " + format_figures(summary) + f" | eta {progress.eta(step)}")
@@ -129,31 +122,32 @@ class Trainer:
                     raise self._interrupted(signum)
                 if validating:
                     last_metrics = self.validate(progress)
-                    if self._patience_spent():
-                        self._stopped_early(progress)
+                    if stopping.spent(self.state):
+                        self.parts.log.write("stopped", step=step, reason="patience", best_step=self.state.best_step,
+                                             best=self.state.best_value)
+                        progress.print(stopping.stopped_line(self.state))
                         break
                 if checkpointing:
                     self.save()
         self._check_nonfinite()
         # the last validation comes before the last checkpoint, so that it holds early stopping's record of it
-        if self.validator is not None and not self._patience_spent():
+        if self.parts.validator is not None and not stopping.spent(self.state):
             last_metrics = self.validate(progress)
         self.save()
-        if self.is_main:
+        if self.parts.is_main:
             settle_average(rundir, s)
-        self.dist.barrier()
+        self.parts.world.barrier()
         return TrainResult(rundir.path, self.state.step, last_metrics)
 
     def _prepare(self, plan: PlannedStep) -> list[Batch]:
         """A planned step's batches, padded, and in pinned memory when they go to a GPU (in the prefetch thread)."""
-        batches = [collate([plan.pairs[j] for j in indices], self.pad_id, self.bos_id, self.eos_id)
-                   for indices in plan.group]
-        return [b.pin_memory() for b in batches] if self.device.type == "cuda" else batches
+        batches = plan.batches(self.parts.tokenizers.vocab())
+        return [b.pin_memory() for b in batches] if self.parts.device.type == "cuda" else batches
 
     def _stop_now(self) -> int:
         """The signal that asked any process to stop, else 0 (all processes must stop at the same step)."""
         flag = torch.tensor([float(self.stop.signal)], dtype=torch.float64)
-        return int(self.dist.all_reduce_max(flag)[0])
+        return int(self.parts.world.all_reduce_max(flag)[0])
 
     def _interrupted(self, signum: int) -> TrainingStopped:
         self.stop.signal = self.stop.signal or signum
@@ -168,7 +162,7 @@ class Trainer:
         if not step:
             return
         n = self.settings.max_nonfinite_steps
-        self.log.write("stopped", step=step, reason="nonfinite", skipped_in_a_row=n)
+        self.parts.log.write("stopped", step=step, reason="nonfinite", skipped_in_a_row=n)
         raise UserError(f"stopped at step {step}: the last {n} steps (from step {step - n + 1}) had a non-finite "
                         f"loss or gradient and their updates were skipped ([train] max_nonfinite_steps = "
                         f"{self.settings.max_nonfinite_steps}); {self._last_checkpoint_text()}; lower lr_scale or lr, "
@@ -183,47 +177,48 @@ class Trainer:
         Nothing here waits for the device: the figures it returns (loss, nll, aux, grad_norm, skipped_updates)
         are device tensors that the log window sums and reads at log time, and a non-finite step's update is
         skipped on the device (the fused optimizer's found_inf, as a GradScaler uses it)."""
-        s = self.settings
+        s, parts, world = self.settings, self.parts, self.parts.world
         if global_tokens is None:
-            if self.dist.world_size > 1:
+            if world.world_size > 1:
                 raise ValueError("train_step: several processes need the global_tokens of all their batches")
             global_tokens = sum(b.ntokens for b in batches)
         step = self.state.step + 1
-        set_step_seed(s.seed, self.dist.rank, step)
-        set_learning_rate(self.optimizer, learning_rate(s, step, self.d_model))
-        self.wrapped.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        loss_sum = nll_sum = aux_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        pad_id = parts.tokenizers.vocab().pad_id
+        set_step_seed(s.seed, world.rank, step)
+        set_learning_rate(parts.optimizer, learning_rate(s, step, parts.model.schedule_width))
+        parts.wrapped.train()
+        parts.optimizer.zero_grad(set_to_none=True)
+        loss_sum = nll_sum = aux_sum = torch.zeros((), dtype=torch.float64, device=parts.device)
         model_stats: list[dict[str, Any]] = []
         started = time.perf_counter()
         for i, host_batch in enumerate(batches):
-            batch = host_batch.to(self.device)
+            batch = host_batch.to(parts.device)
             sync = i == len(batches) - 1
-            with self.dist.no_sync(self.wrapped, sync), autocast_context(self.device, s.precision):
-                out = self.wrapped(batch.src, batch.tgt_in)
-                loss, nll = label_smoothed_nll(out.logits, batch.tgt_out, s.label_smoothing, self.pad_id)
+            with world.no_sync(parts.wrapped, sync), autocast_context(parts.device, s.precision):
+                out = parts.wrapped(batch.src, batch.tgt_in)
+                loss, nll = label_smoothed_nll(out.logits, batch.tgt_out, s.label_smoothing, pad_id)
                 total = loss
                 if out.aux_loss is not None:
                     # the aux loss (e.g. ACT ponder cost) is a mean; weight it by tokens like the main loss
                     total = total + out.aux_loss.float() * batch.ntokens
-                self.scaler.scale(total).backward()
+                parts.scaler.scale(total).backward()
             loss_sum = loss_sum + loss.detach().double()
             nll_sum = nll_sum + nll.detach().double()
             if out.aux_loss is not None:
                 aux_sum = aux_sum + out.aux_loss.detach().double() * batch.ntokens
             model_stats.append(out.stats)
-        self.scaler.unscale_(self.optimizer)
-        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        parts.scaler.unscale_(parts.optimizer)
+        grads = [p.grad for p in parts.model.parameters() if p.grad is not None]
         if s.fsdp:  # each rank holds a shard of every gradient: scale and clip the shards, the norm over all ranks
             with torch.no_grad():
                 grads = [g.to_local() for g in grads]
         # DDP (and FSDP) averaged gradients over ranks; undo that and divide by the tokens of the whole global batch
-        torch._foreach_mul_(grads, self.dist.world_size / max(global_tokens, 1))
-        grad_norm = clip_gradients(grads, s.clip_norm, self.dist if s.fsdp else None)
+        torch._foreach_mul_(grads, world.world_size / max(global_tokens, 1))
+        grad_norm = clip_gradients(grads, s.clip_norm, world if s.fsdp else None)
         # all-reduced gradients give every process the same norm; the loss is reduced too, so all skip alike
-        skipped = self.dist.all_reduce_max((~(torch.isfinite(loss_sum) & torch.isfinite(grad_norm))).float())
-        optimizer_step(self.optimizer, self.fused, skipped)
-        self.scaler.update()  # after an fp16 overflow, this halves the loss scale
+        skipped = world.all_reduce_max((~(torch.isfinite(loss_sum) & torch.isfinite(grad_norm))).float())
+        optimizer_step(parts.optimizer, parts.fused, skipped)
+        parts.scaler.update()  # after an fp16 overflow, this halves the loss scale
         elapsed = time.perf_counter() - started
         return {"loss": loss_sum, "nll": nll_sum, "tokens": float(global_tokens), "aux": aux_sum,
                 "grad_norm": grad_norm, "seconds": elapsed, "skipped_updates": skipped,
@@ -234,71 +229,37 @@ class Trainer:
     def validate(self, progress: TrainProgress | None = None) -> dict[str, float | str]:
         """Score the model on the valid split (rank 0; every rank takes part in gathering an FSDP model) and log it."""
         metrics: dict[str, float | str] = {}
-        model = self._eval_model() if self.validator is not None else None
-        if self.is_main and self.validator is not None:
-            metrics = self.validator.scores(model)
-            self.log.write("valid", step=self.state.step, **metrics, **self.validator.primary(metrics))
+        model = self._eval_model() if self.parts.validator is not None else None
+        if self.parts.is_main and self.parts.validator is not None:
+            metrics = self.parts.validator.scores(model)
+            self.parts.log.write("valid", step=self.state.step, **metrics, **self.parts.validator.primary(metrics))
             if progress is not None:
                 progress.print(f"valid step {self.state.step} | " + format_figures(metrics))
-            self._keep_best(metrics, model)
-        self._share_best()
+            self.parts.early_stopping.record(self.state, *self.parts.validator.watched(metrics), model)
+        self.parts.early_stopping.share(self.state, self.parts.world)
         return metrics
-
-    def _keep_best(self, metrics: dict[str, float | str], model: torch.nn.Module) -> None:
-        """Early stopping's record of a validation (rank 0); best.pt is written at each improvement."""
-        name, value, higher = self.validator.watched(metrics)
-        state = self.state
-        if not improves(value, state.best_value, higher):
-            state.bad_validations += 1
-            return
-        state.best_value, state.best_step, state.bad_validations = value, state.step, 0
-        if self.rundir is not None:
-            best = {"model": model.state_dict(), "step": state.step, "metric": name, "value": value,
-                    "run_id": self.run_parts.run_id}
-            ckpt.atomic_save(best, self.rundir.best_file)
-
-    def _share_best(self) -> None:
-        """Every rank takes rank 0's record (all must stop at the same validation)."""
-        if self.dist.world_size == 1:
-            return
-        state = self.state
-        record = torch.tensor([state.best_value if state.best_value is not None else float("nan"),
-                               state.best_step, state.bad_validations], dtype=torch.float64)
-        record = self.dist.all_reduce_sum(record if self.is_main else torch.zeros_like(record))
-        state.best_value = None if torch.isnan(record[0]) else float(record[0])
-        state.best_step, state.bad_validations = int(record[1]), int(record[2])
-
-    def _patience_spent(self) -> bool:
-        """Whether [train] patience validations in a row brought no better one (then training stops)."""
-        return bool(self.settings.patience) and self.state.bad_validations >= self.settings.patience
-
-    def _stopped_early(self, progress: TrainProgress) -> None:
-        state = self.state
-        self.log.write("stopped", step=state.step, reason="patience", best_step=state.best_step,
-                       best=state.best_value)
-        progress.print(f"early stop at step {state.step}: {self.settings.patience} validations without a better "
-                       f"one; the best (step {state.best_step}) is in best.pt")
 
     def _eval_model(self) -> torch.nn.Module | None:
         """The model validation runs: the trained one, or under FSDP a full copy gathered onto rank 0 (None on
         the other ranks; every rank must call this)."""
         if not self.settings.fsdp:
-            return self.model
+            return self.parts.model
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-        weights = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        if not self.is_main:
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        weights = get_model_state_dict(self.parts.model, options=options)
+        if not self.parts.is_main:
             return None
         with torch.random.fork_rng(devices=[]):  # building draws initial weights: keep the run's RNG as it was
-            copy = components.build_model(self.recipe, self.tokenizers.vocab())
+            copy = components.build_model(self.parts.recipe, self.parts.tokenizers.vocab())
         copy.load_state_dict(weights)
-        return copy.to(self.device)
+        return copy.to(self.parts.device)
 
     # ------------------------------------------------------------ checkpoints
 
     def full_states(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """The model's and optimizer's full state dicts on rank 0 (a collective under FSDP: every rank calls it)."""
-        return full_states(self.model, self.optimizer, self.settings.fsdp, self.is_main)
+        return full_states(self.parts.model, self.parts.optimizer, self.settings.fsdp, self.parts.is_main)
 
     _full_states = full_states  # the name the two-rank test worker calls
 
@@ -307,8 +268,8 @@ class Trainer:
         rundir = self._rundir()
         path = rundir.step_path(self.state.step)
         weights, optimizer = self.full_states()
-        if self.is_main:
-            state = checkpoint_state(weights, optimizer, self.scaler, self.state, self.run_parts.run_id)
+        if self.parts.is_main:
+            state = checkpoint_state(weights, optimizer, self.parts.scaler, self.state, self.parts.run_id)
             bad = ckpt.nonfinite_tensor(state["model"])
             if bad is not None:
                 raise UserError(f"step {self.state.step}: {bad} holds NaN or inf, so no checkpoint was written; "
@@ -319,16 +280,16 @@ class Trainer:
                 raise UserError(f"{err}; {self._last_checkpoint_text()}; free disk space and continue with "
                                 "--resume") from None
             prune(path.parent, max(self.settings.keep_checkpoints, self.settings.average_last, 1))
-        self.dist.barrier()
+        self.parts.world.barrier()
         return path
 
     def _rundir(self) -> RunDir:
-        if self.rundir is None:
+        if self.parts.rundir is None:
             raise ValueError("this training run was assembled without a run directory: it cannot save or log")
-        return self.rundir
+        return self.parts.rundir
 
     def _last_checkpoint_text(self) -> str:
-        saved = self.rundir.step_checkpoints() if self.rundir is not None else []
+        saved = self.parts.rundir.step_checkpoints() if self.parts.rundir is not None else []
         return f"the last checkpoint, {saved[-1]}, is intact" if saved else "no checkpoint was written yet"
 
 
@@ -346,12 +307,8 @@ def train(recipe: Recipe, out: Path, resume: bool = False, overwrite: bool = Fal
             return finished_already(rundir, recipe.train, latest, int(os.environ.get("RANK", "0")) == 0)
     run = assemble(recipe, Path(out), resume=resume, overwrite=overwrite, tokenizers_from=tokenizers_from,
                    init_from=init_from, keep_optimizer=keep_optimizer)
-    trainer = Trainer(run)
     try:
-        result = trainer.run()
-        if trainer.is_main:
-            write_run_readme(result.run_dir)
-        return result
+        return Trainer(run).run()
     finally:
-        trainer.log.close()
-        trainer.dist.close()
+        run.log.close()
+        run.world.close()

@@ -12,9 +12,9 @@ import torch
 
 from seqxduce.api import UserError
 from seqxduce.console import console
-from seqxduce.optim import keep_implementation, restore_optimizer
 from seqxduce.rundir import RunDir
 from seqxduce.settings import TrainSettings
+from seqxduce.training.optim import keep_implementation, restore_optimizer
 
 
 @dataclass

@@ -8,9 +8,9 @@ from typing import Any
 
 import torch
 
-from seqxduce import distributed
 from seqxduce.api import UserError
 from seqxduce.settings import TrainSettings
+from seqxduce.training import distributed
 
 
 def inverse_sqrt_lr(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:

@@ -9,7 +9,7 @@ import time
 
 import torch
 
-from seqxduce import distributed
+from seqxduce.training import distributed
 
 Figure = float | torch.Tensor  # a Python number, or a 0-dim tensor on any device
 

@@ -3,10 +3,10 @@ ctranslate2` (DIR from `seqxduce export`, or a run directory, exported first int
 
 The run's tokenizers encode the sources, ctranslate2.Translator searches over their vocabulary entries (the
 export's vocabulary is ours by id, see export.py), the target tokenizer decodes the entries' ids and the task
-postprocesses and scores, exactly as seqxduce.decoding does: the deployed model's metric is measured as ours.
+postprocesses and scores, exactly as seqxduce.decoding.decode does: the deployed model's metric is measured as ours.
 
 Search settings come from the recipe's [decode] (greedy or beam; others are refused), aligned with
-seqxduce.search: the length limit is a * source length + b tokens (one Translator call per limit), min_len
+seqxduce.decoding.search: the length limit is a * source length + b tokens (one Translator call per limit), min_len
 holds, pad and bos are never chosen. CTranslate2 returns its `beam` finished hypotheses, those cut at the limit
 included; each is rescored with its eos by one teacher-forced pass (see _rescore), as our search forces an eos
 at the limit, and they are ranked as our beam ranks them: log-prob / ((5 + length) / 6) ** alpha, the GNMT
@@ -24,11 +24,11 @@ from typing import Any
 
 from seqxduce import components
 from seqxduce.api import Example, Hypothesis, Report, Task, UserError
-from seqxduce.decoding import Output, score_outputs
-from seqxduce.export import export_run, is_export, require_ctranslate2
+from seqxduce.decoding.decode import Output, score_outputs
+from seqxduce.decoding.search import length_penalty
+from seqxduce.export.exporting import export_run, is_export, require_ctranslate2
 from seqxduce.recipe import Recipe
 from seqxduce.rundir import RunDir
-from seqxduce.search import length_penalty
 
 SEARCHES = ("greedy", "beam")
 
@@ -109,7 +109,7 @@ def _hypothesis(tokens: list[str], logprob: float, alpha: float, ids: dict[str, 
 
 
 def decode_sources(run: ExportedRun, examples: Sequence[Example] | Sequence[str]) -> list[Output]:
-    """Outputs in input order, as seqxduce.decoding.decode_sources gives them."""
+    """Outputs in input order, as seqxduce.decoding.decode.decode_sources gives them."""
     sources = [ex.source if isinstance(ex, Example) else ex for ex in examples]
     nbests = translate_ids(run, [run.tokenizers.src.encode(s) for s in sources])
     outputs = []

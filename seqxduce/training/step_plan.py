@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from seqxduce.api import UserError
-from seqxduce.data import Pair, token_batches
-from seqxduce.sampled_epochs import EpochEncoder
+from seqxduce.api import UserError, VocabInfo
+from seqxduce.data import Batch, Pair, collate_indices, token_batches
 from seqxduce.settings import TrainSettings
-from seqxduce.train_state import TrainState
+from seqxduce.training.sampled_epochs import EpochEncoder
+from seqxduce.training.state import TrainState
 
 
 def curriculum_cap(step: int, start_len: int, steps: int, longest: int, hold: int = 0) -> int | None:
@@ -51,9 +51,13 @@ class PlannedStep:
 
     epoch: int
     step_in_epoch: int
-    group: list[list[int]]
+    batch_indices: list[list[int]]  # this rank's batches of the step, as indices into pairs
     global_tokens: int
     pairs: list[Pair]  # the epoch's training pairs, which group indexes (sampled anew per epoch, or the fixed ones)
+
+    def batches(self, vocab: VocabInfo) -> list[Batch]:
+        """This rank's batches of the step, padded (host tensors)."""
+        return [collate_indices(self.pairs, indices, vocab) for indices in self.batch_indices]
 
 
 class StepPlan:

@@ -90,3 +90,14 @@ class _LabelSmoothedNLL(torch.autograd.Function):
                 if g is not out:
                     out.copy_(g)  # to the logits' dtype
         return grad.view(logits.shape), None, None, None
+
+
+def label_smoothed_nll_reference(logits: torch.Tensor, target: torch.Tensor, epsilon: float,
+                                 pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The textbook formula under autograd (log_softmax, gather, mean): what label_smoothed_nll computed before its
+    gradient was written out by hand, kept as the reference its tests and bench/loss_speed.py compare against."""
+    lprobs = torch.nn.functional.log_softmax(logits.float(), dim=-1)
+    mask = target != pad_id
+    nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    loss = (1.0 - epsilon) * nll + epsilon * -lprobs.mean(dim=-1)
+    return torch.where(mask, loss, 0.0).sum(), torch.where(mask, nll, 0.0).sum()

@@ -13,7 +13,7 @@ from seqxduce import checkpoint as ckpt
 from seqxduce import components, rundir
 from seqxduce.api import Decoder, DecodeRequest, Example, Hypothesis, Model, Postprocessed, Report, Task, UserError
 from seqxduce.data import encode_source, pad_sources
-from seqxduce.decode_options import compile_step, quantize_for_decoding
+from seqxduce.decoding.options import compile_step, quantize_for_decoding
 from seqxduce.device import autocast_context, resolve_device
 from seqxduce.members import member_checkpoints, member_dir
 from seqxduce.recipe import Recipe, split_override
@@ -111,7 +111,7 @@ def load_run(path: Path, overrides: Sequence[str] = (), ensemble: Sequence[Path]
     checkpoints (best, average or last, for each member and --ensemble run directory alike; or a file, alone), see
     rundir.locate; None: the average if any, else the newest. The model is then quantized and its step compiled as
     [decode] quantize / compile say (decode_options)."""
-    from seqxduce.ensemble import EnsembleModel, load_members
+    from seqxduce.decoding.ensemble import EnsembleModel, load_members
 
     run, chosen = rundir.locate(path, checkpoint)
     recipe = run.load_recipe(overrides)

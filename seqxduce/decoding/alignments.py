@@ -22,7 +22,7 @@ import torch
 
 from seqxduce.api import Model, Tokenizer, UserError
 from seqxduce.data import encode_source, pad_sources
-from seqxduce.decoding import LoadedRun, Output
+from seqxduce.decoding.decode import LoadedRun, Output
 
 
 def word_of_pieces(tokenizer: Tokenizer, ids: Sequence[int]) -> list[int | None]:
@@ -91,7 +91,7 @@ def cross_attention(model: Model, src: torch.Tensor, tgt_in: torch.Tensor, layer
     """The encoder-decoder attention (B, T, S) of one layer averaged over its first `heads` heads (0 = all), from a
     teacher-forced pass; an ensemble's members averaged. `what` names the model in the error of one that does
     not expose its weights."""
-    from seqxduce.ensemble import EnsembleModel
+    from seqxduce.decoding.ensemble import EnsembleModel
 
     if isinstance(model, EnsembleModel):
         maps = [cross_attention(m, src, tgt_in, layer, heads, what) for m in model.members]

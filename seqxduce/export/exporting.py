@@ -138,11 +138,11 @@ def _tokens(tokenizer, side: str) -> tuple[str, ...]:
 
 
 def _version() -> str:
+    # the installed distribution's metadata, not `seqxduce.__version__`: the package face would import the whole
+    # public API (engine, api, ...) under export
     from importlib.metadata import PackageNotFoundError, version
 
     try:
         return version("seqxduce")
-    except PackageNotFoundError:  # run from a source tree without installing
-        from seqxduce import __version__
-
-        return __version__
+    except PackageNotFoundError:  # run from a source tree without installing: say so rather than guess
+        return "unknown (not installed)"

@@ -11,21 +11,24 @@ from pathlib import Path
 import torch
 
 from seqxduce import checkpoint as ckpt
-from seqxduce import components, distributed
+from seqxduce import components
 from seqxduce.api import Example, Settings, Task, UserError
 from seqxduce.components import Tokenizers
-from seqxduce.console import MetricsLog, console
+from seqxduce.console import console
 from seqxduce.data import Pair, encode_pairs
 from seqxduce.device import resolve_device
-from seqxduce.epochs import StepPlan
-from seqxduce.optim import build_optimizer, build_scaler, restore_optimizer
 from seqxduce.recipe import Recipe
 from seqxduce.rundir import RunDir, locate
-from seqxduce.sampled_epochs import EpochEncoder
-from seqxduce.tensorboard_log import TENSORBOARD_DIR, summary_writer_class
-from seqxduce.token_cache import encode_pairs_cached
-from seqxduce.train_state import TrainState, restore
-from seqxduce.validation import Validator
+from seqxduce.training import distributed
+from seqxduce.training.early_stopping import EarlyStopping
+from seqxduce.training.metrics_log import MetricsLog
+from seqxduce.training.optim import build_optimizer, build_scaler, restore_optimizer
+from seqxduce.training.sampled_epochs import EpochEncoder
+from seqxduce.training.state import TrainState, restore
+from seqxduce.training.step_plan import StepPlan
+from seqxduce.training.tensorboard_log import TENSORBOARD_DIR, summary_writer_class
+from seqxduce.training.token_cache import encode_pairs_cached
+from seqxduce.training.validation import Validator
 
 
 @dataclass
@@ -51,6 +54,17 @@ class TrainingRun:
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # tells this run's checkpoints from another's
     resumed: bool = False
     log: MetricsLog = field(default_factory=lambda: MetricsLog(None))
+    early_stopping: EarlyStopping | None = None  # None: built from [train] patience and the run directory
+
+    def __post_init__(self) -> None:
+        if self.early_stopping is None:
+            best_file = self.rundir.best_file if self.rundir is not None else None
+            self.early_stopping = EarlyStopping(self.recipe.train.patience, best_file, self.run_id)
+
+    @property
+    def is_main(self) -> bool:
+        """Whether this process is rank 0, which logs, validates and writes the run's files."""
+        return self.world.rank == 0
 
 
 def compile_enabled(setting: str, device: torch.device) -> bool:

@@ -10,17 +10,10 @@ import torch
 from seqxduce import components
 from seqxduce.api import Example, Task
 from seqxduce.components import Tokenizers
-from seqxduce.data import Pair, collate, token_batches
+from seqxduce.data import Pair, collate_indices, token_batches
 from seqxduce.device import autocast_context
-from seqxduce.loss import label_smoothed_nll
 from seqxduce.recipe import Recipe
-
-
-def improves(value: float, best: float | None, higher_is_better: bool) -> bool:
-    """Whether a validation value beats the best so far (any value beats none; NaN never does)."""
-    if best is None:
-        return value == value
-    return value > best if higher_is_better else value < best
+from seqxduce.training.loss import label_smoothed_nll
 
 
 class Validator:
@@ -58,8 +51,7 @@ class Validator:
         vocab = self.tokenizers.vocab()
         loss_sum = nll_sum = tokens = 0.0
         for indices in token_batches(self.pairs, self.settings.max_tokens, 0, 0, shuffle=False):
-            batch = collate([self.pairs[j] for j in indices], vocab.pad_id, vocab.bos_id, vocab.eos_id)
-            batch = batch.to(self.device)
+            batch = collate_indices(self.pairs, indices, vocab).to(self.device)
             with autocast_context(self.device, self.settings.precision):
                 out = model(batch.src, batch.tgt_in)
             loss, nll = label_smoothed_nll(out.logits, batch.tgt_out, self.settings.label_smoothing, vocab.pad_id)
@@ -68,9 +60,9 @@ class Validator:
         return {"loss": loss_sum / max(tokens, 1), "nll": nll, "ppl": math.exp(min(nll, 100.0))}
 
     def _metric(self, model: torch.nn.Module) -> dict[str, float | str]:
-        from seqxduce.decoding import decode_sources, score_outputs
-        from seqxduce.search import GreedyDecoder
-        from seqxduce.search_settings import SearchSettings
+        from seqxduce.decoding.decode import decode_sources, score_outputs
+        from seqxduce.decoding.search import GreedyDecoder
+        from seqxduce.decoding.search_settings import SearchSettings
 
         sample = self.examples[: self.settings.valid_decode_examples]
         if not sample:

@@ -2,12 +2,12 @@
 Marian's scorer do: the model's log-probability of each target given its source, for filtering and reranking.
 
 One teacher-forced forward per batch: the target is fed as bos + its tokens, and every position's log-probability
-of the next token is read off, its eos included, as a decoder counts a hypothesis (seqxduce.search: a finished
+of the next token is read off, its eos included, as a decoder counts a hypothesis (seqxduce.decoding.search: a finished
 hypothesis's log-prob sums its tokens' and its eos'). The model is the run's as `decode` loads it
-(seqxduce.decoding.load_run): its checkpoint, a multi-member run's ensemble (probabilities averaged), quantized as
-[decode] says. So the score of an output that decode reported is the log-prob decode reported for it, up to float
-rounding (a full forward against incremental steps; more of it under bf16 or fp16 autocast), and so is its
-normalized score (see PairScore). Two outputs of a search differ by construction: one that ended without eos (a
+(seqxduce.decoding.decode.load_run): its checkpoint, a multi-member run's ensemble (probabilities averaged),
+quantized as [decode] says. So the score of an output that decode reported is the log-prob decode reported for
+it, up to float rounding (a full forward against incremental steps; more of it under bf16 or fp16 autocast), and so
+is its normalized score (see PairScore). Two outputs of a search differ by construction: one that ended without eos (a
 source whose every live hypothesis became impossible: the search keeps its best, eos not counted), and one whose
 eos a constraint forbade at the length limit (the search lets it out at log-prob 0); scoring counts the eos the
 model gives.
@@ -22,10 +22,10 @@ import torch
 
 from seqxduce.api import Model, Tokenizer, UserError
 from seqxduce.data import encode_source, pad_sources
-from seqxduce.decoding import LoadedRun, length_batches
+from seqxduce.decoding.decode import LoadedRun, length_batches
+from seqxduce.decoding.search import length_penalty
+from seqxduce.decoding.search_settings import BeamSettings
 from seqxduce.device import autocast_context
-from seqxduce.search import length_penalty
-from seqxduce.search_settings import BeamSettings
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ def score_ids(model: Model, tokenizer: Tokenizer, sources: Sequence[list[int]], 
             tgt_out = pad_sources([targets[i] + [eos] for i in chunk], pad).to(device)  # (B, T): what each chose
             with torch.no_grad(), autocast_context(device, precision):
                 logits = model(src, tgt_in).logits  # (B, T, V)
-            # float32 as the searches read a step's log-probs (seqxduce.search._next_logprobs)
+            # float32 as the searches read a step's log-probs (seqxduce.decoding.search._next_logprobs)
             logprobs = logits.float().log_softmax(dim=-1).gather(2, tgt_out.unsqueeze(2)).squeeze(2)  # (B, T)
             for i, values in zip(chunk, logprobs.tolist()):
                 results[i] = values[: len(targets[i]) + 1]  # the padding's positions left out
@@ -92,7 +92,7 @@ def score_pairs(run: LoadedRun, sources: Sequence[str], targets: Sequence[str]) 
 
 def scores_of(positional: Sequence[Sequence[float]], alpha: float) -> list[PairScore]:
     """PairScores of per-position log-probabilities, normalized as beam search normalizes a finished hypothesis:
-    divided by ((5 + length) / 6) ** alpha, its length counting the eos (seqxduce.search.beam_search)."""
+    divided by ((5 + length) / 6) ** alpha, its length counting the eos (seqxduce.decoding.search.beam_search)."""
     out = []
     for values in positional:
         total = float(sum(values))

@@ -1,0 +1,398 @@
+"""The searches decoder plugins build on: greedy and beam search over Model.encode/step, and the two decoders
+that run them with their settings as they are (the `greedy` and `beam` decoder plugins register these).
+
+Beam search keeps `beam` live hypotheses per source in one (B*beam)-row batch, moves hypotheses that
+end in eos to an n-best finished list scored with the GNMT length penalty, drops a source from the batch once
+no live hypothesis can still beat its n-best (or, with early_stop, once it has `beam` finished ones), and never
+recomputes a prefix (the model's cache is reordered).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from seqxduce.api import Decoder, DecodeRequest, Hypothesis, Model, StepConstraint
+from seqxduce.decoding.search_settings import BeamSettings, SearchSettings
+
+
+def length_penalty(length: int, alpha: float) -> float:
+    """GNMT's length penalty lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al. 2016, eq. 14)."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def max_lengths(request: DecodeRequest, a: float, b: int) -> torch.Tensor:
+    """Maximum output length per source: a * source length + b, counted in tokens (without eos).
+
+    The source length leaves out the eos that encoding appends, so that max_len_a = 1, max_len_b = 50 is the
+    paper's "input length + 50"."""
+    src_len = ((request.src != request.pad_id) & (request.src != request.eos_id)).sum(dim=1)
+    return (src_len.float() * a + b).floor().long().clamp(min=1)
+
+
+def shortest_limit(request: DecodeRequest, a: float, b: int) -> int:
+    """A lower bound of every max_lengths(request, a, b), from what the host knows without asking the device.
+
+    With a >= 0 a limit is at least b (float32 rounding is monotonic, so a * length + b never floors below b);
+    with a < 0 it is at least a * (padded width) + b, less one for max_lengths' float32 rounding."""
+    lowest = math.floor(b) if a >= 0 else math.floor(request.src.size(1) * a + b) - 1
+    return max(1, lowest)
+
+
+def _forbid_specials(logprobs: torch.Tensor, request: DecodeRequest) -> None:
+    logprobs[:, request.pad_id] = float("-inf")
+    if request.bos_id != request.eos_id:
+        logprobs[:, request.bos_id] = float("-inf")
+
+
+def _force_length(logprobs: torch.Tensor, step: int, limits: torch.Tensor, eos: int, min_len: int,
+                  shortest: int) -> None:
+    """Only eos where a row reached its maximum length; never eos before min_len.
+
+    `shortest` is a lower bound of the rows' limits (shortest_limit): before it no row is at its limit and the
+    (N, V) mask, a pass over the whole log-probs, is skipped; from it on every row is masked, at its limit or
+    not, so that the host never asks the device whether any row is there."""
+    if step < min_len:
+        logprobs[:, eos] = float("-inf")
+    if step < shortest:
+        return
+    at_limit = limits <= step  # (N,)
+    eos_scores = logprobs[:, eos].clone()
+    # a row at its limit always has a way out, even if a constraint forbade eos
+    way_out = torch.where(torch.isinf(eos_scores), torch.zeros_like(eos_scores), eos_scores)
+    logprobs.masked_fill_(at_limit.unsqueeze(1), float("-inf"))
+    logprobs[:, eos] = torch.where(at_limit, way_out, eos_scores)
+
+
+def _next_logprobs(model: Model, last: torch.Tensor, memory, cache, request: DecodeRequest,
+                   constraint: StepConstraint | None, step: int, limits: torch.Tensor, min_len: int,
+                   shortest: int):
+    """One decoder step: float32 log-probs (N, V) with the constraint, specials and length limits applied
+    (`shortest`: see _force_length)."""
+    logprobs, cache = model.step(last, memory, cache)
+    logprobs = logprobs.float()
+    if constraint is not None:
+        logprobs = constraint.mask(logprobs)
+    _forbid_specials(logprobs, request)
+    _force_length(logprobs, step, limits, request.eos_id, min_len, shortest)
+    return logprobs, cache
+
+
+@torch.no_grad()
+def greedy_search(model: Model, request: DecodeRequest, settings: SearchSettings | None = None,
+                  constraint: StepConstraint | None = None,
+                  choose: Callable[[torch.Tensor], torch.Tensor] | None = None) -> list[list[Hypothesis]]:
+    """Pick the most probable token at each step until eos or the length limit.
+
+    choose, if given, picks the token instead: log-probs (N, V) -> token ids (N,) (sampling decoders pass one);
+    a hypothesis's score is still the model's log-probability of the tokens chosen."""
+    settings = settings or SearchSettings()
+    min_len = settings.min_len
+    batch = request.src.size(0)
+    device = request.src.device
+    limits = max_lengths(request, settings.max_len_a, settings.max_len_b)
+    shortest = shortest_limit(request, settings.max_len_a, settings.max_len_b)
+    memory = model.encode(request.src)
+    cache = model.init_cache(memory)
+    rows = torch.arange(batch, device=device)
+    if constraint is not None:
+        constraint.start(request, rows)
+    last = torch.full((batch,), request.bos_id, dtype=torch.long, device=device)
+    done = torch.zeros(batch, dtype=torch.bool, device=device)
+    chosen, scores, alive = [], [], []  # per step: (B,) token, its log-prob, whether the row was still going
+    step = 0
+    while not bool(done.all()):
+        logprobs, cache = _next_logprobs(model, last, memory, cache, request, constraint, step, limits, min_len,
+                                         shortest)
+        if choose is None:
+            best, choice = logprobs.max(dim=-1)
+        else:
+            choice = choose(logprobs)
+            best = logprobs.gather(1, choice.unsqueeze(1)).squeeze(1)
+        chosen.append(choice)
+        scores.append(best)
+        alive.append(~done)
+        done = done | (choice == request.eos_id)
+        if constraint is not None:
+            constraint.advance(rows, choice)
+        last = torch.where(done, torch.full_like(choice, request.eos_id), choice)
+        step += 1
+    tokens = torch.stack(chosen, dim=1).tolist()  # (B, steps)
+    logps = torch.stack(scores, dim=1).tolist()
+    live = torch.stack(alive, dim=1).sum(dim=1).tolist()  # steps each row took, eos included
+    out = []
+    for t, lp, n in zip(tokens, logps, live):
+        kept = [tok for tok in t[:n] if tok != request.eos_id]
+        out.append([Hypothesis(tokens=kept, score=sum(lp[:n]), logprob=sum(lp[:n]), positional_logprobs=lp[:n])])
+    return out
+
+
+@torch.no_grad()
+def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | None = None,
+                constraint: StepConstraint | None = None) -> list[list[Hypothesis]]:
+    """Batched beam search with GNMT length penalty; returns the nbest finished hypotheses per source, best first.
+
+    A source leaves the search once no live hypothesis can still finish with a higher normalized score than
+    the worst of its `nbest` best finished ones (see `_live_bound`). `early_stop` is fairseq's heuristic
+    instead: a source leaves as soon as it has `beam` finished hypotheses, which can miss better, longer ones.
+
+    Each step reads one number back from the device, how many sources are done, to shrink the batch; the
+    finished lists and the prefixes (as back-pointers, `_History`) stay on the device until the search ends.
+    """
+    settings = settings or BeamSettings()
+    beam, alpha, min_len, early_stop = settings.beam, settings.alpha, settings.min_len, settings.early_stop
+    nbest = min(settings.nbest, beam)
+    batch = request.src.size(0)
+    device = request.src.device
+    if batch == 0:
+        return []
+    src_limits = max_lengths(request, settings.max_len_a, settings.max_len_b)  # (alive sources,)
+    shortest = shortest_limit(request, settings.max_len_a, settings.max_len_b)
+    penalties = _penalty_table(request, settings.max_len_a, settings.max_len_b, alpha)
+    memory = model.encode(request.src)
+    # row r of the search batch belongs to source alive[r // beam]
+    alive = torch.arange(batch, device=device)
+    expand = alive.repeat_interleave(beam)
+    memory, _ = model.reorder(memory, None, expand)
+    cache = model.init_cache(memory)
+    if constraint is not None:
+        constraint.start(request, expand)
+    last = torch.full((batch * beam,), request.bos_id, dtype=torch.long, device=device)
+    history = _History()
+    # only the first beam of each source is live at step 0, so the others never duplicate it
+    scores = torch.full((batch, beam), float("-inf"), device=device)
+    scores[:, 0] = 0.0
+    finished = _Finished(batch, beam if early_stop else nbest, device)
+    results = _Finished(batch, finished.size, device)  # the lists of the sources that left, by source index
+
+    step = 0
+    n_alive = batch
+    while n_alive > 0:
+        row_limits = src_limits.unsqueeze(1).expand(n_alive, beam).reshape(-1)
+        logprobs, cache = _next_logprobs(model, last, memory, cache, request, constraint, step, row_limits, min_len,
+                                         shortest)
+        vocab = logprobs.size(-1)
+        # 2*beam candidates always hold at least beam that do not end in eos (one eos per row at most). No
+        # row gives more than 2*beam of a source's best 2*beam, so each row's best 2*beam tokens are taken
+        # first and the source's best among those beam * 2*beam: the same candidates as a top-k over all
+        # beam * vocab sums, without adding the scores to every (row, token)
+        width = min(2 * beam, vocab)
+        row_scores, row_tokens = logprobs.topk(width, dim=1)  # (N, width)
+        candidates = (scores.view(-1, 1) + row_scores).view(n_alive, beam * width)
+        top_scores, top_index = candidates.topk(min(2 * beam, beam * vocab), dim=1)
+        top_beam = torch.div(top_index, width, rounding_mode="floor")
+        top_token = row_tokens.view(n_alive, beam * width).gather(1, top_index)
+        is_eos = top_token == request.eos_id
+        finite = torch.isfinite(top_scores)
+
+        # eos candidates ranked within the first `beam` of their source are offered to its n-best list
+        from_rows = torch.arange(n_alive, device=device).unsqueeze(1) * beam + top_beam[:, :beam]  # (n_alive, beam)
+        finished.offer(step, from_rows, top_scores[:, :beam], logprobs[:, request.eos_id][from_rows],
+                       (is_eos & finite)[:, :beam], penalties[step + 1:step + 2], request.eos_id)
+
+        # the first `beam` live (non-eos) candidates continue
+        live_rank = torch.where(is_eos, torch.full_like(top_scores, float("inf")),
+                                torch.arange(top_scores.size(1), device=device).float().expand_as(top_scores))
+        keep = live_rank.argsort(dim=1)[:, :beam]
+        new_scores = top_scores.gather(1, keep)
+        new_beam = top_beam.gather(1, keep)
+        new_token = top_token.gather(1, keep).view(-1)
+        origin = (torch.arange(n_alive, device=device).unsqueeze(1) * beam + new_beam).view(-1)
+        new_logprob = logprobs[origin, new_token]
+
+        if early_stop:
+            full = finished.full()
+        else:
+            full = _live_bound(new_scores.max(dim=1).values, step + 1, src_limits, alpha) <= finished.worst()
+        source_done = full | ~torch.isfinite(new_scores).any(dim=1)
+        scores = new_scores
+        n_done = int(source_done.sum())  # the step's one host read
+        if n_done > 0:
+            finished.finish_dead_ends(source_done, step, scores, origin, new_token, new_logprob,
+                                      penalties[step + 2:step + 3])
+            # the sources still going first, in their order, then those done
+            order = torch.argsort(source_done.to(torch.uint8), stable=True)
+            kept, gone = order[: n_alive - n_done], order[n_alive - n_done:]
+            results.store(alive[gone], finished, gone)
+            finished.keep(kept)
+            rows = (kept.unsqueeze(1) * beam + torch.arange(beam, device=device)).view(-1)
+            alive, scores, src_limits = alive[kept], scores[kept], src_limits[kept]
+            origin, new_token, new_logprob = origin[rows], new_token[rows], new_logprob[rows]
+            n_alive -= n_done
+        if n_alive > 0:
+            history.append(origin, new_token, new_logprob)
+            if constraint is not None:
+                constraint.advance(origin, new_token)
+            memory, cache = model.reorder(memory, cache, origin)
+            last = new_token
+        step += 1
+
+    return results.hypotheses(history, nbest)
+
+
+class GreedyDecoder(Decoder):
+    """The `greedy` decoder plugin, and validation's fast search: greedy search with its settings."""
+
+    def __init__(self, settings: SearchSettings | None = None):
+        self.settings = settings or SearchSettings()
+
+    def decode(self, model: Model, request: DecodeRequest) -> list[list[Hypothesis]]:
+        return greedy_search(model, request, self.settings)
+
+
+class BeamDecoder(Decoder):
+    """The `beam` decoder plugin: beam search with its settings."""
+
+    def __init__(self, settings: BeamSettings | None = None):
+        self.settings = settings or BeamSettings()
+
+    def decode(self, model: Model, request: DecodeRequest) -> list[list[Hypothesis]]:
+        return beam_search(model, request, self.settings)
+
+
+def _live_bound(best_live: torch.Tensor, length: int, limits: torch.Tensor, alpha: float) -> torch.Tensor:
+    """The highest normalized score any continuation of a live hypothesis can still finish with.
+
+    A live log-prob only falls, so it is at most best_live (<= 0) when it ends; dividing it by the length
+    penalty of the final length (eos included) is largest at the longest length for alpha > 0 and at the next
+    step for alpha < 0; alpha = 0 leaves the log-prob as it is.
+    """
+    if alpha == 0:
+        return best_live
+    shortest = length_penalty(length + 1, alpha)
+    longest = ((5.0 + limits.float() + 1.0) / 6.0) ** alpha  # the row's length limit plus its eos
+    return torch.maximum(best_live / shortest, best_live / longest)
+
+
+def _penalty_table(request: DecodeRequest, a: float, b: int, alpha: float) -> torch.Tensor:
+    """length_penalty(n, alpha) for every length n a hypothesis can reach, as float64 on the device.
+
+    Computed in Python as the search always did, so that a score is the same double as before. Sized from the
+    padded source width, the longest source length the host knows without asking the device for the limits."""
+    # max_lengths rounds in float32, which may floor one higher than this double does
+    longest = max(1, math.floor(max(request.src.size(1) * a, 0.0) + b)) + 1
+    # a row ends at its limit at the latest, its eos making the length limit + 1; a dead end there, one more
+    values = [length_penalty(n, alpha) for n in range(longest + 3)]
+    return torch.tensor(values, dtype=torch.float64, device=request.src.device)
+
+
+class _History:
+    """The search's prefixes as back-pointers: per step, the row each new row continues, its token and log-prob.
+
+    Copying every prefix at every step would cost (N, length); a finished hypothesis instead names the step and
+    row it ended at, and its tokens are followed back through these once, when the search ends."""
+
+    def __init__(self) -> None:
+        self.origin: list[torch.Tensor] = []  # per step t: (N_t+1,) rows of step t
+        self.token: list[torch.Tensor] = []
+        self.logprob: list[torch.Tensor] = []
+
+    def append(self, origin: torch.Tensor, token: torch.Tensor, logprob: torch.Tensor) -> None:
+        self.origin.append(origin)
+        self.token.append(token)
+        self.logprob.append(logprob)
+
+    def trace(self, step: torch.Tensor, row: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tokens and log-probs (M, steps + 1) of the prefixes of rows `row` (M,) at steps `step` (M,): columns
+        before each step hold its prefix, the rest is left for the caller."""
+        steps = len(self.origin)
+        tokens = torch.zeros((row.numel(), steps + 1), dtype=torch.long, device=row.device)
+        logprobs = torch.zeros((row.numel(), steps + 1), dtype=torch.float, device=row.device)
+        at = row.clone()
+        for t in reversed(range(steps)):
+            active = step > t  # the hypotheses whose prefix reaches back to this step
+            index = torch.where(active, at, torch.zeros_like(at))  # rows of step t + 1
+            tokens[:, t] = self.token[t][index]
+            logprobs[:, t] = self.logprob[t][index]
+            at = torch.where(active, self.origin[t][index], at)
+        return tokens, logprobs
+
+
+class _Finished:
+    """The `size` best finished hypotheses of each of `n` sources, as tensors, best first (slots past `count`
+    unused); a hypothesis is the step and row it ended at (see _History), its last token and that token's
+    log-prob, how many tokens it has (eos is not one), its log-prob and its score."""
+
+    def __init__(self, n: int, size: int, device: torch.device):
+        self.size = size
+        self.score = torch.full((n, size), float("-inf"), dtype=torch.float64, device=device)
+        self.count = torch.zeros(n, dtype=torch.long, device=device)
+        self.where = torch.zeros((n, size, 4), dtype=torch.long, device=device)  # step, row, last token, length
+        self.logprob = torch.zeros((n, size, 2), device=device)  # total, the last token's
+
+    def full(self) -> torch.Tensor:
+        return self.count >= self.size
+
+    def worst(self) -> torch.Tensor:
+        """(n,) float32: the score a new hypothesis must beat to enter (-inf while there is room)."""
+        last = self.score[:, -1]
+        return torch.where(self.full(), last, torch.full_like(last, float("-inf"))).float()
+
+    def offer(self, step: int, rows: torch.Tensor, totals: torch.Tensor, eos_logprobs: torch.Tensor,
+              take: torch.Tensor, penalty: torch.Tensor, eos: int) -> None:
+        """Add the candidates `take` (n, k) that end rows `rows` with eos at `step`, scored totals / penalty.
+
+        One stable sort of the old list followed by the candidates in their order: a hypothesis goes after
+        those already listed with an equal score (the earlier step, or the better-ranked candidate, first), and
+        one that does not beat a full list's worst falls off its end. A float64 score divided by a (1,) tensor,
+        never a scalar, is the double the search computed in Python (CUDA multiplies by the reciprocal of a host
+        scalar)."""
+        none = torch.full_like(totals, float("-inf"), dtype=torch.float64)
+        score = torch.where(take, totals.double() / penalty, none)
+        where = torch.stack([torch.full_like(rows, step), rows, torch.full_like(rows, eos),
+                             torch.full_like(rows, step)], dim=-1)
+        self._merge(score, where, torch.stack([totals, eos_logprobs], dim=-1))
+        self.count = (self.count + take.sum(dim=1)).clamp(max=self.size)
+
+    def _merge(self, score: torch.Tensor, where: torch.Tensor, logprob: torch.Tensor) -> None:
+        scores = torch.cat([self.score, score], dim=1)
+        order = scores.sort(dim=1, descending=True, stable=True).indices[:, : self.size]
+        self.score = scores.gather(1, order)
+        self.where = torch.cat([self.where, where], dim=1).gather(1, order.unsqueeze(2).expand(-1, -1, 4))
+        self.logprob = torch.cat([self.logprob, logprob], dim=1).gather(1, order.unsqueeze(2).expand(-1, -1, 2))
+
+    def finish_dead_ends(self, done: torch.Tensor, step: int, scores: torch.Tensor, origin: torch.Tensor,
+                         token: torch.Tensor, logprob: torch.Tensor, penalty: torch.Tensor) -> None:
+        """A source that leaves the search without any finished hypothesis keeps its best live one: the new row
+        (origin, token) of the highest of its `scores` (n, beam) after `step`."""
+        dead = done & (self.count == 0)
+        beam = scores.size(1)
+        best = scores.argmax(dim=1)
+        row = torch.arange(scores.size(0), device=scores.device) * beam + best  # the new rows
+        total = scores.gather(1, best.unsqueeze(1)).squeeze(1)
+        score = total.double() / penalty
+        where = torch.stack([torch.full_like(best, step), origin[row], token[row], torch.full_like(best, step + 1)], 1)
+        self.score[:, 0] = torch.where(dead, score, self.score[:, 0])
+        self.where[:, 0] = torch.where(dead.unsqueeze(1), where, self.where[:, 0])
+        self.logprob[:, 0] = torch.where(dead.unsqueeze(1), torch.stack([total, logprob[row]], 1), self.logprob[:, 0])
+        self.count = torch.where(dead, torch.ones_like(self.count), self.count)
+
+    def keep(self, index: torch.Tensor) -> None:
+        self.score, self.count = self.score[index], self.count[index]
+        self.where, self.logprob = self.where[index], self.logprob[index]
+
+    def store(self, sources: torch.Tensor, other: _Finished, index: torch.Tensor) -> None:
+        """Copy the lists `index` of `other` to the lists `sources` of this one."""
+        self.score[sources], self.count[sources] = other.score[index], other.count[index]
+        self.where[sources], self.logprob[sources] = other.where[index], other.logprob[index]
+
+    def hypotheses(self, history: _History, nbest: int) -> list[list[Hypothesis]]:
+        """The first `nbest` of each list as Hypothesis objects, their tokens followed back through history."""
+        where = self.where.view(-1, 4)
+        step, row, last, length = where.unbind(1)
+        tokens, positional = history.trace(step, row)
+        tokens.scatter_(1, step.unsqueeze(1), last.unsqueeze(1))
+        positional.scatter_(1, step.unsqueeze(1), self.logprob.view(-1, 2)[:, 1:])
+        tokens, positional, steps, lengths = tokens.tolist(), positional.tolist(), step.tolist(), length.tolist()
+        scores, totals, counts = self.score.tolist(), self.logprob[..., 0].tolist(), self.count.tolist()
+        out = []
+        for source, count in enumerate(counts):
+            hyps = []
+            for slot in range(min(count, nbest)):
+                m = source * self.size + slot
+                hyps.append(Hypothesis(tokens=tokens[m][: lengths[m]], score=scores[source][slot],
+                                       logprob=totals[source][slot], positional_logprobs=positional[m][: steps[m] + 1]))
+            out.append(hyps)
+        return out
