@@ -1,6 +1,6 @@
 """Every GPU figure of the speed issue in one command, printed as one Markdown table.
 
-    python bench/gpu_suite.py                          # on a CUDA device: the whole grid (~15-20 min on an H100)
+    python bench/gpu_suite.py                          # on a CUDA device: the whole grid (not yet run on a GPU)
     python bench/gpu_suite.py --only train --sizes base --tokens 32768
     python bench/gpu_suite.py --tiny                   # tiny sizes on the CPU (automatic without CUDA): seconds
     python bench/gpu_suite.py --json figures.json      # every figure as JSON as well
