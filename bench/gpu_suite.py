@@ -1,6 +1,6 @@
 """Every GPU figure of the speed issue in one command, printed as one Markdown table.
 
-    python bench/gpu_suite.py                          # on a CUDA device: the whole grid (~15-20 min on an H100)
+    python bench/gpu_suite.py                          # on a CUDA device: the whole grid (not yet run on a GPU)
     python bench/gpu_suite.py --only train --sizes base --tokens 32768
     python bench/gpu_suite.py --tiny                   # tiny sizes on the CPU (automatic without CUDA): seconds
     python bench/gpu_suite.py --json figures.json      # every figure as JSON as well
@@ -10,13 +10,14 @@ A GPU is lent only now and then, so this measures and prepares nothing: run it f
 - train: Trainer.train_step of the Transformer at small / base / big, --tokens target tokens per batch
   (synthetic sentences of --length tokens, shared vocabulary of --vocab), bf16 autocast, [train] compile on and
   off. bench/train_speed.py does the timing: FLOPs of one real step counted by torch.utils.flop_counter.
-  FlopCounterMode, MFU = counted FLOPs per second / the peak measured once here (a large bf16 matmul, as
-  ../shared/tools/gpu_bench.py measures it); peak memory = torch.cuda.max_memory_allocated of the window.
+  FlopCounterMode, MFU = counted FLOPs per second / the peak measured once here (a large bf16 matmul); peak
+  memory = torch.cuda.max_memory_allocated of the window.
 - decode: base, greedy and beam 4 target tokens/s on --sources synthetic sources forced to 30 tokens
   (bench/decode_speed.py's protocol), native in fp32 and under bf16 autocast, and CTranslate2 float16 when
   ctranslate2 and transformers are installed (a random HF Marian model of the same shape converted by
-  CTranslate2's own converter: the engine's speed on the same architecture; `seqxduce export` is not used: it
-  does not exist yet); peak memory of the call.
+  CTranslate2's own converter: the engine's speed on the same architecture without a trained run, as
+  bench/decode_speed.py does; `seqxduce export` converts a trained run, and bench/export_parity.py compares its
+  outputs); peak memory of the call.
 - ut: the Universal Transformer at the paper's size (recipes/ut_copy.toml, ut_reverse.toml: d512, ACT up to 8
   depth steps) trained --ut-steps steps in bf16, compile off: target tokens/s, MFU, peak memory, and the
   training loss per target token over the first and the last 10 steps (it must fall).

@@ -28,11 +28,14 @@ from seqxduce.engine import (
     decode,
     decode_split,
     evaluate,
+    export_run,
     info,
     load_recipe,
     plot,
     prepare,
     recipe_cost,
+    score,
+    serve,
     train,
 )
 from seqxduce.hookspecs import hookimpl
@@ -44,5 +47,5 @@ __all__ = [
     "Report", "Settings", "StepConstraint", "Task", "Tokenizer", "TrainingStopped", "UserError", "VocabInfo",
     "setting", "hookimpl",
     "train", "decode", "decode_split", "evaluate", "average", "load_recipe", "prepare",
-    "info", "plot", "attention", "recipe_cost",
+    "info", "plot", "attention", "recipe_cost", "score", "export_run", "serve",
 ]

@@ -14,6 +14,7 @@ from seqxduce.recipe import Recipe, load_recipe
 if TYPE_CHECKING:  # pragma: no cover
     from seqxduce.decoding.decode import LoadedRun, Output
     from seqxduce.decoding.scoring import PairScore
+    from seqxduce.export.exporting import Exported
     from seqxduce.inspection.cost import TrainingCost
     from seqxduce.inspection.run_info import RunInfo
     from seqxduce.training.trainer import TrainResult
@@ -21,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["load_recipe", "load_run_recipe", "prepare", "train", "decode", "decode_split", "evaluate", "average",
            "info", "plot", "attention", "recipe_cost", "last_checkpoints",
            "format_outputs", "format_annotations", "checkpoint_for", "load_run", "read_lines", "check_writable",
-           "score", "score_files", "read_pairs", "format_scores", "alignments"]
+           "score", "score_files", "read_pairs", "format_scores", "alignments", "export_run", "serve"]
 
 
 def load_run_recipe(run_dir: Path, overrides: Sequence[str] = ()) -> Recipe:
@@ -68,10 +69,9 @@ def train(recipe: Recipe | str | Path, out: str | Path | None = None, resume: bo
         recipe = load_run_recipe(out, overrides) if resume_saved else load_recipe(recipe, overrides)
     if keep_optimizer and init_from is None:
         raise UserError("train: --keep-optimizer keeps the optimizer of --init-from's checkpoint; give --init-from")
+    if init_from is not None:
+        _check_one_model(Path(init_from), recipe.train.members, single)
     if recipe.train.members > 1 and not single:
-        if init_from is not None:
-            raise UserError(f"train: --init-from with [train] members = {recipe.train.members} is not supported; "
-                            "fine-tune each member into its own run")
         from seqxduce.training.supervisor import train_members
         from seqxduce.training.trainer import TrainResult
 
@@ -86,6 +86,23 @@ def train(recipe: Recipe | str | Path, out: str | Path | None = None, resume: bo
 
         write_run_readme(result.run_dir)
     return result
+
+
+def _check_one_model(init_from: Path, members: int, single: bool) -> None:
+    """--init-from fine-tunes one model from one model: refused in one line with [train] members = N > 1, or when it
+    names a run of several members (whose directory is member 1 alone: taking it would drop the others silently)."""
+    from seqxduce.members import member_dirs
+
+    if members > 1 and not single:
+        raise UserError(f"train: --init-from fine-tunes one model, but [train] members = {members}; add --set "
+                        "train.members=1 (to fine-tune an ensemble, fine-tune each member into its own run and "
+                        "decode one with --ensemble the others)")
+    found = member_dirs(init_from) if init_from.is_dir() else [init_from]
+    if len(found) > 1:
+        raise UserError(f"--init-from {init_from}: a run of {len(found)} members ([train] members = {len(found)}), "
+                        "and fine-tuning starts from one model; name one member: a checkpoint of member 1 "
+                        f"({init_from}/average.pt, best.pt or checkpoints/step_*.pt) or member K's run directory "
+                        f"({init_from}/members/K)")
 
 
 def load_run(run: str | Path, overrides: Sequence[str] = (), ensemble: Sequence[Path] = (),
@@ -127,6 +144,40 @@ def score(run: str | Path | LoadedRun, sources: Sequence[str], targets: Sequence
     from seqxduce.decoding.scoring import score_pairs
 
     return score_pairs(_loaded(run, overrides, ensemble, checkpoint), sources, targets)
+
+
+def export_run(run: str | Path, output: str | Path, engine: str = "ctranslate2", quantization: str = "none",
+               member: int | None = None, overwrite: bool = False) -> Exported:
+    """Export the checkpoint decode() uses for a run (of a multi-member run, member K's) for an inference engine
+    into folder `output`, as `seqxduce export` does (needs the [ctranslate2] extra); seqxduce.export is the
+    subpackage's name, hence export_run."""
+    from seqxduce.export.exporting import export_run as _export_run
+
+    return _export_run(run, output, engine, quantization, member, overwrite)
+
+
+def serve(run: str | Path, host: str = "127.0.0.1", port: int = 8000, overrides: Sequence[str] = (),
+          ensemble: Sequence[str | Path] = (), checkpoint: str | None = None, **limits: int | float | str) -> None:
+    """Serve a run over HTTP until SIGTERM or Ctrl-C, as `seqxduce serve` does (needs the [serve] extra); limits
+    are the command's other options by their Python names (max_batch_tokens=..., max_wait_ms=..., log_level=...),
+    checked as the command checks them."""
+    import click
+
+    from seqxduce.serving.command import serve as command
+
+    args = [str(run), "--host", host, "--port", str(port)]
+    args += [a for o in overrides for a in ("--set", o)] + [a for e in ensemble for a in ("--ensemble", str(e))]
+    args += ["--checkpoint", checkpoint] if checkpoint is not None else []
+    known = {option for param in command.params for option in param.opts}
+    for name, value in limits.items():
+        option = "--" + name.replace("_", "-")
+        if option not in known:
+            raise UserError(f"serve: no option {name}; the options are those of `seqxduce serve --help`")
+        args += [option, str(value)]
+    try:  # the command's own parsing: the same defaults and range checks as on the command line
+        command.main(args, prog_name="seqxduce serve", standalone_mode=False)
+    except click.ClickException as error:
+        raise UserError(f"serve: {error.format_message()}") from None
 
 
 def score_files(run: str | Path | LoadedRun, source_file: str | Path, target_file: str | Path,

@@ -1,4 +1,5 @@
-"""Every `seqxduce` command shown in README.md and CONTRIBUTING.md runs, so the documents cannot drift from the CLI.
+"""Every `seqxduce` command shown in README.md, CONTRIBUTING.md and docs/coming-from.md runs, so the documents
+cannot drift from the CLI.
 
 The fenced ```bash blocks of each document are read in order and their `seqxduce ...` commands (and `python -c`,
 and `echo TEXT | seqxduce ...`) run in one temporary folder per document, where `recipes/` is the checkout's.
@@ -27,7 +28,7 @@ from click.testing import CliRunner
 from seqxduce.recipe import load_recipe
 
 REPOSITORY = Path(__file__).resolve().parent.parent
-DOCUMENTS = ("README.md", "CONTRIBUTING.md")
+DOCUMENTS = ("README.md", "CONTRIBUTING.md", "docs/coming-from.md")
 MARKER = re.compile(r"<!--\s*doc-test:\s*(?P<kind>skip|file|setup)\b\s*(?P<rest>.*?)\s*-->")
 MAX_SKIPS = 6  # a document that cannot run most of its commands has drifted from what a user can do
 

@@ -1,10 +1,16 @@
-"""Every command is also a function of the package (README "The command line"): the inspection ones included."""
+"""Every command is also a function of the package (README "The command line"): the inspection ones, score, export
+and serve included."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -18,7 +24,7 @@ RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 
 def test_the_package_offers_a_function_per_command_without_importing_torch():
     code = ("import sys, seqxduce; names = ['train', 'decode', 'decode_split', 'evaluate', 'average', 'prepare', "
-            "'load_recipe', 'info', 'plot', 'attention', 'recipe_cost']; "
+            "'load_recipe', 'info', 'plot', 'attention', 'recipe_cost', 'score', 'export_run', 'serve']; "
             "assert all(callable(getattr(seqxduce, n)) for n in names); assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -42,3 +48,57 @@ def test_plot_and_attention_write_their_pictures(tiny_run, tmp_path):
     curves = seqxduce.plot([tiny_run], tmp_path / "curves.png")
     picture = seqxduce.attention(tiny_run, "a b c", tmp_path / "attention.png", kinds=("cross",))
     assert curves.stat().st_size > 0 and picture.stat().st_size > 0
+
+
+def test_score_gives_what_the_score_command_prints(tiny_run, tmp_path):
+    sources, targets = ["1 2 3", "4 5"], ["3 2 1", "5 4"]
+    (tmp_path / "src").write_text("".join(f"{s}\n" for s in sources), encoding="utf-8")
+    (tmp_path / "tgt").write_text("".join(f"{t}\n" for t in targets), encoding="utf-8")
+    result = CliRunner().invoke(cli, ["score", str(tiny_run), "--source", str(tmp_path / "src"), "--target",
+                                      str(tmp_path / "tgt"), "--normalize"])
+    assert result.exit_code == 0, result.output
+    scores = seqxduce.score(tiny_run, sources, targets)
+    assert seqxduce.engine.format_scores(scores, normalize=True) == result.stdout.splitlines()
+
+
+def test_export_run_writes_what_the_export_command_writes(tiny_run, tmp_path):
+    pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install -e '.[ctranslate2]')")
+    from seqxduce.engine import checkpoint_for
+
+    done = seqxduce.export_run(tiny_run, tmp_path / "ct2")
+    assert (tmp_path / "ct2" / "model.bin").is_file()
+    assert done.metadata["checkpoint"] == str(checkpoint_for(tiny_run).resolve())
+
+
+def test_serve_refuses_an_option_the_command_lacks_or_a_value_out_of_its_range(tiny_run):
+    with pytest.raises(seqxduce.UserError, match="no option max_batch"):
+        seqxduce.serve(tiny_run, max_batch=3)
+    with pytest.raises(seqxduce.UserError, match="max-inputs"):
+        seqxduce.serve(tiny_run, max_inputs=0)
+
+
+def test_serve_serves_with_the_options_given_until_sigterm(tiny_run):
+    pytest.importorskip("starlette", reason="the serve extra is not installed (pip install -e '.[serve]')")
+    pytest.importorskip("uvicorn", reason="the serve extra is not installed (pip install -e '.[serve]')")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    code = f"import seqxduce; seqxduce.serve({str(tiny_run)!r}, port={port}, max_inputs=3, log_level='warning')"
+    server = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120  # a loaded machine imports torch slowly
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/info", timeout=5) as answer:
+                    info = json.loads(answer.read())
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, server.stdout.read().decode()
+                time.sleep(0.2)
+        assert info["serve"]["limits"]["max_inputs"] == 3
+        os.kill(server.pid, signal.SIGTERM)
+        assert server.wait(timeout=60) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()

@@ -205,3 +205,33 @@ def test_validation_decodes_in_the_batches_decode_would_use(tmp_path, monkeypatc
     engine.train(RECIPE, tmp_path / "run", overrides=["train.max_steps=2", "train.validate_every=2",
                                                        "train.valid_decode_examples=3", "decode.batch_tokens=40"])
     assert seen and all(given == (40,) or given == 40 for given in seen), seen
+
+
+def test_init_from_refuses_a_run_of_several_members_and_a_recipe_of_several(tiny_run, tmp_path, cli):
+    """Fine-tuning starts one model from one: a multi-member run's directory is member 1 alone, so naming it would
+    silently drop the others; a recipe with members = N would train N models from one."""
+    import shutil
+
+    whole = tmp_path / "ensemble"
+    shutil.copytree(tiny_run, whole)
+    (whole / "members" / "2").mkdir(parents=True)
+    (whole / "members" / "members.toml").write_text("", encoding="utf-8")
+    refused = invoke(cli, "train", RECIPE, "--out", tmp_path / "tuned", "--init-from", whole)
+    assert refused.exit_code != 0 and "a run of 2 members" in refused.output, refused.output
+    assert "Traceback" not in refused.output and not (tmp_path / "tuned").exists()
+    members = invoke(cli, "train", RECIPE, "--out", tmp_path / "tuned", "--init-from", tiny_run,
+                     "--set", "train.members=2")
+    assert members.exit_code != 0 and "add --set train.members=1" in members.output, members.output
+    one = invoke(cli, "train", RECIPE, "--out", tmp_path / "tuned", "--init-from", whole / "average.pt",
+                 *settings("train.max_steps=0"))  # one member named: taken
+    assert one.exit_code == 0, one.output
+
+
+def test_the_end_of_a_run_names_the_checkpoints_it_really_averaged(tmp_path, cli):
+    """An early-stopped or short run has fewer checkpoints than average_last: the message counts the real ones."""
+    result = invoke(cli, "train", RECIPE, "--out", tmp_path / "run",
+                    *settings("train.max_steps=4", "train.checkpoint_every=2", "train.average_last=5"))
+    assert result.exit_code == 0, result.output
+    assert "averaged the last 2 checkpoints (steps 2, 4; average_last = 5, but the run has 2)" in result.output
+    averaged = torch.load(tmp_path / "run" / "average.pt", weights_only=True)
+    assert averaged["averaged_steps"] == [2, 4]

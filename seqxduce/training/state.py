@@ -108,11 +108,20 @@ def settle_average(rundir: RunDir, settings: TrainSettings) -> None:
     """At the end of a run: average its last checkpoints when asked; otherwise an average left from before a
     resume no longer stands for the run, and goes now that the final checkpoint (which replaces it) is written."""
     if settings.average_last > 1:
-        console.print(f"averaged the last {settings.average_last} checkpoints into "
-                      f"{rundir.write_average(settings.average_last)}")
+        console.print(averaged_message(rundir.step_checkpoints()[-settings.average_last:], settings.average_last,
+                                       rundir.write_average(settings.average_last)))
     elif rundir.average_file.exists():
         rundir.average_file.unlink()
         console.print(f"removed {rundir.average_file}: it averaged checkpoints the run has gone past")
+
+
+def averaged_message(paths: list[Path], asked: int, average: Path) -> str:
+    """What the end of a run says of its average: the checkpoints it really averaged (an early-stopped or short run
+    has fewer than average_last), by step."""
+    steps = ", ".join(str(int(p.stem.split("_")[-1])) for p in paths)
+    short = f"; average_last = {asked}, but the run has {len(paths)}" if len(paths) < asked else ""
+    what = "checkpoint (step" if len(paths) == 1 else f"{len(paths)} checkpoints (steps"
+    return f"averaged the last {what} {steps}{short}) into {average}"
 
 
 def finished_already(rundir: RunDir, settings: TrainSettings, step: int, is_main: bool) -> TrainResult:
