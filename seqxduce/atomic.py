@@ -42,6 +42,11 @@ def temporary_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
 
 
+def temporary_name_pattern(names: str) -> str:
+    """A regular expression of the staging names temporary_name gives the files whose names match `names`."""
+    return rf"\.(?:{names})\.[0-9a-f]+\.tmp"
+
+
 @contextlib.contextmanager
 def atomic_write(path: Path | str, mode: str = "wb", encoding: str | None = None) -> Iterator[IO]:
     """Yield a file to write path's new content into; path is replaced by it only when the block ends without

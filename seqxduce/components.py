@@ -83,7 +83,7 @@ class Components:
     model: Model
 
 
-def assemble(recipe: Recipe, tokenizers: Tokenizers, task: Task | None = None) -> Components:
+def build_components(recipe: Recipe, tokenizers: Tokenizers, task: Task | None = None) -> Components:
     """The recipe's task (unless given), and its model built for these tokenizers' vocabularies."""
     task = build_task(recipe) if task is None else task
     return Components(task, tokenizers, build_model(recipe, tokenizers.vocab()))

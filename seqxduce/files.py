@@ -30,10 +30,13 @@ def check_writable(path: Path | str, what: str) -> None:
             raise UserError(f"{what}: {path} cannot be written ({err.strerror or err})") from None
 
 
+WRITE_CHECK_PREFIX = ".write-check-"  # the probe check_folder_writable creates and removes
+
+
 def check_folder_writable(folder: Path | str, what: str) -> None:
     """A UserError naming `what` unless a new file can be created (and removed) in folder."""
     folder = Path(folder)
-    probe = folder / f".write-check-{secrets.token_hex(4)}"
+    probe = folder / f"{WRITE_CHECK_PREFIX}{secrets.token_hex(4)}"
     try:
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError as err:

@@ -8,9 +8,9 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from seqxduce.api import UserError
+from seqxduce.api import Settings, UserError
 from seqxduce.registry import Component, Registry, registry
 from seqxduce.settings import DecodeCore, ModelCore, TaskCore, TokenizerCore, TrainSettings
 from seqxduce.settings_check import make_settings, where
@@ -30,12 +30,16 @@ SECTIONS: dict[str, tuple[str | None, type]] = {
 }
 
 
-@dataclass
-class Section:
-    """One resolved recipe section: the core's keys, the plugin's keys and the component they name."""
+CoreKeys = TypeVar("CoreKeys", TaskCore, TokenizerCore, ModelCore, DecodeCore)
 
-    core: Any
-    settings: Any
+
+@dataclass
+class Section(Generic[CoreKeys]):
+    """One resolved recipe section: the core's keys (TaskCore for [task], ...), the plugin's keys (its own
+    settings class, or None for a plugin without settings) and the component they name."""
+
+    core: CoreKeys
+    settings: Settings | None
     component: Component | None
 
 
@@ -45,10 +49,10 @@ class Recipe:
 
     source: str
     base_dir: Path
-    task: Section
-    tokenizer: Section
-    model: Section
-    decode: Section
+    task: Section[TaskCore]
+    tokenizer: Section[TokenizerCore]
+    model: Section[ModelCore]
+    decode: Section[DecodeCore]
     train: TrainSettings
 
     def resolved(self) -> dict[str, dict[str, Any]]:

@@ -22,8 +22,8 @@ from typing import Any
 
 from seqxduce import components
 from seqxduce.api import Example, Task, UserError
-from seqxduce.atomic import atomic_write_text, replace_durably
-from seqxduce.files import check_folder_writable
+from seqxduce.atomic import atomic_write_text, replace_durably, temporary_name_pattern
+from seqxduce.files import WRITE_CHECK_PREFIX, check_folder_writable
 from seqxduce.recipe import Recipe, load_recipe
 
 RECIPE_FILE = "recipe.toml"
@@ -33,10 +33,15 @@ BEST_FILE = "best.pt"
 # what `decode --checkpoint` may name besides a file (RunDir.decode_checkpoint)
 CHECKPOINT_CHOICES = ("best", "average", "last")
 METRICS_FILE = "metrics.jsonl"
-STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
-# the temporary files of saves (seqxduce.atomic, tokenizer staging, write checks)
-ORPHAN = re.compile(r"^\.((step_\d+\.pt|average\.pt|recipe\.toml|metrics\.jsonl)\.\w+\.tmp|tokenizer-work-.*"
-                    r"|write-check-\w+)$")
+STEP_NAME = r"step_(\d+)\.pt"
+STEP_FILE = re.compile(rf"^{STEP_NAME}$")
+TOKENIZER_WORK_PREFIX = ".tokenizer-work-"  # tokenizer files staged before they move into the run
+# what a save cut off leaves behind, built from the names above so that a new file of the run is covered: the
+# staging names of atomic writes (seqxduce.atomic), tokenizer staging folders, write checks (seqxduce.files)
+_SAVED = "|".join([STEP_NAME.replace("(", "(?:"),
+                   *(re.escape(name) for name in (AVERAGE_FILE, BEST_FILE, RECIPE_FILE, METRICS_FILE))])
+ORPHAN = re.compile(rf"^(?:{temporary_name_pattern(_SAVED)}|{re.escape(TOKENIZER_WORK_PREFIX)}.*"
+                    rf"|{re.escape(WRITE_CHECK_PREFIX)}[0-9a-f]+)$")
 
 
 def step_checkpoints(directory: Path) -> list[Path]:
@@ -296,7 +301,7 @@ class RunDir:
         earlier tokenizer with the same prefix are removed first.
         """
         self.path.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix=".tokenizer-work-", dir=self.path) as work:
+        with tempfile.TemporaryDirectory(prefix=TOKENIZER_WORK_PREFIX, dir=self.path) as work:
             staging = Path(work) / "saved"
             staging.mkdir()
             tokenizers = components.train_tokenizers(recipe, examples, Path(work))
@@ -324,7 +329,7 @@ class RunDir:
         for prefix in set(tokenizer_prefixes(recipe.tokenizer.core.shared)):
             for old in self.path.glob(f"{prefix}*"):
                 old.unlink()
-        with tempfile.TemporaryDirectory(prefix=".tokenizer-work-", dir=self.path) as work:
+        with tempfile.TemporaryDirectory(prefix=TOKENIZER_WORK_PREFIX, dir=self.path) as work:
             for original in source_dir.tokenizer_files(recipe):
                 staged = Path(work) / original.name
                 shutil.copyfile(original, staged)
@@ -343,7 +348,7 @@ class RunDir:
 
     def components(self, recipe: Recipe, task: Task | None = None) -> components.Components:
         """The recipe's task, the tokenizers saved here and a fresh model for them (training and decoding alike)."""
-        return components.assemble(recipe, self.load_tokenizers(recipe), task)
+        return components.build_components(recipe, self.load_tokenizers(recipe), task)
 
 
 def locate(path: Path | str, choice: str | None = None) -> tuple[RunDir, Path]:

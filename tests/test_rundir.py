@@ -45,3 +45,19 @@ def test_opening_copes_with_a_temporary_file_that_another_process_removes_first(
     said = run.open()
     assert not left.exists() and not probe.exists()
     assert len(said) == 1 and ".step_00000010.pt.abc123.tmp" in said[0] and "write-check" not in said[0], said
+
+
+def test_opening_removes_what_every_kind_of_cut_off_save_leaves_and_keeps_the_runs_files(tmp_path):
+    """The orphan pattern is built from the run's file names: a crashed best.pt write is as much an orphan as a
+    crashed step checkpoint's (the hand-written pattern of before left .best.pt.*.tmp behind)."""
+    from seqxduce.atomic import temporary_name
+
+    run = RunDir(tmp_path / "run")
+    run.checkpoint_dir.mkdir(parents=True)
+    kept = [run.best_file, run.average_file, run.recipe_file, run.metrics_file, run.step_path(4)]
+    cut_off = [temporary_name(path) for path in kept]
+    for path in (*kept, *cut_off, run.path / ".tokenizer-work-abc", run.path / ".write-check-0123abcd"):
+        path.touch()
+    said = run.open()
+    assert said and "left by a save that was cut off" in said[0]
+    assert sorted(p.name for p in run.path.rglob("*") if p.is_file()) == sorted(p.name for p in kept)

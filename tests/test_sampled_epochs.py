@@ -134,5 +134,5 @@ def test_a_planned_step_collates_its_own_epochs_pairs(tmp_path, monkeypatch, epo
     step = next(p for p in run.plan.steps(run.state) if p.epoch == epoch)
     pairs, batches = run.plan.epoch_batches(epoch, None)
     assert step.pairs is pairs and step.batch_indices[0] == batches[0]
-    collated = Trainer(run)._prepare(step)
+    collated = Trainer(run)._collated(step)
     assert collated[0].ntokens == sum(len(pairs[i].tgt) + 1 for i in batches[0])

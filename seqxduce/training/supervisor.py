@@ -75,7 +75,7 @@ def member_command(k: int, recipe: Recipe, run: Path, resume: bool, overwrite: b
     return command
 
 
-def _prepare(recipe: Recipe, run: Path, resume: bool, overwrite: bool) -> None:
+def _set_up_members(recipe: Recipe, run: Path, resume: bool, overwrite: bool) -> None:
     """Check the run directory, then write the members' recipe and train their one set of tokenizers (a resumed
     run keeps the ones it has)."""
     from seqxduce.components import build_task, data_dir
@@ -197,7 +197,7 @@ def train_members(recipe: Recipe, out: str | Path, resume: bool = False, overwri
     if tokenizers_from is not None:
         raise UserError("--tokenizers-from with [train] members > 1: the members train their own shared "
                         "tokenizers; give one or the other")
-    _prepare(recipe, run, resume, overwrite)
+    _set_up_members(recipe, run, resume, overwrite)
     count = recipe.train.members
     cores = available_cores()
     parallel = parallel_count(recipe, cores)

@@ -93,7 +93,7 @@ class Trainer:
         window = Window()
         # the next steps' batches are collated (and pinned for a GPU) in a thread while this one trains
         with TrainProgress(s.max_steps, self.state.step, enabled=self.parts.is_main) as progress, \
-                Prefetcher(self.parts.plan.steps(self.state), self._prepare, depth=2) as planned:
+                Prefetcher(self.parts.plan.steps(self.state), self._collated, depth=2) as planned:
             for plan, batches in planned:
                 self.state.epoch, self.state.step_in_epoch = plan.epoch, plan.step_in_epoch
                 figures = self.train_step(batches, plan.global_tokens)
@@ -139,7 +139,7 @@ class Trainer:
         self.parts.world.barrier()
         return TrainResult(rundir.path, self.state.step, last_metrics)
 
-    def _prepare(self, plan: PlannedStep) -> list[Batch]:
+    def _collated(self, plan: PlannedStep) -> list[Batch]:
         """A planned step's batches, padded, and in pinned memory when they go to a GPU (in the prefetch thread)."""
         batches = plan.batches(self.parts.tokenizers.vocab())
         return [b.pin_memory() for b in batches] if self.parts.device.type == "cuda" else batches
@@ -298,7 +298,7 @@ def train(recipe: Recipe, out: Path, resume: bool = False, overwrite: bool = Fal
           keep_optimizer: bool = False) -> TrainResult:
     """Train the recipe's model into run directory `out` (resuming from its latest checkpoint if asked; with
     overwrite, replacing a run already there; a new run copies tokenizers_from's tokenizer files if given, or
-    starts from init_from's weights, see training_run.assemble)."""
+    starts from init_from's weights, see training.run.assemble)."""
     if resume:  # a run finished by max_steps is known from its newest checkpoint alone: no data to load
         rundir = RunDir(out)
         rundir.check_start(resume=True, overwrite=overwrite)
