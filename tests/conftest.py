@@ -16,11 +16,11 @@ from seqxduce.testing import (  # noqa: F401  (fixtures and helpers the core's t
     shared_dir,
     train_tiny_run,
 )
+from tests.tiny import TINY_RECIPE
 
 REPOSITORY = repository_root(Path(__file__))
 DEFAULT_SHARED = default_shared(REPOSITORY)
 
-TINY_RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
 
 
 @pytest.fixture(scope="session")

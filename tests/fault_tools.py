@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = REPO / "tests" / "fixtures" / "tiny.toml"
 # no validation: a fault test is about the run directory, not the model
 QUIET = ("--set", "train.validate_every=0", "--set", "train.valid_decode_examples=0")
 # a guard against a hang, not a measure of speed: every wait below ends much sooner when the code is right

@@ -27,6 +27,7 @@ from seqxduce.decoding.ensemble import EnsembleModel
 from seqxduce.decoding.search import beam_search, greedy_search
 from seqxduce.decoding.search_settings import SearchSettings
 from seqxduce.testing import ListTokenizer, RandomModel, TableModel, table_request
+from tests.tiny import TINY_RECIPE
 
 TREE_VOCAB = ["<pad>", "<s>", "</s>", "<unk>", "XX", "(S", ")S", "(NP", ")NP", "(VP", ")VP", "(PP",
               "NN", "John", "left", ",", ".", "''"]
@@ -152,7 +153,7 @@ def transformer_cases() -> dict:
     from seqxduce.recipe import load_recipe
     from seqxduce.training.run import assemble
 
-    recipe = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
+    recipe = TINY_RECIPE
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
         trainer = assemble(load_recipe(recipe, ["train.validate_every=0", "train.valid_decode_examples=0"]),

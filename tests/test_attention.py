@@ -18,6 +18,7 @@ from seqxduce.decoding.decode import load_run
 from seqxduce.inspection.attention_maps import attention_view
 from seqxduce.inspection.attention_plot import grid_size, plan_rows
 from seqxduce.inspection.plotting import pixel_size
+from tests.tiny import TINY_RECIPE
 
 VOCAB = VocabInfo(src_size=20, tgt_size=20, pad_id=0, bos_id=1, eos_id=2, shared=True)
 SRC = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 0, 0]])  # (2, 5), the second row padded
@@ -82,7 +83,7 @@ def ut_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("runs") / "ut"
     model = ["model.name=universal_transformer", "model.d_model=16", "model.d_ff=32", "model.heads=2",
              "model.act=true", "model.act_max_steps=3"]
-    args = ["train", str(HERE / "fixtures" / "tiny.toml"), "--out", str(out), "--set", "train.max_steps=4"]
+    args = ["train", str(TINY_RECIPE), "--out", str(out), "--set", "train.max_steps=4"]
     for value in model:
         args += ["--set", value]
     result = CliRunner().invoke(add_plugin_commands(), args)

@@ -11,9 +11,9 @@ from seqxduce import Example, Report, Task, engine, hookimpl
 from seqxduce.api import read_lines
 from seqxduce.cli import add_plugin_commands
 from tests.conftest import plugins_registered
+from tests.tiny import TINY_RECIPE as RECIPE
 
 HERE = Path(__file__).resolve().parent
-RECIPE = HERE / "fixtures" / "tiny.toml"
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,8 @@ import torch
 
 from seqxduce import engine
 from seqxduce.training.run import compile_enabled
+from tests.tiny import TINY_RECIPE as RECIPE
 
-RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
 # no dropout: compiled code draws its dropout masks from another generator
 SETTINGS = ["model.dropout=0.0", "train.max_steps=3", "train.log_every=1", "train.validate_every=0",
             "train.valid_decode_examples=5", "train.checkpoint_every=100"]

@@ -13,8 +13,8 @@ from seqxduce.training.run import assemble
 from seqxduce.training.state import TrainState
 from seqxduce.training.step_plan import curriculum_cap
 from seqxduce.training.trainer import Trainer
+from tests.tiny import TINY_RECIPE as RECIPE
 
-RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
 CURRICULUM = ["train.curriculum_start_len=3", "train.curriculum_steps=8", "train.validate_every=0",
               "train.max_tokens=60"]
 

@@ -13,8 +13,7 @@ from seqxduce import engine
 from seqxduce.cli import add_plugin_commands
 from seqxduce.decoding.decode import length_batches, load_run
 from seqxduce.rundir import BEST_FILE
-
-from .conftest import TINY_RECIPE
+from tests.tiny import TINY_RECIPE
 
 SOURCES = "1 2 3\n4 5\n6\n1 2 3 4 5 6\n"
 

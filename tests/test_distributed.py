@@ -11,9 +11,9 @@ import torch
 from seqxduce.recipe import load_recipe
 from seqxduce.training.run import assemble
 from seqxduce.training.trainer import Trainer
+from tests.tiny import TINY_RECIPE as RECIPE
 
 HERE = Path(__file__).resolve().parent
-RECIPE = HERE / "fixtures" / "tiny.toml"
 # Attention key biases have a gradient that is zero in exact arithmetic (softmax ignores a constant shift), so
 # in floating point it is rounding noise that differs with summation order; Adam with eps 1e-9 would blow that
 # noise up to full-size updates. A larger eps keeps the comparison about the gradients that exist.

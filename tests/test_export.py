@@ -117,8 +117,7 @@ def test_the_readme_deploy_example_runs_on_a_sentencepiece_export(tmp_path, caps
 
     import seqxduce
     from seqxduce.testing import repository_root
-
-    from .conftest import TINY_RECIPE
+    from tests.tiny import TINY_RECIPE
 
     run = tmp_path / "sp"
     seqxduce.train(seqxduce.load_recipe(TINY_RECIPE, ["tokenizer.name=sentencepiece", "tokenizer.vocab_size=20",

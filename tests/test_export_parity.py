@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from seqxduce.export.exporting import export_run
-
-from .bench_scripts import load_bench
+from tests.bench_scripts import load_bench
 
 pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install -e '.[ctranslate2]')")
 

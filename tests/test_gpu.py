@@ -2,7 +2,6 @@
 checkpoint; skipped where no CUDA device is visible."""
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -11,10 +10,10 @@ from seqxduce import engine
 from seqxduce.data import collate, encode_pairs
 from seqxduce.decoding.decode import LoadedRun, load_run
 from seqxduce.device import autocast_context
+from tests.tiny import TINY_RECIPE as RECIPE
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
-RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
 ON_CUDA = ['train.device="cuda"']
 ON_CPU = ['train.device="cpu"', 'train.precision="fp32"']
 # how far a log-probability computed under autocast may stray from the CPU's fp32 one: bf16 keeps 8 bits of

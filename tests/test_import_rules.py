@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 import seqxduce
-
-from . import import_graph
+from tests import import_graph
 
 ROOT = Path(__file__).resolve().parents[1]
 PUBLIC = {"seqxduce", "seqxduce.api", "seqxduce.search", "seqxduce.search_settings", "seqxduce.atomic",

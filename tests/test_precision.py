@@ -1,7 +1,6 @@
 """The same training code path under bf16 autocast and fp16 with loss scaling (on the CPU here)."""
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -9,8 +8,7 @@ import torch
 from seqxduce.recipe import load_recipe
 from seqxduce.training.run import assemble
 from seqxduce.training.trainer import Trainer
-
-RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
+from tests.tiny import TINY_RECIPE as RECIPE
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])

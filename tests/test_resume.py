@@ -2,7 +2,6 @@
 
 import os
 import signal
-from pathlib import Path
 
 import pytest
 import torch
@@ -12,8 +11,7 @@ from seqxduce.api import TrainingStopped, UserError
 from seqxduce.recipe import load_recipe
 from seqxduce.training.run import assemble
 from seqxduce.training.trainer import Trainer
-
-RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
+from tests.tiny import TINY_RECIPE as RECIPE
 
 
 def test_resume_continues_exactly(tmp_path):

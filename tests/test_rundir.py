@@ -8,8 +8,7 @@ from pathlib import Path
 from seqxduce import engine
 from seqxduce.recipe import load_recipe
 from seqxduce.rundir import RunDir
-
-RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
+from tests.tiny import TINY_RECIPE as RECIPE
 
 
 def test_training_keeps_the_callers_recipe_and_saves_one_resolved_against_the_run_directory(tmp_path):

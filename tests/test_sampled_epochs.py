@@ -17,8 +17,8 @@ from seqxduce.training.run import TrainingRun, assemble
 from seqxduce.training.sampled_epochs import EpochEncoder
 from seqxduce.training.state import TrainState
 from seqxduce.training.trainer import Trainer
+from tests.tiny import TINY_RECIPE as RECIPE
 
-RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
 SETTINGS = ["task.train_size=20", "train.max_steps=14", "train.max_tokens=60", "train.validate_every=0"]
 
 

@@ -5,9 +5,7 @@ import math
 
 import pytest
 import torch
-from seqxduce_parsing.settings import TreeBeamSettings
 
-from seqxduce.api import UserError
 from seqxduce.decoding.search import BeamDecoder, GreedyDecoder, beam_search, greedy_search, length_penalty
 from seqxduce.decoding.search_settings import BeamSettings, SearchSettings
 from seqxduce.registry import registry
@@ -179,20 +177,16 @@ def test_the_greedy_decoder_keeps_min_len_and_the_length_limit():
 
 
 def test_validation_greedy_takes_the_recipe_decoders_length_limits():
-    tree = TreeBeamSettings(max_len_a=2.0, min_len=1)
-    assert SearchSettings.lengths_of(tree) == SearchSettings(max_len_a=2.0, max_len_b=300, min_len=1)
+    beam = BeamSettings(beam=3, max_len_a=2.0, max_len_b=300, min_len=1)
+    assert SearchSettings.lengths_of(beam) == SearchSettings(max_len_a=2.0, max_len_b=300, min_len=1)
     assert SearchSettings.lengths_of(object()) == SearchSettings()
 
 
-def test_one_default_length_limit_and_the_parsers_own_defaults_keep_the_declared_bounds():
+def test_one_default_length_limit_and_every_registered_decoders_settings_are_search_settings():
     registered = {name: registry().get("decoder", name).settings for name in ("greedy", "beam", "tree_beam")}
     assert all(issubclass(cls, SearchSettings) for cls in registered.values())
     assert (SearchSettings().max_len_a, SearchSettings().max_len_b) == (1.0, 50)
     assert (BeamSettings().max_len_a, BeamSettings().max_len_b) == (1.0, 50)
-    tree = TreeBeamSettings()
-    assert (tree.beam, tree.alpha, tree.max_len_a, tree.max_len_b) == (21, 0.3, 1.0, 300)
-    with pytest.raises(UserError, match=r"^TreeBeamSettings\.beam = 0 is out of range; use a number >= 1$"):
-        TreeBeamSettings(beam=0)
 
 
 # ---------------------------------------------------------------- host reads: what makes the host wait for a GPU

@@ -5,8 +5,6 @@ torch.cuda.set_sync_debug_mode("error") checks the real thing."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 from torch import nn
@@ -17,8 +15,8 @@ from seqxduce.recipe import load_recipe
 from seqxduce.testing import HostReads
 from seqxduce.training.in_memory import in_memory_run
 from seqxduce.training.trainer import Trainer
+from tests.tiny import TINY_RECIPE as RECIPE
 
-RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
 QUIET = ["train.validate_every=0", "train.valid_decode_examples=0"]
 
 

@@ -18,6 +18,7 @@ from seqxduce.cli import add_plugin_commands
 from seqxduce.inspection.cost import training_cost
 from seqxduce.recipe import load_recipe
 from tests.bench_scripts import load_bench
+from tests.tiny import TINY_RECIPE
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -175,7 +176,7 @@ def test_without_a_vocabulary_size_recipe_info_says_when_it_is_known(cli):
 
 def test_recipe_info_on_a_trained_run_counts_its_saved_vocabulary(cli, tmp_path):
     run = tmp_path / "run"
-    result = CliRunner().invoke(cli, ["train", str(ROOT / "tests" / "fixtures" / "tiny.toml"), "--out", str(run),
+    result = CliRunner().invoke(cli, ["train", str(TINY_RECIPE), "--out", str(run),
                                       "--set", "train.max_steps=1"])
     assert result.exit_code == 0, result.output
     result = CliRunner().invoke(cli, ["recipe", "info", str(run / "recipe.toml")])

@@ -9,8 +9,7 @@ from click.testing import CliRunner
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from seqxduce.cli import add_plugin_commands
-
-RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
+from tests.tiny import TINY_RECIPE as RECIPE
 
 
 def train(out: Path, *overrides: str):

@@ -3,8 +3,6 @@ instead of tokenizing, anything that changes the ids changes the key, and a seco
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from seqxduce.api import Example
@@ -12,8 +10,7 @@ from seqxduce.recipe import load_recipe
 from seqxduce.training import token_cache
 from seqxduce.training.run import assemble
 from seqxduce.training.token_cache import encode_pairs_cached
-
-RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
+from tests.tiny import TINY_RECIPE as RECIPE
 
 
 class LengthTokenizer:

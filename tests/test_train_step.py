@@ -3,8 +3,6 @@ model, and it is the step `seqxduce train` takes first."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -12,8 +10,8 @@ from seqxduce.recipe import load_recipe
 from seqxduce.training.in_memory import in_memory_run
 from seqxduce.training.run import assemble
 from seqxduce.training.trainer import Trainer
+from tests.tiny import TINY_RECIPE as RECIPE
 
-RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
 QUIET = ["train.validate_every=0", "train.valid_decode_examples=0"]
 
 

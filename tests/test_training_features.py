@@ -17,8 +17,8 @@ from seqxduce.settings import TrainSettings
 from seqxduce.settings_check import check_settings
 from seqxduce.training.early_stopping import improves
 from seqxduce.training.optim import decayed_lr, learning_rate
+from tests.tiny import TINY_RECIPE as RECIPE
 
-RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
 # sequence accuracy on the tiny task stays at its first value for many steps: validations that do not improve
 PATIENT = ["train.patience=2", "train.validate_every=1", "train.checkpoint_every=1", "train.max_steps=30",
            "train.log_every=1"]

@@ -269,3 +269,12 @@ def test_importing_the_plugin_does_not_import_torch():
     code = "import sys, seqxduce_algorithmic; assert 'torch' not in sys.modules"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: AlgorithmicSettings(symbols=1), r"^AlgorithmicSettings\.symbols = 1 is out of range"),
+    (lambda: AlgorithmicSettings(test_min_len=5, test_max_len=4), r"^\[task\] test_max_len = 4 is below"),
+])
+def test_task_settings_built_in_python_are_checked(build, message):
+    with pytest.raises(UserError, match=message):
+        build()

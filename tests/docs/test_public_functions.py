@@ -19,7 +19,7 @@ from click.testing import CliRunner
 import seqxduce
 from seqxduce.cli import cli
 
-RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
 
 def test_the_package_offers_a_function_per_command_without_importing_torch():

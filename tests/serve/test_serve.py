@@ -28,12 +28,12 @@ import pytest
 from click.testing import CliRunner
 
 from seqxduce.cli import add_plugin_commands
+from tests.tiny import TINY_RECIPE
 
 pytest.importorskip("starlette", reason="the serve extra is not installed (pip install -e '.[serve]')")
 pytest.importorskip("uvicorn", reason="the serve extra is not installed (pip install -e '.[serve]')")
 
-TESTS = Path(__file__).resolve().parent
-TINY_RECIPE = TESTS / "fixtures" / "tiny.toml"
+TESTS = Path(__file__).resolve().parents[1]
 SORT_RECIPE = TESTS / "fixtures" / "sort.toml"
 # reverse of 1..6 symbols, trained just enough that outputs differ from source to source (a misrouted output shows)
 REVERSE = ["train.max_steps=40", "train.max_tokens=2000", "train.warmup_steps=10", "train.validate_every=0",

@@ -15,7 +15,8 @@ from click.testing import CliRunner
 from seqxduce import engine
 from seqxduce.api import UserError
 from seqxduce.cli import add_plugin_commands
-from tests.fault_tools import QUIET, TINY, read_only, run
+from tests.fault_tools import QUIET, read_only, run
+from tests.tiny import TINY_RECIPE as TINY
 
 FAST = ["train.validate_every=0", "train.valid_decode_examples=0"]
 

@@ -20,8 +20,7 @@ from seqxduce.members import members_to_decode
 from seqxduce.recipe import load_recipe
 from seqxduce.rundir import RunDir
 from seqxduce.training.supervisor import member_command, parallel_count
-
-from .conftest import TINY_RECIPE
+from tests.tiny import TINY_RECIPE
 
 MEMBERS = ["train.members=2", "train.validate_every=0", "train.parallel_members=2"]
 

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 from click.testing import CliRunner
 
 from seqxduce import checkpoint
 from seqxduce.cli import add_plugin_commands, cli
-
-TINY_RECIPE = Path(__file__).resolve().parent / "fixtures" / "tiny.toml"
+from tests.tiny import TINY_RECIPE
 
 
 @pytest.mark.parametrize("args", [[], ["train"], ["decode"], ["recipe"], ["recipe", "show"], ["average"],

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fault_tools import HANG_GUARD_S, QUIET, REPO, TINY, command, env, wait_for
+from tests.fault_tools import HANG_GUARD_S, QUIET, REPO, command, env, wait_for
+from tests.tiny import TINY_RECIPE as TINY
 
 TIMEOUT_S = 5
 

@@ -17,8 +17,7 @@ from seqxduce.cli import add_plugin_commands
 from seqxduce.decoding.decode import load_run
 from seqxduce.decoding.ensemble import EnsembleModel
 from seqxduce.rundir import RunDir
-
-from .conftest import TINY_RECIPE
+from tests.tiny import TINY_RECIPE
 
 MEMBERS = ["train.members=2", "train.parallel_members=2", "train.validate_every=3"]
 SOURCES = ["1 2 3", "4 5"]

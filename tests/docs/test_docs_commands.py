@@ -27,7 +27,7 @@ from click.testing import CliRunner
 
 from seqxduce.recipe import load_recipe
 
-REPOSITORY = Path(__file__).resolve().parent.parent
+REPOSITORY = Path(__file__).resolve().parents[2]
 DOCUMENTS = ("README.md", "CONTRIBUTING.md", "docs/coming-from.md")
 MARKER = re.compile(r"<!--\s*doc-test:\s*(?P<kind>skip|file|setup)\b\s*(?P<rest>.*?)\s*-->")
 MAX_SKIPS = 6  # a document that cannot run most of its commands has drifted from what a user can do

@@ -7,7 +7,8 @@ import signal
 import torch
 
 from seqxduce import engine
-from tests.fault_tools import QUIET, TINY, run, start, train_lines, wait_for
+from tests.fault_tools import QUIET, run, start, train_lines, wait_for
+from tests.tiny import TINY_RECIPE as TINY
 
 LONG = ("--set", "train.max_steps=100000", "--set", "train.checkpoint_every=100000", "--set", "train.log_every=1",
         *QUIET)

@@ -12,7 +12,8 @@ import sys
 import pytest
 
 from seqxduce import engine
-from tests.fault_tools import HANG_GUARD_S, REPO, TINY, _user_namespaces, command, env, run
+from tests.fault_tools import HANG_GUARD_S, REPO, _user_namespaces, command, env, run
+from tests.tiny import TINY_RECIPE as TINY
 
 FAST = ["train.validate_every=0", "train.valid_decode_examples=0"]
 

@@ -13,7 +13,7 @@ from seqxduce.recipe import load_recipe
 from seqxduce.training import trainer as trainer_module
 from seqxduce.training.run import assemble
 from seqxduce.training.trainer import Trainer
-from tests.fault_tools import TINY
+from tests.tiny import TINY_RECIPE as TINY
 
 SETTINGS = ["train.max_steps=20", "train.max_nonfinite_steps=3", "train.log_every=1", "train.checkpoint_every=2",
             "train.validate_every=0", "train.valid_decode_examples=0"]
