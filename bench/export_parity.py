@@ -35,8 +35,7 @@ def compare(run: Path, export: Path, split: str, limit: int | None, overrides: l
     ours = decoding.load_run(run, overrides)
     theirs = ct2_decoding.load_export(export, overrides)
     examples = ours.task.examples(split, components.data_dir(ours.recipe))[:limit]
-    a = decoding.decode_sources(ours.model, ours.tokenizers, ours.task, examples, ours.decoder, ours.device,
-                                ours.recipe.train.precision, ours.recipe.decode.core.batch_size)
+    a = decoding.decode_sources(ours, examples)
     b = ct2_decoding.decode_sources(theirs, examples)
     equal, gap, differ = 0, 0.0, []
     for i, (x, y) in enumerate(zip(a, b)):

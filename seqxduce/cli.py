@@ -201,7 +201,7 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
 
     With --split, exits with status 3 after writing everything when the metric left outputs out of its figures
     (a warning on stderr names them), unless --allow-errors."""
-    from seqxduce.inspection.interactive import with_nbest
+    from seqxduce.decoding.changes import flag_changes
 
     _registry(ctx)
     if (input_file is None) == (split is None):
@@ -209,35 +209,12 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
     for option, path in (("--output", output), ("--annotations", annotations), ("--alignments", alignments)):
         if path is not None:  # before any work: a decode must not be lost for want of a place to write it
             engine.check_writable(path, f"{option} {path}")
-    shortcuts = {"decode.beam": ("--beam", beam), "decode.batch_tokens": ("--batch-tokens", batch_tokens),
-                 "train.device": ("--device", device)}
-    given = {key: flag for key, (flag, value) in shortcuts.items() if value is not None}
-    overrides = (*overrides, *(f"{key}={shortcuts[key][1]}" for key in given))
+    changes = flag_changes(beam=beam, nbest=nbest, batch_tokens=batch_tokens, device=device)
     if engine_name == "ctranslate2":  # an exported model, through the same tokenizers and metric
-        for flag, value in (("--checkpoint", checkpoint), ("--nbest", nbest), ("--alignments", alignments)):
-            if value is not None:
-                raise UserError(f"decode --engine ctranslate2: {flag} is not supported there; export the checkpoint "
-                                "you want (seqxduce export) and decode without it, or decode with --engine seqxduce")
-        outputs, report = export_command.decode_with_engine(
-            run, None if input_file is None else _read_sources(input_file), split, overrides, ensemble,
-            annotations is not None)
-        _write([o.text for o in outputs] if split is not None else engine.format_outputs(outputs), output)
-        if report is not None:
-            click.echo(report.text or _metric_line(report.metrics), err=output is None)
-            _check_unscored(ctx, report, allow_errors)
+        _decode_with_ctranslate2(ctx, run, input_file, split, output, checkpoint, overrides, changes, ensemble,
+                                 annotations, alignments, allow_errors)
         return
-    try:
-        loaded = engine.load_run(run, overrides, ensemble, checkpoint)  # load first, then say what was loaded
-    except UserError as err:  # a refused shortcut is named as the user typed it
-        text = str(err)
-        for key, flag in given.items():
-            if text.startswith(f"--set {key}:"):
-                raise UserError(flag + text[len(f"--set {key}"):]) from None
-            if text.startswith("[{}] {}".format(*key.split("."))):  # refused where the setting is used
-                raise UserError(f"{flag} {shortcuts[key][1]}: {text}") from None
-        raise
-    if nbest is not None:
-        with_nbest(loaded, nbest)
+    loaded = engine.load_run(run, overrides, ensemble, checkpoint, changes)  # load first, then say what was loaded
     click.echo(f"decoding with {loaded.described()}", err=True)
     annotate = annotations is not None
     if split is not None:
@@ -255,6 +232,24 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
     if alignments is not None:
         _write(engine.alignments(loaded, outputs), alignments)
     if split is not None:
+        _check_unscored(ctx, report, allow_errors)
+
+
+def _decode_with_ctranslate2(ctx: click.Context, run: Path, input_file: Path | None, split: str | None,
+                             output: Path | None, checkpoint: str | None, overrides: tuple[str, ...],
+                             changes: list, ensemble: tuple[Path, ...], annotations: Path | None,
+                             alignments: Path | None, allow_errors: bool) -> None:
+    """decode --engine ctranslate2: an exported model, through the same tokenizers and metric."""
+    for flag, value in (("--checkpoint", checkpoint), ("--alignments", alignments)):
+        if value is not None:
+            raise UserError(f"decode --engine ctranslate2: {flag} is not supported there; export the checkpoint "
+                            "you want (seqxduce export) and decode without it, or decode with --engine seqxduce")
+    outputs, report = export_command.decode_with_engine(
+        run, None if input_file is None else _read_sources(input_file), split, overrides, ensemble,
+        annotations is not None, changes)
+    _write([o.text for o in outputs] if split is not None else engine.format_outputs(outputs), output)
+    if report is not None:
+        click.echo(report.text or _metric_line(report.metrics), err=output is None)
         _check_unscored(ctx, report, allow_errors)
 
 

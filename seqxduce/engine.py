@@ -12,6 +12,7 @@ from seqxduce.files import check_writable
 from seqxduce.recipe import Recipe, load_recipe
 
 if TYPE_CHECKING:  # pragma: no cover
+    from seqxduce.decoding.changes import Change
     from seqxduce.decoding.decode import LoadedRun, Output
     from seqxduce.decoding.scoring import PairScore
     from seqxduce.export.exporting import Exported
@@ -106,12 +107,14 @@ def _check_one_model(init_from: Path, members: int, single: bool) -> None:
 
 
 def load_run(run: str | Path, overrides: Sequence[str] = (), ensemble: Sequence[Path] = (),
-             checkpoint: str | None = None) -> LoadedRun:
+             checkpoint: str | None = None, changes: Sequence[Change] = ()) -> LoadedRun:
     """Load a run directory or checkpoint for decoding, once: what it decodes with (checkpoint, members) is in the
-    result (seqxduce.decoding.decode.load_run; checkpoint: best, average, last or a file, None for the default)."""
+    result (seqxduce.decoding.decode.load_run; checkpoint: best, average, last or a file, None for the default).
+    changes: decode settings as flags give them (seqxduce.decoding.changes.flag_changes(beam=5, nbest=2)),
+    refused by the flag's name when out of range."""
     from seqxduce.decoding.decode import load_run as _load_run
 
-    return _load_run(Path(run), overrides, ensemble, checkpoint)
+    return _load_run(Path(run), overrides, ensemble, checkpoint, changes=changes)
 
 
 def decode(run: str | Path | LoadedRun, sources: Sequence[str], overrides: Sequence[str] = (),

@@ -78,15 +78,18 @@ def test_the_shortcut_flags_are_the_decode_settings(run: Path, monkeypatch):
     seen = {}
     real = engine.load_run
 
-    def spy(path, overrides=(), ensemble=(), checkpoint=None):
-        seen["overrides"] = overrides
-        return real(path, overrides, ensemble, checkpoint)
+    def spy(path, overrides=(), ensemble=(), checkpoint=None, changes=()):
+        loaded = real(path, overrides, ensemble, checkpoint, changes)
+        seen["run"] = loaded
+        return loaded
 
     monkeypatch.setattr(engine, "load_run", spy)
     result = _invoke("decode", run, "--input", run.parent / "in.txt", "--beam", "3", "--batch-tokens", "7",
                      "--device", "cpu", "--nbest", "2")
     assert result.exit_code == 0, result.output
-    assert {"decode.beam=3", "decode.batch_tokens=7", "train.device=cpu"} <= set(seen["overrides"])
+    recipe = seen["run"].recipe
+    assert (recipe.decode.settings.beam, recipe.decode.settings.nbest) == (3, 2)
+    assert (recipe.decode.core.batch_tokens, recipe.train.device) == (7, "cpu")
     rows = [line.split("\t") for line in result.stdout.splitlines()]
     assert [int(r[0]) for r in rows] == [0, 0, 1, 1, 2, 2, 3, 3]  # two hypotheses of each source, with scores
     help_text = _invoke("decode", "--help").output
@@ -125,4 +128,4 @@ def test_nbest_1_narrows_a_recipes_nbest_to_the_best(run: Path):
 def test_a_refused_shortcut_is_named_as_typed(run: Path):
     result = _invoke("decode", run, "--input", run.parent / "in.txt", "--set", "decode.name=greedy", "--beam", "3")
     assert result.exit_code == 1 and "Traceback" not in result.output
-    assert "Error: --beam: unknown key [decode] beam for decoder 'greedy'" in result.output
+    assert "Error: --beam 3: decoder 'greedy' has no setting 'beam'" in result.output

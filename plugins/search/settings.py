@@ -4,6 +4,7 @@ the core's seqxduce.search_settings as theirs."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from seqxduce.api import setting
 from seqxduce.search_settings import SearchSettings
@@ -22,3 +23,8 @@ class SamplingSettings(SearchSettings):
                                 "samples)")
     nbest: int = setting(1, help="samples drawn per source, returned as its n-best list, most probable first",
                          min=1)
+
+    returns_nbest: ClassVar[bool] = True
+
+    def returned(self) -> int:
+        return self.nbest

@@ -13,6 +13,7 @@ from seqxduce import checkpoint as ckpt
 from seqxduce import components, rundir
 from seqxduce.api import Decoder, DecodeRequest, Example, Hypothesis, Model, Postprocessed, Report, Task, UserError
 from seqxduce.data import encode_source, pad_sources
+from seqxduce.decoding.changes import Change, with_changes
 from seqxduce.decoding.options import compile_step, quantize_for_decoding
 from seqxduce.device import autocast_context, resolve_device
 from seqxduce.members import member_checkpoints, member_dir
@@ -31,12 +32,27 @@ class Output:
     figures: dict[str, float] = field(default_factory=dict)  # what the task's postprocess said of its output
 
 
-def decode_sources(model: Model, tokenizers: components.Tokenizers, task: Task,
-                   examples: Sequence[Example] | Sequence[str], decoder: Decoder, device: torch.device,
-                   precision: str = "fp32", batch_size: int = 64, batch_tokens: int = 0) -> list[Output]:
-    """Run a model over sources (Examples or plain source strings) with a decoder plugin, batched by length (at
-    most batch_size sources, or with batch_tokens > 0 at most that many padded source tokens), and give the
-    task's outputs in input order."""
+@dataclass
+class DecodeParts:
+    """What decoding runs with: the model and its tokenizers, the task that frames its outputs, the decoder, the
+    device, and the recipe whose [train] precision and [decode] batching it decodes with. A run loaded from disk
+    (LoadedRun) is one; validation builds one around the model it trains."""
+
+    recipe: Recipe
+    task: Task
+    tokenizers: components.Tokenizers
+    model: Model
+    decoder: Decoder
+    device: torch.device
+
+
+def decode_sources(run: DecodeParts, examples: Sequence[Example] | Sequence[str],
+                   decoder: Decoder | None = None) -> list[Output]:
+    """Run the model over sources (Examples or plain source strings) with the run's decoder (or `decoder`),
+    batched by length as [decode] says (at most batch_size sources, or with batch_tokens > 0 at most that many
+    padded source tokens) under its [train] precision, and give the task's outputs in input order."""
+    model, tokenizers, device, decode = run.model, run.tokenizers, run.device, run.recipe.decode.core
+    decoder = decoder if decoder is not None else run.decoder
     sources = [ex.source if isinstance(ex, Example) else ex for ex in examples]
     tgt = tokenizers.tgt
     encoded = [encode_source(tokenizers.src, s) for s in sources]
@@ -45,16 +61,16 @@ def decode_sources(model: Model, tokenizers: components.Tokenizers, task: Task,
     was_training = model.training
     model.eval()
     try:
-        for chunk in length_batches(order, [len(e) for e in encoded], batch_size, batch_tokens):
+        for chunk in length_batches(order, [len(e) for e in encoded], decode.batch_size, decode.batch_tokens):
             request = DecodeRequest(
                 src=pad_sources([encoded[i] for i in chunk], tgt.pad_id).to(device),
                 sources=[sources[i] for i in chunk], bos_id=tgt.bos_id, eos_id=tgt.eos_id, pad_id=tgt.pad_id,
             )
-            with torch.no_grad(), autocast_context(device, precision):
+            with torch.no_grad(), autocast_context(device, run.recipe.train.precision):
                 nbests = decoder.decode(model, request)
             for i, hyps in zip(chunk, nbests):
                 texts = [(tgt.decode(h.tokens), h) for h in hyps]
-                best = task.postprocess(texts[0][0] if texts else "", sources[i])
+                best = run.task.postprocess(texts[0][0] if texts else "", sources[i])
                 results[i] = Output(sources[i], best.text, texts, figures=best.figures)
     finally:
         model.train(was_training)
@@ -78,18 +94,12 @@ def length_batches(order: Sequence[int], lengths: Sequence[int], batch_size: int
 
 
 @dataclass
-class LoadedRun:
+class LoadedRun(DecodeParts):
     """Everything decoding needs, loaded from a run directory: what was loaded (checkpoint, members) included, so
     that a command says what it decodes with from what it loaded."""
 
-    recipe: Recipe
-    run_dir: Path
-    checkpoint: Path
-    task: Task
-    tokenizers: components.Tokenizers
-    model: Model
-    decoder: Decoder
-    device: torch.device
+    run_dir: Path = Path()
+    checkpoint: Path = Path()
     members: list[Path] = field(default_factory=list)  # the other checkpoints ensembled in, in order
     run_members: int = 1  # [train] members of the run directory named (1: a single-model run)
     member: int | None = None  # the member loaded alone (load_run's member), None for the run as a whole
@@ -100,7 +110,7 @@ class LoadedRun:
 
 
 def load_run(path: Path, overrides: Sequence[str] = (), ensemble: Sequence[Path] = (), checkpoint: str | None = None,
-             member: int | None = None) -> LoadedRun:
+             member: int | None = None, changes: Sequence[Change] = ()) -> LoadedRun:
     """Load recipe, tokenizers, model weights and decoder from a run directory or checkpoint.
 
     Overrides of [model] keys are refused unless the model declares them decode-time keys (for instance a
@@ -110,17 +120,20 @@ def load_run(path: Path, overrides: Sequence[str] = (), ensemble: Sequence[Path]
     directories sharing this run's tokenizer files) those are averaged in too. checkpoint: which of the run's
     checkpoints (best, average or last, for each member and --ensemble run directory alike; or a file, alone), see
     rundir.locate; None: the average if any, else the newest. The model is then quantized and its step compiled as
-    [decode] quantize / compile say (decode_options)."""
+    [decode] quantize / compile say (decoding.options). changes: decode settings given by flags or request
+    fields (decoding.changes), applied after the overrides and refused naming the flag or field."""
     from seqxduce.decoding.ensemble import EnsembleModel, load_members
 
     run, chosen = rundir.locate(path, checkpoint)
     recipe = run.load_recipe(overrides)
     components.check_decode_overrides(recipe, tuple(overrides))
+    recipe = with_changes(recipe, changes)
     run_members = recipe.train.members if Path(path).is_dir() else 1
     whole = Path(path).is_dir() and member is None and (checkpoint is None or checkpoint in rundir.CHECKPOINT_CHOICES)
     members = member_checkpoints(run, recipe, checkpoint) if whole else []
     if member is not None:
         run, chosen, recipe = _member_alone(path, run, chosen, recipe, member, overrides, checkpoint)
+        recipe = with_changes(recipe, changes)
     # --ensemble run directories take the same choice (best, average or last) as this run's members
     choice = checkpoint if checkpoint in rundir.CHECKPOINT_CHOICES else None
     members += [p for extra in ensemble for p in _checkpoints_of(Path(extra), choice)]
@@ -136,8 +149,9 @@ def load_run(path: Path, overrides: Sequence[str] = (), ensemble: Sequence[Path]
     if recipe.decode.core.compile:
         model = compile_step(model)
     decoder = components.build_decoder(recipe, built.tokenizers)
-    return LoadedRun(recipe, run.path, chosen, built.task, built.tokenizers, model, decoder, device, members,
-                     run_members, member)
+    return LoadedRun(recipe=recipe, task=built.task, tokenizers=built.tokenizers, model=model, decoder=decoder,
+                     device=device, run_dir=run.path, checkpoint=chosen, members=members, run_members=run_members,
+                     member=member)
 
 
 def _member_alone(path: Path, run: rundir.RunDir, chosen: Path, recipe: Recipe, member: int,
@@ -168,9 +182,7 @@ def _checkpoints_of(path: Path, choice: str | None = None) -> list[Path]:
 
 def decode_lines(run: LoadedRun, sources: Sequence[str], annotate: bool = False) -> list[Output]:
     """Decode raw source lines with the run's decoder, in input order (with annotate, see annotate_outputs)."""
-    outputs = decode_sources(run.model, run.tokenizers, run.task, list(sources), run.decoder, run.device,
-                             run.recipe.train.precision, run.recipe.decode.core.batch_size,
-                             run.recipe.decode.core.batch_tokens)
+    outputs = decode_sources(run, list(sources))
     if annotate:
         annotate_outputs(run, outputs)
     return outputs
@@ -208,9 +220,7 @@ def decode_split(run: LoadedRun, split: str, annotate: bool = False) -> tuple[li
     if split not in run.task.splits:
         raise UserError(f"--split {split!r}: the task has splits {', '.join(run.task.splits)}")
     examples = run.task.examples(split, components.data_dir(run.recipe))
-    outputs = decode_sources(run.model, run.tokenizers, run.task, examples, run.decoder, run.device,
-                             run.recipe.train.precision, run.recipe.decode.core.batch_size,
-                             run.recipe.decode.core.batch_tokens)
+    outputs = decode_sources(run, examples)
     for o, ex in zip(outputs, examples):
         o.reference = ex.ref
     if annotate:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from seqxduce.settings_check import Settings, setting
 
@@ -18,6 +18,14 @@ class SearchSettings(Settings):
     # max_len_b may be negative (a * length - b); the search never allows fewer than one token
     max_len_b: int = setting(50, help="maximum output length offset (paper: input length + 50)")
     min_len: int = setting(0, help="no eos before this many tokens", min=0)
+
+    # whether the settings declare how many hypotheses a source returns (an `nbest` key): a subclass that does
+    # says so and overrides returned(), so that callers read it through this class, not by attribute name
+    returns_nbest: ClassVar[bool] = False
+
+    def returned(self) -> int:
+        """Hypotheses returned per source."""
+        return 1
 
     @classmethod
     def lengths_of(cls, settings: Any) -> SearchSettings:
@@ -38,4 +46,9 @@ class BeamSettings(SearchSettings):
                                            "hypotheses, even if a live one could still score higher (faster, "
                                            "can return worse outputs); false = stop only when no live "
                                            "hypothesis can beat the n-best")
+
+    returns_nbest: ClassVar[bool] = True
+
+    def returned(self) -> int:
+        return self.nbest
 

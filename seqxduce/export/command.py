@@ -1,11 +1,16 @@
 """The `seqxduce export` command, and `seqxduce decode --engine ctranslate2` (the decode command's branch that
-runs an exported model); the work is in export.py and ct2_decoding.py, imported when a command runs."""
+runs an exported model); the work is in exporting.py and ct2_decoding.py, imported when a command runs."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:  # pragma: no cover
+    from seqxduce.decoding.changes import Change
 
 ENGINE_CHOICES = ("seqxduce", "ctranslate2")
 ENGINE_HELP = ("ctranslate2: decode the run (exported into a temporary folder first) or an export folder from "
@@ -38,7 +43,7 @@ def export(run: Path, engine: str, output: Path, quantization: str, member: int 
 
 
 def decode_with_engine(run: Path, sources: list[str] | None, split: str | None, overrides: tuple[str, ...],
-                       ensemble: tuple[Path, ...], annotate: bool):
+                       ensemble: tuple[Path, ...], annotate: bool, changes: Sequence[Change] = ()):
     """(outputs, report or None) of `seqxduce decode --engine ctranslate2`: a split with its metric, or lines."""
     from seqxduce.api import UserError
     from seqxduce.export import ct2_decoding
@@ -47,5 +52,5 @@ def decode_with_engine(run: Path, sources: list[str] | None, split: str | None, 
         raise UserError("--engine ctranslate2: decodes one model without per-position figures; drop "
                         f"{'--ensemble' if ensemble else '--annotations'}")
     if split is not None:
-        return ct2_decoding.decode_split(run, split, overrides)
-    return ct2_decoding.decode_lines(run, sources or [], overrides), None
+        return ct2_decoding.decode_split(run, split, overrides, changes)
+    return ct2_decoding.decode_lines(run, sources or [], overrides, changes), None

@@ -24,6 +24,7 @@ from typing import Any
 
 from seqxduce import components
 from seqxduce.api import Example, Hypothesis, Report, Task, UserError
+from seqxduce.decoding.changes import Change, SearchShape, with_changes
 from seqxduce.decoding.decode import Output, score_outputs
 from seqxduce.decoding.search import length_penalty
 from seqxduce.export.exporting import export_run, is_export, require_ctranslate2
@@ -45,8 +46,9 @@ class ExportedRun:
 
 
 def load_export(path: Path | str, overrides: Sequence[str] = (), work: Path | None = None,
-                compute_type: str = "default") -> ExportedRun:
-    """Load an export folder; a run directory or checkpoint is exported into `work` first (float32)."""
+                compute_type: str = "default", changes: Sequence[Change] = ()) -> ExportedRun:
+    """Load an export folder; a run directory or checkpoint is exported into `work` first (float32). changes:
+    decode settings given by flags (decoding.changes), as load_run takes them."""
     ct2 = require_ctranslate2()
     path = Path(path)
     if not is_export(path):
@@ -54,7 +56,7 @@ def load_export(path: Path | str, overrides: Sequence[str] = (), work: Path | No
             raise UserError(f"{path}: not an export folder; `seqxduce export {path} --to ctranslate2 -o DIR` first")
         path = export_run(path, work / "ctranslate2").directory
     exported = RunDir(path)
-    recipe = exported.load_recipe(overrides)
+    recipe = with_changes(exported.load_recipe(overrides), changes)
     if recipe.decode.component.name not in SEARCHES:
         raise UserError(f"[decode] name = {recipe.decode.component.name!r}: CTranslate2 decodes with "
                         f"{' or '.join(SEARCHES)} search; --set decode.name=beam")
@@ -68,9 +70,8 @@ def load_export(path: Path | str, overrides: Sequence[str] = (), work: Path | No
 def translate_ids(run: ExportedRun, sources: Sequence[list[int]]) -> list[list[Hypothesis]]:
     """n-best Hypotheses for source ids (without eos: the export appends it), as seqxduce's search gives them."""
     settings = run.recipe.decode.settings
-    beam = getattr(settings, "beam", 1)
-    alpha = getattr(settings, "alpha", 0.0)
-    nbest = getattr(settings, "nbest", 1)
+    shape = SearchShape.of(settings)
+    beam, alpha, nbest = shape.beam, shape.alpha, shape.nbest
     src_tok, tgt_tok = run.tokenizers.src, run.tokenizers.tgt
     tgt_ids = {tgt_tok.id_to_token(i): i for i in range(tgt_tok.vocab_size)}
     specials = [[tgt_tok.id_to_token(tgt_tok.pad_id)], [tgt_tok.id_to_token(tgt_tok.bos_id)]]
@@ -120,10 +121,11 @@ def decode_sources(run: ExportedRun, examples: Sequence[Example] | Sequence[str]
     return outputs
 
 
-def decode_split(path: Path | str, split: str, overrides: Sequence[str] = ()) -> tuple[list[Output], Report]:
+def decode_split(path: Path | str, split: str, overrides: Sequence[str] = (),
+                 changes: Sequence[Change] = ()) -> tuple[list[Output], Report]:
     """Decode one of the task's splits with CTranslate2 and score it with the task's metric."""
     with tempfile.TemporaryDirectory(prefix="seqxduce-ct2-") as work:
-        run = load_export(path, overrides, Path(work))
+        run = load_export(path, overrides, Path(work), changes=changes)
         if split not in run.task.splits:
             raise UserError(f"--split {split!r}: the task has splits {', '.join(run.task.splits)}")
         examples = run.task.examples(split, components.data_dir(run.recipe))
@@ -133,7 +135,8 @@ def decode_split(path: Path | str, split: str, overrides: Sequence[str] = ()) ->
     return outputs, score_outputs(run.task, outputs, examples)
 
 
-def decode_lines(path: Path | str, sources: Sequence[str], overrides: Sequence[str] = ()) -> list[Output]:
+def decode_lines(path: Path | str, sources: Sequence[str], overrides: Sequence[str] = (),
+                 changes: Sequence[Change] = ()) -> list[Output]:
     """Decode raw source lines with CTranslate2, in input order."""
     with tempfile.TemporaryDirectory(prefix="seqxduce-ct2-") as work:
-        return decode_sources(load_export(path, overrides, Path(work)), list(sources))
+        return decode_sources(load_export(path, overrides, Path(work), changes=changes), list(sources))

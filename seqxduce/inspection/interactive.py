@@ -7,7 +7,6 @@ Task plugins build their commands on this (`seqxduce translate`, `seqxduce parse
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -101,28 +100,6 @@ def format_answer(output: Output, run: LoadedRun, nbest: int, render: Render, **
     return "\n".join(parts) + "\n"
 
 
-def with_nbest(run: LoadedRun, nbest: int) -> None:
-    """Make the run's decoder return nbest hypotheses (widening a beam narrower than that); 1 also narrows a
-    recipe's n-best to the best alone."""
-    section = run.recipe.decode
-    settings = section.settings
-    names = {f.name for f in dataclasses.fields(settings)} if settings is not None else set()
-    if nbest <= 1:
-        if "nbest" in names and settings.nbest != 1:
-            section.settings = dataclasses.replace(settings, nbest=1)
-            run.decoder = section.component.factory(section.settings, run.tokenizers.tgt)
-        return
-    if "nbest" not in names:
-        raise UserError(f"--nbest {nbest}: decoder {section.core.name!r} gives one output per source; "
-                        "add --set decode.name=beam (or sampling)")
-    changes = {"nbest": nbest}
-    if "beam" in names and settings.beam < nbest:
-        changes["beam"] = nbest
-        click.echo(f"note: beam {settings.beam} -> {nbest} to give {nbest} hypotheses", err=True)
-    section.settings = dataclasses.replace(settings, **changes)
-    run.decoder = section.component.factory(section.settings, run.tokenizers.tgt)
-
-
 def prompt_loop(run: LoadedRun, render: Render, nbest: int = 1, prompt: str = "> ", history: Path | None = None,
                 stdin: IO[str] | None = None, prepare: Callable[..., str] | None = None, **options: Any) -> int:
     """Decode each line typed (or piped) with the run and print its answer; returns the lines answered.
@@ -163,10 +140,10 @@ def interactive_command(name: str, help: str, render: Render, options: Sequence[
     given, turns each typed line into the source to decode (e.g. word tokenization)."""
 
     def command(run: Path, nbest: int, overrides: tuple[str, ...], history: Path | None, **extra: Any) -> None:
+        from seqxduce.decoding.changes import flag_changes
         from seqxduce.decoding.decode import load_run
 
-        loaded = load_run(run, overrides)
-        with_nbest(loaded, nbest)
+        loaded = load_run(run, overrides, changes=flag_changes(nbest=nbest))
         if sys.stdin.isatty():
             click.echo(f"seqxduce {name}: {loaded.described()}; type a line and press Enter, Ctrl-D to leave",
                        err=True)

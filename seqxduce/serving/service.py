@@ -101,8 +101,7 @@ class Service:
 
     def _decode(self, sources: Sequence[str], key: Hashable) -> list[Output]:
         run = self.run
-        return decode_sources(run.model, run.tokenizers, run.task, list(sources), self.decoder(key), run.device,
-                              run.recipe.train.precision, run.recipe.decode.core.batch_size)
+        return decode_sources(run, list(sources), self.decoder(key))
 
     def _one(self, source: str, key: Hashable) -> Any:
         try:

@@ -60,7 +60,7 @@ class Validator:
         return {"loss": loss_sum / max(tokens, 1), "nll": nll, "ppl": math.exp(min(nll, 100.0))}
 
     def _metric(self, model: torch.nn.Module) -> dict[str, float | str]:
-        from seqxduce.decoding.decode import decode_sources, score_outputs
+        from seqxduce.decoding.decode import DecodeParts, decode_sources, score_outputs
         from seqxduce.decoding.search import GreedyDecoder
         from seqxduce.decoding.search_settings import SearchSettings
 
@@ -71,8 +71,8 @@ class Validator:
         decode = self.recipe.decode
         decoder = (components.build_decoder(self.recipe, self.tokenizers) if recipe_search
                    else GreedyDecoder(SearchSettings.lengths_of(decode.settings)))
-        outputs = decode_sources(model, self.tokenizers, self.task, sample, decoder, self.device,
-                                 self.settings.precision, decode.core.batch_size, decode.core.batch_tokens)
+        parts = DecodeParts(self.recipe, self.task, self.tokenizers, model, decoder, self.device)
+        outputs = decode_sources(parts, sample)
         report = score_outputs(self.task, outputs, sample)
         self.primary_metric = f"valid_{report.primary}"
         self.higher_is_better = report.higher_is_better
