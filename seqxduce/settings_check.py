@@ -62,6 +62,11 @@ class Settings:
         name those that leave its parameters as they are, e.g. a Universal Transformer's depth); none by default."""
         return set()
 
+    def planned_vocab_size(self) -> int | None:
+        """A tokenizer's vocabulary size as its settings fix it before training (`recipe info`'s estimate of the
+        model's size reads it); None when only the trained tokenizer knows (a frequency cut-off)."""
+        return None
+
 
 class SettingError(UserError):
     """A value outside its setting's declared choices or bounds; it keeps the key so a recipe can say where."""

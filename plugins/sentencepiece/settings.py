@@ -36,6 +36,9 @@ class SentencePieceSettings(Settings):
                                          "(-1 = from all of them, at least 2 otherwise)",
                                 min=-1)
 
+    def planned_vocab_size(self) -> int | None:
+        return self.vocab_size
+
     def validate(self) -> None:
         """Sampling needs a model with several segmentations, and sample_nbest is unigram sampling's only."""
         if self.sample_alpha > 0 and self.model_type not in ("bpe", "unigram"):

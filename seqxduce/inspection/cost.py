@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from seqxduce import components
-from seqxduce.api import VocabInfo
+from seqxduce.api import Settings, VocabInfo
 from seqxduce.recipe import Recipe
 from seqxduce.rundir import RunDir
 
@@ -39,8 +39,9 @@ def vocabulary(recipe: Recipe, recipe_dir: Path) -> tuple[VocabInfo, str] | None
     if run.has_tokenizers(recipe):
         vocab = run.load_tokenizers(recipe).vocab()
         return vocab, f"the tokenizer saved in {recipe_dir}"
-    size = getattr(recipe.tokenizer.settings, "vocab_size", None)
-    if not isinstance(size, int):
+    settings = recipe.tokenizer.settings
+    size = settings.planned_vocab_size() if isinstance(settings, Settings) else None
+    if size is None:
         return None
     return VocabInfo(src_size=size, tgt_size=size, pad_id=0, bos_id=1, eos_id=2, shared=shared), \
         "[tokenizer] vocab_size"
