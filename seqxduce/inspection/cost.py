@@ -33,7 +33,7 @@ class TrainingCost:
 
 def vocabulary(recipe: Recipe, recipe_dir: Path) -> tuple[VocabInfo, str] | None:
     """The vocabulary sizes the model will have: from tokenizers saved beside the recipe (a run directory),
-    else from the tokenizer's vocab_size setting; None when neither says."""
+    else from what the tokenizer's settings fix (Settings.planned_vocab_size); None when neither says."""
     shared = recipe.tokenizer.core.shared
     run = RunDir(recipe_dir)
     if run.has_tokenizers(recipe):
