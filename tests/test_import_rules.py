@@ -6,6 +6,8 @@ ARCHITECTURE.md's import graph is the code's (tests/import_graph.py generates it
 from __future__ import annotations
 
 import ast
+import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -14,8 +16,16 @@ import seqxduce
 from tests import import_graph
 
 ROOT = Path(__file__).resolve().parents[1]
-PUBLIC = {"seqxduce", "seqxduce.api", "seqxduce.search", "seqxduce.search_settings", "seqxduce.atomic",
-          "seqxduce.inspection.interactive"}
+
+
+def public_modules() -> set[str]:
+    """The modules CONTRIBUTING.md's "What is public API" table names: the one list plugins may import from."""
+    text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    table = text[text.index("### What is public API"):].split("\n\n")[2]
+    return {re.match(r"\| `([\w.]+)`", line).group(1) for line in table.splitlines() if line.startswith("| `")}
+
+
+PUBLIC = public_modules()
 PACKAGE = {f"seqxduce.{name}" for name in seqxduce.__all__}  # from seqxduce import hookimpl, Task, ...
 GRAPH = import_graph.graph()
 
@@ -31,6 +41,12 @@ def imports(path: Path) -> list[tuple[str, int]]:
             if node.module == "seqxduce" and not node.level:  # from seqxduce import checkpoint: a module, maybe
                 found += [(f"seqxduce.{alias.name}", 0) for alias in node.names]
     return found
+
+
+def test_the_public_api_table_names_modules_that_exist():
+    assert {"seqxduce", "seqxduce.api", "seqxduce.search", "seqxduce.registry"} <= PUBLIC
+    for name in PUBLIC:
+        importlib.import_module(name)
 
 
 def test_the_core_imports_no_plugin():
