@@ -117,7 +117,8 @@ def call(server: Server, path: str, body: object = None, raw: bytes | None = Non
          timeout: float = 120) -> tuple[int, Any, dict]:
     """(status, headers, JSON answer) of a GET, or a POST of body as JSON (or raw bytes)."""
     data = raw if raw is not None else None if body is None else json.dumps(body).encode("utf-8")
-    request = urllib.request.Request(server.url + path, data=data, method="GET" if data is None else "POST")
+    request = urllib.request.Request(server.url + path, data=data, method="GET" if data is None else "POST",
+                                     headers={} if data is None else {"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as answer:
             return answer.status, answer.headers, json.loads(answer.read())
@@ -132,7 +133,7 @@ def texts(answer: dict) -> list[str]:
 @pytest.fixture(scope="module")
 def server(reverse_run, tmp_path_factory) -> Iterator[Server]:
     with serving(reverse_run, tmp_path_factory.mktemp("served"), "--max-inputs", "8", "--max-request-bytes", "2000",
-                 "--max-source-tokens", "8") as running:
+                 "--max-source-tokens", "8", "--verbose-info") as running:
         yield running
 
 

@@ -16,7 +16,11 @@ from typing import Any
 from seqxduce.api import Decoder, UserError
 from seqxduce.data import encode_source
 from seqxduce.decoding import LoadedRun, Output, decode_sources
-from seqxduce.serving.limits import DecodeAsk, RequestError
+from seqxduce.search import stop_when
+from seqxduce.search_settings import SearchSettings
+from seqxduce.serving.batching import StopCheck
+from seqxduce.serving.limits import DecodeAsk, Lengths, RequestError
+from seqxduce.settings_check import request_keys
 
 DECODERS_KEPT = 16  # decoders built for requests' own settings, the least recently used dropped first
 
@@ -41,8 +45,28 @@ class Service:
         self.lock = threading.Lock()  # the event loop checks a request's decoder while the worker uses another
 
     def decode_keys(self) -> dict[str, Any]:
-        """The [decode] keys of the decoder plugin a request may set (nbest is a key of its own), with their values."""
-        return {name: getattr(self.settings, name) for name in sorted(self.fields - {"nbest"})}
+        """The [decode] keys a request may set, with their values: those the decoder plugin's settings declare
+        `per_request` (scalars only; nbest is a key of its own). Keys that must agree with the task or the model
+        (tree_beam's words_in_target) are not declared so, and stay the recipe's."""
+        return {name: getattr(self.settings, name) for name in request_keys(self.settings) if name != "nbest"}
+
+    def lengths(self, ask: DecodeAsk) -> Lengths:
+        """The output length limits and hypotheses per source a request asks for (its changes over the recipe's
+        settings; a decoder without length settings searches with SearchSettings' defaults, as sampling does)."""
+        base = SearchSettings.lengths_of(self.settings)
+        value = {"max_len_a": base.max_len_a, "max_len_b": base.max_len_b, "min_len": base.min_len} | {
+            k: v for k, v in ask.changes.items() if k in ("max_len_a", "max_len_b", "min_len")}
+        if "beam" in self.fields:
+            rows_key, rows = "beam", max(ask.changes.get("beam", self.settings.beam), ask.nbest)
+        elif "nbest" in self.fields:  # a sampler draws nbest rows per source
+            rows_key, rows = "nbest", ask.nbest
+        else:
+            rows_key, rows = "nbest", 1
+        return Lengths(value["max_len_a"], value["max_len_b"], value["min_len"], rows, rows_key)
+
+    def target_tokens(self, target: str) -> int:
+        """A given output's length as the model reads it (its tokens and eos)."""
+        return len(self.run.tokenizers.tgt.encode(target)) + 1
 
     def default_nbest(self) -> int:
         """Hypotheses per source when a request does not say: as many as the recipe's decoder gives."""
@@ -89,15 +113,17 @@ class Service:
                 self.decoders.popitem(last=False)
         return decoder
 
-    def decode(self, sources: Sequence[str], key: Hashable) -> list[Any]:
+    def decode(self, sources: Sequence[str], key: Hashable, stop: StopCheck | None = None) -> list[Any]:
         """Decode one batch as `seqxduce decode` does; a source the model or task refuses (a UserError, e.g. longer
-        than learned positions reach) gets a 422 of its own and the others are decoded without it."""
-        try:
-            return [hypotheses(o) for o in self._decode(sources, key)]
-        except UserError as err:
-            if len(sources) == 1:
-                return [RequestError(422, f"inputs: {sources[0][:40]!r}: {err}")]
-        return [self._one(s, key) for s in sources]
+        than learned positions reach) gets a 422 of its own and the others are decoded without it. The search
+        checks stop() between its steps and ends (SearchStopped) once it is true."""
+        with stop_when(stop or _never):
+            try:
+                return [hypotheses(o) for o in self._decode(sources, key)]
+            except UserError as err:
+                if len(sources) == 1:
+                    return [RequestError(422, f"inputs: {sources[0][:40]!r}: {err}")]
+            return [self._one(s, key) for s in sources]
 
     def _decode(self, sources: Sequence[str], key: Hashable) -> list[Output]:
         run = self.run
@@ -110,14 +136,16 @@ class Service:
         except UserError as err:
             return RequestError(422, f"inputs: {source[:40]!r}: {err}")
 
-    def attention(self, source: str, target: str | None, key: Hashable) -> dict[str, Any]:
+    def attention(self, source: str, target: str | None, key: Hashable, stop: StopCheck | None = None
+                  ) -> dict[str, Any]:
         """The encoder-decoder attention of source and its output (the decoder's best, or `target`), per layer
         averaged over heads, with the tokens on both axes (what `seqxduce attention` draws)."""
         from seqxduce.inspection.attention_maps import attention_view
 
         run = dataclasses.replace(self.run, decoder=self.decoder(key))
         try:
-            view = attention_view(run, source, target)
+            with stop_when(stop or _never):
+                view = attention_view(run, source, target)
         except UserError as err:
             raise RequestError(422, f"model: {err}") from None
         return {
@@ -126,3 +154,7 @@ class Service:
             "cross": [[[round(float(v), 4) for v in row] for row in layer.mean(dim=0).tolist()]
                       for layer in view.maps["cross"]],
         }
+
+
+def _never() -> bool:
+    return False
