@@ -177,8 +177,6 @@ class Batcher:
                 if batch is None:
                     return
             self.counters.decoding = 1 if isinstance(batch, _Job) else len(batch)
-            if self.delay_s:
-                self.wake.wait(self.delay_s)
             if isinstance(batch, _Job):
                 self._run_call(batch)
             else:
@@ -243,6 +241,7 @@ class Batcher:
             return self.aborting or all(entry.job.cancelled for entry in batch)
 
         try:
+            self._pause(unwanted)
             if unwanted():
                 raise Abandoned("nobody waits for this batch")
             outputs: Sequence[Any] = self.decode([e.source for e in batch], batch[0].job.key, unwanted)
@@ -276,9 +275,17 @@ class Batcher:
             return self.aborting or job.cancelled
 
         try:
+            self._pause(unwanted)
+            if unwanted():
+                raise Abandoned("nobody waits for this call")
             self._finish(job, result=job.call(unwanted))
         except Exception as err:  # noqa: BLE001 - as in _run_batch
             self._finish(job, error=Abandoned("the server is stopping") if unwanted() else err)
+
+    def _pause(self, unwanted: StopCheck) -> None:
+        """The tests' slow batch (delay_s): a step that a deadline cannot cut short, only the server stopping."""
+        if self.delay_s:
+            self.wake.wait(self.delay_s)
 
     @staticmethod
     def _finish(job: _Job, result: Any = None, error: BaseException | None = None) -> None:
