@@ -59,17 +59,22 @@ async def read_body(request: Request, limits: Limits) -> bytes:
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise RequestError(413, f"body: {declared} bytes, more than this server's --max-request-bytes {limit}",
                            close=True)
-    chunks, size = [], 0
-    try:
-        async with asyncio.timeout(limits.read_timeout_seconds):
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
-                    raise RequestError(413, f"body: more than this server's --max-request-bytes {limit}", close=True)
-                chunks.append(chunk)
-    except TimeoutError:
-        raise RequestError(408, f"body: {size} bytes received in this server's --read-timeout-seconds "
-                                f"{limits.read_timeout_seconds:g}; send the request at once", close=True) from None
+    chunks: list[bytes] = []
+
+    async def read() -> None:
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise RequestError(413, f"body: more than this server's --max-request-bytes {limit}", close=True)
+            chunks.append(chunk)
+
+    try:  # wait_for, not asyncio.timeout: Python 3.10 is supported
+        await asyncio.wait_for(read(), limits.read_timeout_seconds)
+    except asyncio.TimeoutError:
+        raise RequestError(408, f"body: {sum(map(len, chunks))} bytes received in this server's "
+                                f"--read-timeout-seconds {limits.read_timeout_seconds:g}; send the request at once",
+                           close=True) from None
     return b"".join(chunks)
 
 

@@ -208,7 +208,7 @@ def check_cost(lengths: Lengths, tokens: list[int], changes: dict[str, Any], lim
         longest = lengths.max_len_a * (n - 1) + lengths.max_len_b  # as the search counts: the source without eos
         if longest > cap:
             where = "max_len_a" if "max_len_a" in changes else f"inputs[{i}]"
-            raise RequestError(422, f"{where}: outputs may reach {math.floor(longest)} tokens (max_len_a "
+            raise RequestError(422, f"{where}: outputs may reach {longest:.0f} tokens (max_len_a "
                                     f"{lengths.max_len_a:g} x {n - 1} source tokens + max_len_b "
                                     f"{lengths.max_len_b}), more than {flag}; lower max_len_a or max_len_b, or "
                                     "shorten the source")

@@ -78,6 +78,8 @@ DECODE_CASES = [
     (b'{"inputs": ["1"], "nbest": ' + DIGITS.encode() + b"}", 422, "nbest"),
     (b'{"inputs": [' + DIGITS.encode() + b"]}", 400, "inputs[0]"),
     ({"inputs": ["1 2 3"], "max_len_a": 1e9}, 422, "max_len_a"),
+    ({"inputs": ["1 2 3"], "max_len_a": 1e308}, 422, "max_len_a"),  # times the source length: inf
+    ({"inputs": ["1 2 3"], "max_len_b": -(10**29)}, 422, "max_len_b"),
     ({"inputs": ["1 2 3"], "min_len": 1500, "max_len_b": 1500, "beam": 16}, 422, "min_len"),
     ({"inputs": ["1 2 3"], "min_len": 5000}, 422, "min_len"),
     ({"inputs": ["1 2 3"], "alpha": 1e300}, 422, "alpha"),
