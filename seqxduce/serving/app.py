@@ -233,6 +233,8 @@ def create_app(service: Service, batcher: Batcher, limits: Limits, info: dict[st
                 raise RequestError(413, f"target: {length} tokens, longer than this server's --max-output-tokens "
                                         f"{limits.max_output_tokens}; shorten it")
         rest = {k: v for k, v in data.items() if k not in ("input", "target")}
+        if "inputs" in rest:  # else it would stand in for the checked source below
+            raise RequestError(400, "inputs: not a key of /v1/attention; send one source as input")
         ask = parse_decode({"inputs": [source], **rest}, limits, decode_keys, service.default_nbest())
         if target is None:  # the output is decoded: it costs what a decode of the source does
             check_cost(service.lengths(ask), [tokens], ask.changes, limits)

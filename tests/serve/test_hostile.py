@@ -106,6 +106,7 @@ ATTENTION_CASES = [
     (b'{"input": "1 2 3", "target": "3 \\udc00"}', 400, "target"),
     ({"input": "1 2 3", "max_len_b": 10**18}, 422, "max_len_b"),
     ({"input": "1 2 3", "min_len": 5000}, 422, "min_len"),
+    ({"input": "1 2 3", "inputs": ["1 " * 5000]}, 400, "inputs"),
 ]
 
 
