@@ -6,12 +6,14 @@ The code lives in `seqxduce.decoding.search`; this name is what plugins have imp
 from seqxduce.decoding.search import (
     BeamDecoder,
     GreedyDecoder,
+    SearchStopped,
     beam_search,
     greedy_search,
     length_penalty,
     max_lengths,
     shortest_limit,
+    stop_when,
 )
 
-__all__ = ["BeamDecoder", "GreedyDecoder", "beam_search", "greedy_search", "length_penalty", "max_lengths",
-           "shortest_limit"]
+__all__ = ["BeamDecoder", "GreedyDecoder", "SearchStopped", "beam_search", "greedy_search", "length_penalty",
+           "max_lengths", "shortest_limit", "stop_when"]

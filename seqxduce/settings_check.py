@@ -22,16 +22,19 @@ from seqxduce.errors import UserError
 
 def setting(default: Any = dataclasses.MISSING, help: str = "", choices: Sequence[Any] | None = None,
             min: float | None = None, max: float | None = None,
-            min_exclusive: bool = False, max_exclusive: bool = False, same_as: str | None = None) -> Any:
+            min_exclusive: bool = False, max_exclusive: bool = False, same_as: str | None = None,
+            per_request: bool = False) -> Any:
     """Declare one recipe setting as a dataclass field with its default, one-line help, allowed values and bounds.
 
     min/max bound a number (or each number of a list); *_exclusive makes one strict. same_as = "section.key":
     in a recipe whose other section has that key too, both must hold the same value (checked by the recipe
-    loader), e.g. a decoder's key that must repeat its task's.
+    loader), e.g. a decoder's key that must repeat its task's. per_request = True: a decoder's scalar key that a
+    `seqxduce serve` request may set for itself (beam, alpha, ...); a key that must agree with the task or the
+    model, or that is not a scalar, stays the server's (see request_keys).
     """
     metadata = {"help": help, "choices": tuple(choices) if choices else None,
                 "min": min, "max": max, "min_exclusive": min_exclusive, "max_exclusive": max_exclusive,
-                "same_as": same_as}
+                "same_as": same_as, "per_request": per_request}
     if isinstance(default, (list, dict)):
         value = default
         return field(default_factory=lambda: type(value)(value), metadata=metadata)
@@ -44,7 +47,8 @@ def setting_like(cls: type, name: str, default: Any, help: str | None = None) ->
     inherited = {f.name: f for f in dataclasses.fields(cls)}[name].metadata
     return setting(default, help=inherited["help"] if help is None else help, choices=inherited["choices"],
                    min=inherited["min"], max=inherited["max"], min_exclusive=inherited["min_exclusive"],
-                   max_exclusive=inherited["max_exclusive"], same_as=inherited.get("same_as"))
+                   max_exclusive=inherited["max_exclusive"], same_as=inherited.get("same_as"),
+                   per_request=inherited.get("per_request", False))
 
 
 class Settings:
@@ -66,6 +70,15 @@ class Settings:
         """A tokenizer's vocabulary size as its settings fix it before training (`recipe info`'s estimate of the
         model's size reads it); None when only the trained tokenizer knows (a frequency cut-off)."""
         return None
+
+
+def request_keys(settings: Any) -> list[str]:
+    """The keys of a settings object declared `per_request` whose values are scalars (bool, int, float, str):
+    what a `seqxduce serve` request may set. A list or a key without the declaration is never a request's."""
+    if not dataclasses.is_dataclass(settings):
+        return []
+    return sorted(f.name for f in dataclasses.fields(settings)
+                  if f.metadata.get("per_request") and isinstance(getattr(settings, f.name), (bool, int, float, str)))
 
 
 class SettingError(UserError):

@@ -128,4 +128,4 @@ def test_nbest_1_narrows_a_recipes_nbest_to_the_best(run: Path):
 def test_a_refused_shortcut_is_named_as_typed(run: Path):
     result = _invoke("decode", run, "--input", run.parent / "in.txt", "--set", "decode.name=greedy", "--beam", "3")
     assert result.exit_code == 1 and "Traceback" not in result.output
-    assert "Error: --beam 3: decoder 'greedy' has no setting 'beam'" in result.output
+    assert "Error: --beam: 3 is not for decoder 'greedy', which has no setting 'beam'" in result.output

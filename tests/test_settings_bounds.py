@@ -47,8 +47,13 @@ def data() -> dict:
     ("decode.beam=0", ">= 1"),
     ("decode.beam=-1", ">= 1"),
     ("decode.nbest=0", ">= 1"),
-    ("decode.min_len=-1", ">= 0"),
-    ("decode.alpha=-0.5", ">= 0"),
+    ("decode.min_len=-1", r"in \[0, 1e\+06\]"),
+    ("decode.alpha=-0.5", r"in \[0, 10\]"),
+    # upper bounds: one request or recipe cannot ask for an endless search (issue 37)
+    ("decode.alpha=500", r"in \[0, 10\]"),
+    ("decode.max_len_b=1000000000000000000", r"in \[-1e\+06, 1e\+06\]"),
+    ("decode.max_len_a=1e9", r"in \[0, 1000\]"),
+    ("decode.min_len=100000000", r"in \[0, 1e\+06\]"),
 ])
 def test_out_of_range_override_is_one_line_naming_the_set(override, bound):
     dotted, value = override.split("=")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from seqxduce.api import setting
-from seqxduce.search_settings import SearchSettings
+from seqxduce.search_settings import MAX_BEAM, SearchSettings
 
 
 @dataclass
@@ -15,14 +15,15 @@ class SamplingSettings(SearchSettings):
     """Sampling: how the model's distribution is reshaped, the seed, and how many samples per source."""
 
     temperature: float = setting(1.0, help="divides the log-probabilities: below 1 sharper, above 1 flatter",
-                                 min=0.0, min_exclusive=True)
-    top_k: int = setting(0, help="sample only among the k most probable tokens (0 = all)", min=0)
+                                 min=0.0, min_exclusive=True, per_request=True)
+    top_k: int = setting(0, help="sample only among the k most probable tokens (0 = all)", min=0, per_request=True)
     top_p: float = setting(1.0, help="sample only among the fewest tokens whose probability reaches p "
-                                     "(nucleus sampling; 1 = all)", min=0.0, max=1.0, min_exclusive=True)
+                                     "(nucleus sampling; 1 = all)", min=0.0, max=1.0, min_exclusive=True,
+                         per_request=True)
     seed: int = setting(1, help="seed of the sampling generator (the same sources and settings give the same "
-                                "samples)")
+                                "samples)", min=0, max=2**63 - 1, per_request=True)
     nbest: int = setting(1, help="samples drawn per source, returned as its n-best list, most probable first",
-                         min=1)
+                         min=1, max=MAX_BEAM, per_request=True)
 
     returns_nbest: ClassVar[bool] = True
 

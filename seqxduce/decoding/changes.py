@@ -34,6 +34,10 @@ class Change:
     value: Any
     given_as: str
 
+    def refused(self, problem: str) -> UserError:
+        """The one-line refusal of this change: `--beam: 0 is out of range; ...`, or a request's `beam: 0 ...`."""
+        return UserError(f"{self.given_as}: {self.value!r} {problem}")
+
 
 def flag_changes(**flags: Any) -> list[Change]:
     """Changes from command-line flags named by their keys (batch_tokens -> --batch-tokens); None = not given."""
@@ -48,15 +52,14 @@ def changed_settings(settings: Settings | None, changes: Sequence[Change], decod
     declared = {f.name for f in dataclasses.fields(settings)} if settings is not None else set()
     for change in changes:
         if change.key not in declared:
-            raise UserError(f"{change.given_as} {change.value!r}: decoder {decoder!r} has no setting {change.key!r}"
-                            f" (its settings: {', '.join(sorted(declared)) or 'none'})")
+            raise change.refused(f"is not for decoder {decoder!r}, which has no setting {change.key!r} (its "
+                                 f"settings: {', '.join(sorted(declared)) or 'none'})")
     given = {change.key: change for change in changes}
     try:
         return dataclasses.replace(settings, **{change.key: change.value for change in changes})
     except SettingError as err:
-        change = given.get(err.key)
-        where = change.given_as if change is not None else f"[decode] {err.key}"
-        raise UserError(f"{where} {err.value!r}: {err.problem}") from None
+        change = given.get(err.key, Change(err.key, err.value, f"[decode] {err.key}"))
+        raise change.refused(err.problem) from None
     except UserError as err:  # a rule between keys (validate()): name every change made
         raise UserError(f"{', '.join(f'{c.given_as} {c.value!r}' for c in changes)}: {err}") from None
 
@@ -71,8 +74,9 @@ def nbest_changes(settings: Settings | None, nbest: int, decoder: str, given_as:
     if not shape.has_nbest:
         if nbest <= 1:
             return []
-        raise UserError(f"{given_as} {nbest}: decoder {decoder!r} gives one output per source; "
-                        "add --set decode.name=beam (or sampling)")
+        raise Change("nbest", nbest, given_as).refused(
+            f"asks for several outputs, but decoder {decoder!r} gives one output per source; add --set "
+            "decode.name=beam (or sampling)")
     changes = [Change("nbest", nbest, given_as)]
     if shape.has_beam and shape.beam < nbest:
         changes.append(Change("beam", nbest, given_as))
@@ -127,5 +131,4 @@ def _replaced(settings: Any, changes: Sequence[Change]) -> Any:
     try:
         return dataclasses.replace(settings, **{change.key: change.value for change in changes})
     except SettingError as err:
-        change = next(c for c in changes if c.key == err.key)
-        raise UserError(f"{change.given_as} {err.value!r}: {err.problem}") from None
+        raise next(c for c in changes if c.key == err.key).refused(err.problem) from None

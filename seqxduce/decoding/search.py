@@ -9,13 +9,41 @@ recomputes a prefix (the model's cache is reordered).
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 
 import torch
 
 from seqxduce.api import Decoder, DecodeRequest, Hypothesis, Model, StepConstraint
 from seqxduce.decoding.search_settings import BeamSettings, SearchSettings
+
+
+class SearchStopped(Exception):
+    """The caller's stop check said so between two steps (`stop_when`): the search's work is abandoned."""
+
+
+_stop = threading.local()  # per thread: a server decodes in its worker thread while other threads do not stop
+
+
+@contextlib.contextmanager
+def stop_when(check: Callable[[], bool]) -> Iterator[None]:
+    """Within the block, every search in this thread calls check() between its steps and raises SearchStopped
+    once it is true (`seqxduce serve`: every client of the batch has gone or passed its deadline, or the server
+    is stopping). A decoder plugin built on greedy_search or beam_search stops with them."""
+    outer = getattr(_stop, "check", None)
+    _stop.check = check
+    try:
+        yield
+    finally:
+        _stop.check = outer
+
+
+def _stop_if_asked() -> None:
+    check = getattr(_stop, "check", None)
+    if check is not None and check():
+        raise SearchStopped("the search was asked to stop")
 
 
 def length_penalty(length: int, alpha: float) -> float:
@@ -104,6 +132,7 @@ def greedy_search(model: Model, request: DecodeRequest, settings: SearchSettings
     chosen, scores, alive = [], [], []  # per step: (B,) token, its log-prob, whether the row was still going
     step = 0
     while not bool(done.all()):
+        _stop_if_asked()
         logprobs, cache = _next_logprobs(model, last, memory, cache, request, constraint, step, limits, min_len,
                                          shortest)
         if choose is None:
@@ -150,7 +179,7 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
         return []
     src_limits = max_lengths(request, settings.max_len_a, settings.max_len_b)  # (alive sources,)
     shortest = shortest_limit(request, settings.max_len_a, settings.max_len_b)
-    penalties = _penalty_table(request, settings.max_len_a, settings.max_len_b, alpha)
+    penalties = _Penalties(request, settings.max_len_a, settings.max_len_b, alpha)
     memory = model.encode(request.src)
     # row r of the search batch belongs to source alive[r // beam]
     alive = torch.arange(batch, device=device)
@@ -170,6 +199,7 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
     step = 0
     n_alive = batch
     while n_alive > 0:
+        _stop_if_asked()
         row_limits = src_limits.unsqueeze(1).expand(n_alive, beam).reshape(-1)
         logprobs, cache = _next_logprobs(model, last, memory, cache, request, constraint, step, row_limits, min_len,
                                          shortest)
@@ -190,7 +220,7 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
         # eos candidates ranked within the first `beam` of their source are offered to its n-best list
         from_rows = torch.arange(n_alive, device=device).unsqueeze(1) * beam + top_beam[:, :beam]  # (n_alive, beam)
         finished.offer(step, from_rows, top_scores[:, :beam], logprobs[:, request.eos_id][from_rows],
-                       (is_eos & finite)[:, :beam], penalties[step + 1:step + 2], request.eos_id)
+                       (is_eos & finite)[:, :beam], penalties.at(step + 1), request.eos_id)
 
         # the first `beam` live (non-eos) candidates continue
         live_rank = torch.where(is_eos, torch.full_like(top_scores, float("inf")),
@@ -211,7 +241,7 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
         n_done = int(source_done.sum())  # the step's one host read
         if n_done > 0:
             finished.finish_dead_ends(source_done, step, scores, origin, new_token, new_logprob,
-                                      penalties[step + 2:step + 3])
+                                      penalties.at(step + 2))
             # the sources still going first, in their order, then those done
             order = torch.argsort(source_done.to(torch.uint8), stable=True)
             kept, gone = order[: n_alive - n_done], order[n_alive - n_done:]
@@ -266,16 +296,32 @@ def _live_bound(best_live: torch.Tensor, length: int, limits: torch.Tensor, alph
     return torch.maximum(best_live / shortest, best_live / longest)
 
 
-def _penalty_table(request: DecodeRequest, a: float, b: int, alpha: float) -> torch.Tensor:
-    """length_penalty(n, alpha) for every length n a hypothesis can reach, as float64 on the device.
+class _Penalties:
+    """length_penalty(n, alpha) for the lengths n a hypothesis reaches, as float64 on the device, grown as the
+    search goes.
 
-    Computed in Python as the search always did, so that a score is the same double as before. Sized from the
-    padded source width, the longest source length the host knows without asking the device for the limits."""
-    # max_lengths rounds in float32, which may floor one higher than this double does
-    longest = max(1, math.floor(max(request.src.size(1) * a, 0.0) + b)) + 1
-    # a row ends at its limit at the latest, its eos making the length limit + 1; a dead end there, one more
-    values = [length_penalty(n, alpha) for n in range(longest + 3)]
-    return torch.tensor(values, dtype=torch.float64, device=request.src.device)
+    Each value is computed in Python as the search always did, so that a score is the same double as before. The
+    table covers at most the longest length the host knows without asking the device (from the padded source
+    width), but starts short and doubles when a step needs more: a search that ends after 20 steps builds 64
+    values however high max_len_b is, and memory follows the steps taken, never the limit asked."""
+
+    FIRST = 64
+
+    def __init__(self, request: DecodeRequest, a: float, b: int, alpha: float):
+        # max_lengths rounds in float32, which may floor one higher than this double does; a row ends at its limit
+        # at the latest, its eos making the length limit + 1; a dead end there, one more
+        self.size = max(1, math.floor(max(request.src.size(1) * a, 0.0) + b)) + 4
+        self.alpha = alpha
+        self.device = request.src.device
+        self.table = torch.empty(0, dtype=torch.float64, device=self.device)
+
+    def at(self, length: int) -> torch.Tensor:
+        """(1,) the penalty of `length` (a slice, never a host scalar: see _Finished.offer)."""
+        if length >= self.table.numel():
+            grown = min(self.size, max(self.FIRST, 2 * self.table.numel(), length + 1))
+            values = [length_penalty(n, self.alpha) for n in range(self.table.numel(), grown)]
+            self.table = torch.cat([self.table, torch.tensor(values, dtype=torch.float64, device=self.device)])
+        return self.table[length:length + 1]
 
 
 class _History:

@@ -1,5 +1,6 @@
 """The settings of the core's searches, which decoder plugins take as theirs or extend (torch-free:
-`seqxduce plugins` reads them). The one default output length limit lives here."""
+`seqxduce plugins` reads them). The one default output length limit lives here, and the upper bounds that keep
+one decode's work finite (`decode`, a recipe and `serve` refuse the same values, in one line)."""
 
 from __future__ import annotations
 
@@ -9,15 +10,25 @@ from typing import Any, ClassVar
 
 from seqxduce.settings_check import Settings, setting
 
+# Bounds on what one search may be asked: far past any real output (the paper's is input length + 50), yet small
+# enough that the length-penalty table and the step loop of the longest search allowed stay finite and that every
+# length fits a 64-bit integer. A server sets its own, tighter limits (`serve --max-output-tokens`).
+MAX_LENGTH = 1_000_000  # tokens: max_len_b and min_len
+MAX_LEN_A = 1_000.0  # output tokens per source token
+MAX_BEAM = 10_000  # samples per source (a beam's width is bounded by memory and the server's own limit)
+MAX_ALPHA = 10.0  # ((5 + 10^6) / 6) ** 10 is about 1e52, well inside a double
+
 
 @dataclass
 class SearchSettings(Settings):
     """What every search shares: how long an output may be."""
 
-    max_len_a: float = setting(1.0, help="maximum output length = max_len_a * source length + max_len_b", min=0.0)
+    max_len_a: float = setting(1.0, help="maximum output length = max_len_a * source length + max_len_b", min=0.0,
+                               max=MAX_LEN_A, per_request=True)
     # max_len_b may be negative (a * length - b); the search never allows fewer than one token
-    max_len_b: int = setting(50, help="maximum output length offset (paper: input length + 50)")
-    min_len: int = setting(0, help="no eos before this many tokens", min=0)
+    max_len_b: int = setting(50, help="maximum output length offset (paper: input length + 50)", min=-MAX_LENGTH,
+                             max=MAX_LENGTH, per_request=True)
+    min_len: int = setting(0, help="no eos before this many tokens", min=0, max=MAX_LENGTH, per_request=True)
 
     # whether the settings declare how many hypotheses a source returns (an `nbest` key): a subclass that does
     # says so and overrides returned(), so that callers read it through this class, not by attribute name
@@ -39,13 +50,14 @@ class SearchSettings(Settings):
 class BeamSettings(SearchSettings):
     """Beam search: width, GNMT length penalty, n-best and when a source stops."""
 
-    beam: int = setting(4, help="beam size (paper: 4 for translation, 21 for parsing)", min=1)
-    alpha: float = setting(0.6, help="GNMT length penalty ((5+len)/6)^alpha (paper: 0.6; 0 = none)", min=0.0)
-    nbest: int = setting(1, help="finished hypotheses returned per source (at most beam)", min=1)
+    beam: int = setting(4, help="beam size (paper: 4 for translation, 21 for parsing)", min=1, per_request=True)
+    alpha: float = setting(0.6, help="GNMT length penalty ((5+len)/6)^alpha (paper: 0.6; 0 = none)", min=0.0,
+                           max=MAX_ALPHA, per_request=True)
+    nbest: int = setting(1, help="finished hypotheses returned per source (at most beam)", min=1, per_request=True)
     early_stop: bool = setting(False, help="fairseq's early stop: a source ends once it has `beam` finished "
                                            "hypotheses, even if a live one could still score higher (faster, "
                                            "can return worse outputs); false = stop only when no live "
-                                           "hypothesis can beat the n-best")
+                                           "hypothesis can beat the n-best", per_request=True)
 
     returns_nbest: ClassVar[bool] = True
 

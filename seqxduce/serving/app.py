@@ -1,83 +1,199 @@
-"""The HTTP routes (Starlette): /v1/decode, /v1/attention, /health, /v1/info and the page at /.
+"""The HTTP routes (Starlette): /v1/decode, /v1/attention, /health, /ready, /v1/info and the page at /.
 
-Every client mistake is a RequestError, answered as a 4xx with {"error": "..."} naming the field; a full queue is
-a 503 with Retry-After. A request whose client goes away while it waits is taken out of the queue.
+Every client mistake is a RequestError, answered as a 4xx with {"error": "..."} naming the field, in one line of
+ASCII JSON; a full queue, a request queued past its deadline and a server that is stopping answer 503 with
+Retry-After, a request decoded past its deadline 504. A request whose client goes away, or whose deadline passes,
+leaves the queue, and a batch nobody waits for any more stops at its next step. No client's mistake reaches the
+catch-all 500, which logs one traceback for a bug of ours.
+
+`Guard` wraps the application: the Host check, Content-Type on POST and strict framing, before any route runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Iterable
 from importlib import resources
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from seqxduce.serving.batching import Batcher, QueueFull
-from seqxduce.serving.limits import Limits, RequestError, check_source, parse_decode, parse_json
+from seqxduce.serving.batching import Abandoned, Batcher, QueueFull
+from seqxduce.serving.limits import Limits, RequestError, check_cost, check_source, parse_decode, parse_json, shown
 from seqxduce.serving.service import Service
 
 log = logging.getLogger("seqxduce.serve")
 RETRY_AFTER_S = 1
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+STOPPING = "stopping: the server is shutting down; retry on another"
 
 
-def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    """The one shape of every error answer."""
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
+def error(status: int, message: str, headers: dict[str, str] | None = None, close: bool = False) -> Response:
+    """The one shape of every error answer: {"error": "..."} in one line of ASCII (whatever a client sent, the
+    answer encodes); close: the connection ends after it (the request's body may be unread)."""
+    headers = dict(headers or {})
+    if close:
+        headers["Connection"] = "close"  # h11 then closes once the answer is sent, unread body and all
+    body = json.dumps({"error": message}, ensure_ascii=True, separators=(",", ":"))
+    return Response(body, status_code=status, headers=headers, media_type="application/json")
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refused (413) as soon as it passes `limit` bytes, whatever Content-Length says."""
+def busy(message: str) -> RequestError:
+    return RequestError(503, f"{message}; retry after {RETRY_AFTER_S} s", headers={"Retry-After": str(RETRY_AFTER_S)})
+
+
+async def read_body(request: Request, limits: Limits) -> bytes:
+    """The request body, refused (413, connection closed) as soon as it passes --max-request-bytes, whatever
+    Content-Length says, and (408, closed) when it has not all arrived within --read-timeout-seconds."""
+    limit = limits.max_request_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise RequestError(413, f"body: {declared} bytes, more than this server's --max-request-bytes {limit}")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise RequestError(413, f"body: more than this server's --max-request-bytes {limit}")
-        chunks.append(chunk)
+        raise RequestError(413, f"body: {declared} bytes, more than this server's --max-request-bytes {limit}",
+                           close=True)
+    chunks: list[bytes] = []
+
+    async def read() -> None:
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise RequestError(413, f"body: more than this server's --max-request-bytes {limit}", close=True)
+            chunks.append(chunk)
+
+    try:  # wait_for, not asyncio.timeout: Python 3.10 is supported
+        await asyncio.wait_for(read(), limits.read_timeout_seconds)
+    except asyncio.TimeoutError:
+        raise RequestError(408, f"body: {sum(map(len, chunks))} bytes received in this server's "
+                                f"--read-timeout-seconds {limits.read_timeout_seconds:g}; send the request at once",
+                           close=True) from None
     return b"".join(chunks)
 
 
-async def until_answered(request: Request, batcher: Batcher, future: asyncio.Future) -> Any:
-    """The future's result; if the client disconnects first, its sources leave the queue (None is returned)."""
+async def until_answered(request: Request, batcher: Batcher, future: asyncio.Future, deadline: float,
+                         limits: Limits) -> Any:
+    """The future's result; None if the client disconnects first. Past the deadline the request leaves the
+    queue (503: it was never decoded) or its batch (504: it was being decoded); either way the batch stops at its
+    next step once nobody of it waits."""
     async def disconnected() -> None:
         while (await request.receive())["type"] != "http.disconnect":
             pass
 
     watch = asyncio.ensure_future(disconnected())
     try:
-        await asyncio.wait({future, watch}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({future, watch}, timeout=max(0.0, deadline - time.monotonic()),
+                           return_when=asyncio.FIRST_COMPLETED)
     finally:
         watch.cancel()
-    if not future.done():
-        batcher.cancel(future)
+    if future.done():
+        return future.result()
+    started = future.job.started  # type: ignore[attr-defined]
+    batcher.cancel(future)
+    if watch.done() and not watch.cancelled():
         log.info("a client went away: its request left the queue")
         return None
-    return future.result()
+    flag = f"this server's --max-request-seconds {limits.max_request_seconds:g}"
+    if started:
+        raise RequestError(504, f"deadline: not decoded within {flag}; ask for less (fewer sources, a smaller beam, "
+                                "shorter outputs)")
+    raise busy(f"busy: queued past {flag}")
 
 
 def handler(function: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
-    """Turns RequestError and QueueFull into their answers."""
+    """Turns RequestError, QueueFull and Abandoned into their answers, a client that left into one log line, and
+    anything else into a 500 with one traceback in the log."""
     async def handle(request: Request) -> Response:
         try:
             return await function(request)
         except RequestError as err:
-            return error(err.status, err.message, err.headers)
+            return error(err.status, err.message, err.headers, close=err.close)
         except QueueFull as err:
             return error(503, f"busy: {err}; retry after {RETRY_AFTER_S} s",
                          headers={"Retry-After": str(RETRY_AFTER_S)})
+        except Abandoned:
+            return error(503, STOPPING, headers={"Retry-After": str(RETRY_AFTER_S)}, close=True)
+        except ClientDisconnect:
+            log.info("a client went away while sending %s %s", request.method, request.url.path)
+            return Response(status_code=499)  # nobody reads it
+        except Exception:  # a bug of ours: one traceback, here (Starlette's handler would log a second)
+            log.exception("internal error on %s %s", request.method, request.url.path)
+            return error(500, "internal error; the server log has the traceback")
     return handle
 
 
-def create_app(service: Service, batcher: Batcher, limits: Limits, info: dict[str, Any]) -> Starlette:
+class Guard:
+    """ASGI middleware checking what no route should see: a Host header among --allowed-hosts (a web page
+    cannot reach a developer's local server through DNS rebinding), Content-Type: application/json on POST (a
+    cross-site form or `simple` fetch cannot POST), and Content-Length together with Transfer-Encoding (h11 reads
+    the body as chunked; a proxy in front may read it by its length: refused rather than guessed). Each refusal
+    is one JSON line, and the connection closes. Starlette's TrustedHostMiddleware answers in plain text and
+    checks neither of the others, hence this.
+
+    After SIGTERM's grace uvicorn cancels the requests still running (a client still sending its body): that is
+    answered 503 and logged in one line here, instead of a traceback per request."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: Iterable[str], batcher: Batcher):
+        self.app = app
+        self.any_host = "*" in allowed_hosts
+        self.hosts = {h.lower().strip("[]") for h in allowed_hosts if not h.startswith("*")}
+        self.suffixes = tuple(h.lower()[1:] for h in allowed_hosts if h.startswith("*."))
+        self.batcher = batcher
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        refusal = self.refusal(scope)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        try:
+            await self.app(scope, receive, send)
+        except asyncio.CancelledError:
+            if not self.batcher.aborting:
+                raise
+            log.info("cut %s %s after the shutdown grace", scope["method"], scope["path"])
+            with contextlib.suppress(Exception):  # the answer may have begun: then the connection just ends
+                await error(503, STOPPING, close=True)(scope, receive, send)
+
+    def refusal(self, scope: Scope) -> Response | None:
+        """The answer to a request refused before routing, or None."""
+        headers: dict[bytes, list[bytes]] = {}
+        for name, value in scope["headers"]:
+            headers.setdefault(name, []).append(value)
+        host = b",".join(headers.get(b"host", [])).decode("latin-1")
+        if not self.host_allowed(host):
+            return error(400, f"Host: {shown(host) or 'missing'} is not a name this server answers to; start it "
+                              "with --allowed-hosts NAME (the name clients use)", close=True)
+        if scope["method"] == "POST":
+            if b"content-length" in headers and b"transfer-encoding" in headers:
+                return error(400, "Transfer-Encoding: sent with Content-Length; send one of them", close=True)
+            kind = b",".join(headers.get(b"content-type", [])).decode("latin-1")
+            if kind.split(";")[0].strip().lower() != "application/json":
+                return error(415, f"Content-Type: {shown(kind) or 'missing'}; send application/json", close=True)
+        return None
+
+    def host_allowed(self, host: str) -> bool:
+        if self.any_host:
+            return True
+        name = host.lower()
+        if name.startswith("["):  # [::1]:8000
+            name = name[1:name.find("]")] if "]" in name else ""
+        elif name.count(":") == 1:  # name:port (an IPv6 address without brackets has several colons)
+            name = name.split(":")[0]
+        return bool(name) and (name in self.hosts or name.endswith(self.suffixes))
+
+
+def create_app(service: Service, batcher: Batcher, limits: Limits, info: dict[str, Any],
+               allowed_hosts: Iterable[str] = LOOPBACK_HOSTS) -> ASGIApp:
     """The application over a loaded service and its batcher (started and stopped with the app's lifespan)."""
     decode_keys = service.decode_keys()
     page = resources.files("seqxduce.serving").joinpath("page.html").read_text(encoding="utf-8")
@@ -92,33 +208,62 @@ def create_app(service: Service, batcher: Batcher, limits: Limits, info: dict[st
 
     @handler
     async def decode(request: Request) -> Response:
-        data = parse_json(await read_body(request, limits.max_request_bytes))
+        deadline = time.monotonic() + limits.max_request_seconds
+        data = parse_json(await read_body(request, limits))
         ask = parse_decode(data, limits, decode_keys, service.default_nbest())
         tokens = [checked_source(s, f"inputs[{i}]")[1] for i, s in enumerate(ask.inputs)]
+        check_cost(service.lengths(ask), tokens, ask.changes, limits)
         key = service.key_for(ask)
-        answers = await until_answered(request, batcher, batcher.submit(ask.inputs, tokens, key))
+        future = batcher.submit(ask.inputs, tokens, key)
+        answers = await until_answered(request, batcher, future, deadline, limits)
         if answers is None:
             return Response(status_code=499)  # nobody reads it: the client has gone
         return JSONResponse({"outputs": [a[:ask.nbest] for a in answers]})
 
     @handler
     async def attention(request: Request) -> Response:
-        data = parse_json(await read_body(request, limits.max_request_bytes))
-        source, _ = checked_source(data.get("input"), "input")
+        deadline = time.monotonic() + limits.max_request_seconds
+        data = parse_json(await read_body(request, limits))
+        source, tokens = checked_source(data.get("input"), "input")
         target = data.get("target")
         if target is not None:
             target = check_source(target, "target")
+            length = service.target_tokens(target)
+            if length > limits.max_output_tokens:
+                raise RequestError(413, f"target: {length} tokens, longer than this server's --max-output-tokens "
+                                        f"{limits.max_output_tokens}; shorten it")
         rest = {k: v for k, v in data.items() if k not in ("input", "target")}
+        if "inputs" in rest:  # else it would stand in for the checked source below
+            raise RequestError(400, "inputs: not a key of /v1/attention; send one source as input")
         ask = parse_decode({"inputs": [source], **rest}, limits, decode_keys, service.default_nbest())
+        if target is None:  # the output is decoded: it costs what a decode of the source does
+            check_cost(service.lengths(ask), [tokens], ask.changes, limits)
         key = service.key_for(ask)
-        answer = await until_answered(request, batcher, batcher.call(lambda: service.attention(source, target, key)))
+        future = batcher.call(lambda stop: service.attention(source, target, key, stop))
+        answer = await until_answered(request, batcher, future, deadline, limits)
         return Response(status_code=499) if answer is None else JSONResponse(answer)
+
+    def readiness() -> tuple[bool, float]:
+        waited = batcher.oldest_wait()
+        return not batcher.aborting and waited <= limits.busy_after_seconds, waited
 
     async def health(request: Request) -> Response:
         counters = batcher.counters
-        return JSONResponse({"status": "ok", "queued": batcher.queued(), "decoding": counters.decoding,
-                             "batches": counters.batches,
-                             "decoded_sources": counters.decoded, "dropped_sources": counters.dropped})
+        ready, waited = readiness()
+        return JSONResponse({"status": "ok", "ready": ready, "stopping": batcher.aborting,
+                             "queued": batcher.queued(), "oldest_wait_s": round(waited, 3),
+                             "decoding": counters.decoding, "batches": counters.batches,
+                             "decoded_sources": counters.decoded, "dropped_sources": counters.dropped,
+                             "abandoned_sources": counters.abandoned})
+
+    async def ready(request: Request) -> Response:
+        ok, waited = readiness()
+        if ok:
+            return JSONResponse({"status": "ready", "oldest_wait_s": round(waited, 3)})
+        why = STOPPING if batcher.aborting else (
+            f"busy: the oldest queued source has waited {waited:.1f} s, more than this server's "
+            f"--busy-after-seconds {limits.busy_after_seconds:g}")
+        return error(503, why, headers={"Retry-After": str(RETRY_AFTER_S)})
 
     async def run_info(request: Request) -> Response:
         return JSONResponse(info)
@@ -130,19 +275,16 @@ def create_app(service: Service, batcher: Batcher, limits: Limits, info: dict[st
         assert isinstance(exc, HTTPException)
         return error(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}")
 
-    async def server_error(request: Request, exc: Exception) -> Response:
-        log.exception("internal error on %s %s", request.method, request.url.path, exc_info=exc)
-        return error(500, f"internal error: {type(exc).__name__}; the server log has the traceback")
-
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
         batcher.start()
         try:
             yield
         finally:
-            await asyncio.get_running_loop().run_in_executor(None, batcher.stop)
+            batcher.abort()  # after the grace nothing is waited for: what is left gets 503, the batch stops
+            await asyncio.get_running_loop().run_in_executor(None, batcher.stop, limits.shutdown_grace_seconds)
 
-    routes = [Route("/", index), Route("/health", health), Route("/v1/info", run_info),
+    routes = [Route("/", index), Route("/health", health), Route("/ready", ready), Route("/v1/info", run_info),
               Route("/v1/decode", decode, methods=["POST"]), Route("/v1/attention", attention, methods=["POST"])]
-    return Starlette(routes=routes, lifespan=lifespan,
-                     exception_handlers={HTTPException: http_error, Exception: server_error})
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
+    return Guard(app, allowed_hosts, batcher)

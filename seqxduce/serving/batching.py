@@ -3,7 +3,9 @@ that share decode settings, up to a token budget, waiting a few milliseconds aft
 them with the function it was given, and hands each request its outputs in its own order.
 
 One thread owns the model, so the event loop stays free (`/health` answers during a long batch) and the model
-never runs two batches at once. torch and starlette are not imported here: the decode function is passed in.
+never runs two batches at once. torch and starlette are not imported here: the decode function is passed in, with
+a stop check it gives the search (true once every request of the batch has gone or passed its deadline, or the
+server is stopping), so that a batch nobody waits for ends at its next step.
 """
 
 from __future__ import annotations
@@ -16,11 +18,17 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-Decode = Callable[[Sequence[str], Hashable], Sequence[Any]]  # (sources, settings key) -> an output or error each
+StopCheck = Callable[[], bool]
+# (sources, settings key, stop check) -> an output or error each
+Decode = Callable[[Sequence[str], Hashable, StopCheck], Sequence[Any]]
 
 
 class QueueFull(Exception):
     """The queue holds as many sources as it may: the client should retry later."""
+
+
+class Abandoned(Exception):
+    """The server is stopping: a queued request is not decoded, a running batch ends at its next step."""
 
 
 @dataclass(eq=False)
@@ -32,8 +40,10 @@ class _Job:
     key: Hashable = None
     results: list[Any] = field(default_factory=list)
     remaining: int = 0
-    call: Callable[[], Any] | None = None
-    cancelled: bool = False
+    call: Callable[[StopCheck], Any] | None = None
+    cancelled: bool = False  # its client went away or its deadline passed: its outputs are not wanted
+    started: bool = False  # some of it was taken into a batch (a deadline then answers 504, not 503)
+    arrived: float = 0.0
 
 
 @dataclass(eq=False)
@@ -52,11 +62,13 @@ class Counters:
     batches: int = 0
     decoding: int = 0  # sources in the batch being decoded now
     decoded: int = 0  # sources decoded
-    dropped: int = 0  # sources taken out of the queue because their client went away
+    dropped: int = 0  # sources taken out of the queue because their client went away or their deadline passed
+    abandoned: int = 0  # sources of batches stopped before their end (nobody waited, or the server stopped)
 
 
 class Batcher:
-    """The queue and its worker thread; submit() and call() from the event loop, stop() to drain and end."""
+    """The queue and its worker thread; submit() and call() from the event loop; abort() answers what waits and
+    stops the running batch, stop() ends the worker thread."""
 
     def __init__(self, decode: Decode, max_queue: int, max_batch_tokens: int, max_batch_sources: int,
                  max_wait_s: float, delay_s: float = 0.0):
@@ -69,6 +81,8 @@ class Batcher:
         self.queue: deque[_Entry | _Job] = deque()
         self.cond = threading.Condition()
         self.stopping = False
+        self.aborting = False  # a plain flag: a signal handler sets it (request_abort), the worker reads it
+        self.wake = threading.Event()  # ends the tests' pause before a batch early when aborting
         self.counters = Counters()
         self.thread = threading.Thread(target=self._work, name="seqxduce-serve-batcher", daemon=True)
 
@@ -76,24 +90,52 @@ class Batcher:
         """Start the worker thread."""
         self.thread.start()
 
-    def stop(self) -> None:
-        """Decode what is queued, then end the worker thread."""
+    def stop(self, timeout: float | None = None) -> None:
+        """Decode what is queued (nothing after abort()), then end the worker thread (waiting at most timeout)."""
         with self.cond:
             self.stopping = True
             self.cond.notify_all()
-        self.thread.join()
+        self.thread.join(timeout)
+
+    def request_abort(self) -> None:
+        """Make the running batch stop at its next step; safe in a signal handler (no lock of the queue's)."""
+        self.aborting = True
+        self.wake.set()
+
+    def abort(self) -> int:
+        """Stop at once: queued requests fail with Abandoned (their clients get 503), the running batch ends at
+        its next step, nothing more is accepted. Returns how many sources were waiting."""
+        self.request_abort()
+        with self.cond:
+            self.stopping = True
+            waiting = list(self.queue)
+            self.queue.clear()
+            self.cond.notify_all()
+        jobs = {id(job): job for job in ((e.job if isinstance(e, _Entry) else e) for e in waiting)}
+        for job in jobs.values():
+            job.cancelled = True
+            self._finish(job, error=Abandoned("the server is stopping"))
+        return len(waiting)
 
     def queued(self) -> int:
         """Sources waiting (exclusive calls count one each)."""
         with self.cond:
             return len(self.queue)
 
+    def oldest_wait(self) -> float:
+        """Seconds the oldest queued source (or call) has waited; 0 with an empty queue."""
+        with self.cond:
+            if not self.queue:
+                return 0.0
+            first = self.queue[0]
+            return time.monotonic() - first.arrived
+
     def submit(self, sources: Sequence[str], tokens: Sequence[int], key: Hashable) -> asyncio.Future:
         """Queue one request's sources (tokens: each one's length); the future gets their outputs in order, or the
         first error. QueueFull when they do not fit."""
         loop = asyncio.get_running_loop()
-        job = _Job(loop, loop.create_future(), key, [None] * len(sources), len(sources))
         now = time.monotonic()
+        job = _Job(loop, loop.create_future(), key, [None] * len(sources), len(sources), arrived=now)
         with self.cond:
             if self.stopping:
                 raise QueueFull("the server is stopping")
@@ -104,10 +146,11 @@ class Batcher:
         job.future.job = job  # type: ignore[attr-defined]  (cancel() finds the job through its future)
         return job.future
 
-    def call(self, function: Callable[[], Any]) -> asyncio.Future:
-        """Run function() in the worker thread between batches (it uses the model too); QueueFull as submit."""
+    def call(self, function: Callable[[StopCheck], Any]) -> asyncio.Future:
+        """Run function(stop check) in the worker thread between batches (it uses the model too); QueueFull as
+        submit."""
         loop = asyncio.get_running_loop()
-        job = _Job(loop, loop.create_future(), call=function)
+        job = _Job(loop, loop.create_future(), call=function, arrived=time.monotonic())
         with self.cond:
             if self.stopping or len(self.queue) + 1 > self.max_queue:
                 raise QueueFull(f"the queue holds {len(self.queue)} of at most {self.max_queue} sources")
@@ -134,8 +177,6 @@ class Batcher:
                 if batch is None:
                     return
             self.counters.decoding = 1 if isinstance(batch, _Job) else len(batch)
-            if self.delay_s:
-                time.sleep(self.delay_s)
             if isinstance(batch, _Job):
                 self._run_call(batch)
             else:
@@ -147,10 +188,11 @@ class Batcher:
         while True:
             while not self.queue and not self.stopping:
                 self.cond.wait()
-            if not self.queue:
+            if not self.queue or self.aborting:
                 return None
             first = self.queue[0]
             if isinstance(first, _Job):
+                first.started = True
                 return self.queue.popleft()
             deadline = first.arrived + self.max_wait_s
             while not self.stopping and self.queue and self.queue[0] is first and not self._full(first.job.key):
@@ -158,9 +200,13 @@ class Batcher:
                 if left <= 0:
                     break
                 self.cond.wait(left)
+            if self.aborting:
+                return None
             if self.queue and self.queue[0] is first:  # else its request was cancelled meanwhile: look again
                 taken = self._take(first.job.key)
                 if taken:  # none when the first belonged to a request that has failed: look again
+                    for entry in taken:
+                        entry.job.started = True
                     return taken
 
     def _fits(self, key: Hashable) -> tuple[list[_Entry], bool]:
@@ -191,12 +237,22 @@ class Batcher:
         return taken
 
     def _run_batch(self, batch: list[_Entry]) -> None:
+        def unwanted() -> bool:  # read between search steps: a few attribute reads per request of the batch
+            return self.aborting or all(entry.job.cancelled for entry in batch)
+
         try:
-            outputs: Sequence[Any] = self.decode([e.source for e in batch], batch[0].job.key)
+            self._pause(unwanted)
+            if unwanted():
+                raise Abandoned("nobody waits for this batch")
+            outputs: Sequence[Any] = self.decode([e.source for e in batch], batch[0].job.key, unwanted)
         except Exception as err:  # noqa: BLE001 - the requests get the error; the worker goes on
-            outputs = [err] * len(batch)
+            failure: Exception = err
+            if unwanted():  # the search stopped as asked (or failed when nobody wanted it any more)
+                self.counters.abandoned += len(batch)
+                failure = Abandoned("the server is stopping")
+            outputs = [failure] * len(batch)
         self.counters.batches += 1
-        self.counters.decoded += len(batch)
+        self.counters.decoded += 0 if isinstance(outputs[0], Abandoned) else len(batch)
         for entry, output in zip(batch, outputs):
             job = entry.job
             if job.cancelled:
@@ -214,10 +270,22 @@ class Batcher:
         if job.cancelled:
             return
         assert job.call is not None
+
+        def unwanted() -> bool:
+            return self.aborting or job.cancelled
+
         try:
-            self._finish(job, result=job.call())
+            self._pause(unwanted)
+            if unwanted():
+                raise Abandoned("nobody waits for this call")
+            self._finish(job, result=job.call(unwanted))
         except Exception as err:  # noqa: BLE001 - as in _run_batch
-            self._finish(job, error=err)
+            self._finish(job, error=Abandoned("the server is stopping") if unwanted() else err)
+
+    def _pause(self, unwanted: StopCheck) -> None:
+        """The tests' slow batch (delay_s): a step that a deadline cannot cut short, only the server stopping."""
+        if self.delay_s:
+            self.wake.wait(self.delay_s)
 
     @staticmethod
     def _finish(job: _Job, result: Any = None, error: BaseException | None = None) -> None:

@@ -1,5 +1,6 @@
 """What a request may ask, checked before anything is queued: each mistake becomes a RequestError (a 4xx with a
-JSON body naming the field), never an exception that reaches the model. No torch, no starlette here."""
+JSON body naming the field), never an exception that reaches the model; what a request costs (its longest output
+and its work: sources x beam x output length) is checked here too. No torch, no starlette here."""
 
 from __future__ import annotations
 
@@ -10,21 +11,26 @@ from typing import Any
 
 MAX_NBEST = 32  # a bound on the work one request can ask for; a wider beam is refused the same way
 MAX_BEAM = 64
+MAX_INT_DIGITS = 30  # longer integer literals are not converted (Python refuses past 4,300 digits, slowly)
+MAX_KEY_SHOWN = 40  # characters of a client's key or text repeated in an error message
 
 
 class RequestError(Exception):
-    """A client's mistake: the HTTP status and a one-line message naming the field."""
+    """A client's mistake: the HTTP status and a one-line message naming the field. close: the body may be
+    unread, so the connection is closed after the answer (a 413 never reads the rest of a 300 MB upload)."""
 
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None, close: bool = False):
         super().__init__(message)
         self.status = status
         self.message = message
         self.headers = headers or {}
+        self.close = close
 
 
 @dataclass(frozen=True)
 class Limits:
-    """The server's bounds on one request and on what it keeps in memory."""
+    """The server's bounds on one request, on what it keeps in memory, on connections and on shutdown (each a
+    `seqxduce serve` option of the same name)."""
 
     max_request_bytes: int = 1_000_000
     max_inputs: int = 64
@@ -32,6 +38,14 @@ class Limits:
     max_queue: int = 1024  # sources waiting to be decoded, all requests together
     max_batch_tokens: int = 4096  # padded source tokens in one batch
     max_wait_ms: float = 5.0
+    max_output_tokens: int = 1024  # the longest output a request may ask for (default: the model's max_positions)
+    max_work: int = 200_000  # sum over a request's sources of beam (or samples) x its longest output
+    max_request_seconds: float = 60.0  # from the request's arrival to its answer: 503 queued, 504 decoding
+    busy_after_seconds: float = 10.0  # /ready answers 503 while the oldest queued source waited longer
+    read_timeout_seconds: float = 20.0  # to send a request's headers, and again its body
+    keep_alive_seconds: int = 5  # an idle kept-alive connection is closed after this
+    max_connections: int = 256  # open connections; one more is answered 503 and closed
+    shutdown_grace_seconds: float = 10.0  # after SIGTERM, requests still being sent are cut after this
 
 
 @dataclass
@@ -43,19 +57,63 @@ class DecodeAsk:
     changes: dict[str, Any] = field(default_factory=dict)
 
 
+class LongInteger:
+    """An integer literal of more than MAX_INT_DIGITS digits, kept unconverted: no setting takes one, and
+    converting it costs time quadratic in its length (Python refuses past 4,300 digits)."""
+
+    def __init__(self, digits: str):
+        self.digits = len(digits.lstrip("-"))
+
+
+def _integer(text: str) -> int | LongInteger:
+    return int(text) if len(text) <= MAX_INT_DIGITS else LongInteger(text)
+
+
 def parse_json(body: bytes) -> dict[str, Any]:
-    """The body as a JSON object; 400 when it is not UTF-8, not JSON or not an object."""
+    """The body as a JSON object; 400 when it is not UTF-8, not JSON, not an object, nested past what the parser
+    takes, or holds a string that is not Unicode (a lone surrogate)."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as err:
         raise RequestError(400, f"body: not UTF-8 (byte {err.start}); send JSON encoded as UTF-8") from None
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_int=_integer)
     except json.JSONDecodeError as err:
         raise RequestError(400, f"body: not JSON ({err.msg} at line {err.lineno} column {err.colno})") from None
+    except RecursionError:  # the parser recurses per level: 100,000 brackets reach Python's limit
+        raise RequestError(400, "body: JSON nested too deep; a request is an object of strings, numbers and "
+                                "one list") from None
     if not isinstance(data, dict):
         raise RequestError(400, f"body: a JSON object is expected, not {_type_name(data)}")
+    _check_unicode(data)
     return data
+
+
+def _check_unicode(data: dict[str, Any]) -> None:
+    """400 naming the key whose name or string value holds a lone surrogate (JSON's \\ud800 escapes decode to
+    one; it cannot be encoded back, so it would fail the tokenizer or the answer)."""
+    for key, value in data.items():
+        if not _is_unicode(key):
+            raise RequestError(400, f"{shown(key)}: a key with a lone surrogate; send valid Unicode")
+        values = value if isinstance(value, list) else [value]
+        for i, item in enumerate(values):
+            if isinstance(item, str) and not _is_unicode(item):
+                where = f"{key}[{i}]" if isinstance(value, list) else key
+                raise RequestError(400, f"{shown(where)}: holds a lone surrogate; send valid Unicode")
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def shown(text: str) -> str:
+    """A client's text as an error message may repeat it: escaped where not printable, cut after a few words."""
+    escaped = text.encode("ascii", "backslashreplace").decode("ascii")
+    return escaped if len(escaped) <= MAX_KEY_SHOWN else escaped[:MAX_KEY_SHOWN] + "..."
 
 
 def check_source(value: Any, where: str) -> str:
@@ -84,6 +142,8 @@ def parse_decode(data: dict[str, Any], limits: Limits, decode_keys: dict[str, An
                                 f"{limits.max_inputs}; split the request")
     sources = [check_source(value, f"inputs[{i}]") for i, value in enumerate(inputs)]
     nbest = data.get("nbest", default_nbest)
+    if isinstance(nbest, LongInteger):
+        raise RequestError(422, f"nbest: an integer of {nbest.digits} digits is out of range; give 1..{MAX_NBEST}")
     if not _is_int(nbest):
         raise RequestError(400, f"nbest: an integer is expected, not {_type_name(nbest)}")
     if not 1 <= nbest <= MAX_NBEST:
@@ -94,7 +154,7 @@ def parse_decode(data: dict[str, Any], limits: Limits, decode_keys: dict[str, An
             continue
         if key not in decode_keys:
             allowed = ", ".join(["inputs", "nbest", *sorted(decode_keys)])
-            raise RequestError(400, f"{key}: not a key this server takes; the keys are: {allowed}")
+            raise RequestError(400, f"{shown(key)}: not a key this server takes; the keys are: {allowed}")
         changes[key] = check_value(key, value, decode_keys[key])
     if changes.get("beam", 0) > MAX_BEAM:
         raise RequestError(422, f"beam: {changes['beam']} is out of range for this server; give at most {MAX_BEAM}")
@@ -103,6 +163,8 @@ def parse_decode(data: dict[str, Any], limits: Limits, decode_keys: dict[str, An
 
 def check_value(key: str, value: Any, current: Any) -> Any:
     """A decode key's new value, of the type its current value has (an integer is a fine float)."""
+    if isinstance(value, LongInteger) and isinstance(current, (int, float)) and not isinstance(current, bool):
+        raise RequestError(422, f"{key}: an integer of {value.digits} digits is out of range")
     if isinstance(current, bool):
         ok = isinstance(value, bool)
     elif isinstance(current, int):
@@ -119,11 +181,53 @@ def check_value(key: str, value: Any, current: Any) -> Any:
     return value
 
 
+@dataclass(frozen=True)
+class Lengths:
+    """The settings that decide how much work a request is: output length limits and hypotheses per source."""
+
+    max_len_a: float
+    max_len_b: int
+    min_len: int
+    rows: int  # hypotheses searched per source: the beam, or the samples drawn
+    rows_key: str  # which key gives rows ("beam", "nbest"), for messages
+
+
+def check_cost(lengths: Lengths, tokens: list[int], changes: dict[str, Any], limits: Limits) -> int:
+    """The request's work (sum over sources of rows x longest output), or a 422/413 naming the field and the
+    server's limit when one output may be longer than --max-output-tokens or the work passes --max-work.
+    tokens: each source's length as the model reads it (eos included)."""
+    cap = limits.max_output_tokens
+    flag = f"this server's --max-output-tokens {cap}"
+    if lengths.min_len > cap:
+        raise RequestError(422, f"min_len: {lengths.min_len} forces outputs longer than {flag}; give at most {cap}")
+    if lengths.max_len_b > cap:
+        raise RequestError(422, f"max_len_b: {lengths.max_len_b} allows outputs longer than {flag}; give at most "
+                                f"{cap}")
+    work = 0
+    for i, n in enumerate(tokens):
+        longest = lengths.max_len_a * (n - 1) + lengths.max_len_b  # as the search counts: the source without eos
+        if longest > cap:
+            where = "max_len_a" if "max_len_a" in changes else f"inputs[{i}]"
+            raise RequestError(422, f"{where}: outputs may reach {longest:.0f} tokens (max_len_a "
+                                    f"{lengths.max_len_a:g} x {n - 1} source tokens + max_len_b "
+                                    f"{lengths.max_len_b}), more than {flag}; lower max_len_a or max_len_b, or "
+                                    "shorten the source")
+        work += lengths.rows * max(1, math.floor(longest))
+    if work > limits.max_work:
+        raise RequestError(413, f"inputs: {len(tokens)} sources x {lengths.rows_key} {lengths.rows} x their "
+                                f"longest outputs make {work} token steps, more than this server's --max-work "
+                                f"{limits.max_work}; send fewer sources, a smaller {lengths.rows_key} or shorter "
+                                "outputs")
+    return work
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _type_name(value: Any) -> str:
+    if isinstance(value, LongInteger):
+        return f"an integer of {value.digits} digits"
     names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
              dict: "an object", type(None): "null"}
     return names.get(type(value), type(value).__name__)

@@ -15,8 +15,13 @@ from typing import Any
 
 from seqxduce.api import Decoder, UserError
 from seqxduce.data import encode_source
+from seqxduce.decoding.changes import Change, SearchShape, changed_settings, nbest_changes
 from seqxduce.decoding.decode import LoadedRun, Output, decode_sources
-from seqxduce.serving.limits import DecodeAsk, RequestError
+from seqxduce.decoding.search import stop_when
+from seqxduce.decoding.search_settings import SearchSettings
+from seqxduce.serving.batching import StopCheck
+from seqxduce.serving.limits import DecodeAsk, Lengths, RequestError
+from seqxduce.settings_check import request_keys
 
 DECODERS_KEPT = 16  # decoders built for requests' own settings, the least recently used dropped first
 
@@ -41,12 +46,33 @@ class Service:
         self.lock = threading.Lock()  # the event loop checks a request's decoder while the worker uses another
 
     def decode_keys(self) -> dict[str, Any]:
-        """The [decode] keys of the decoder plugin a request may set (nbest is a key of its own), with their values."""
-        return {name: getattr(self.settings, name) for name in sorted(self.fields - {"nbest"})}
+        """The [decode] keys a request may set, with their values: those the decoder plugin's settings declare
+        `per_request` (scalars only; nbest is a key of its own). Keys that must agree with the task or the model
+        (tree_beam's words_in_target) are not declared so, and stay the recipe's."""
+        return {name: getattr(self.settings, name) for name in request_keys(self.settings) if name != "nbest"}
+
+    def lengths(self, ask: DecodeAsk) -> Lengths:
+        """The output length limits and hypotheses per source a request asks for (its changes over the recipe's
+        settings; a decoder without length settings searches with SearchSettings' defaults, as sampling does)."""
+        base = SearchSettings.lengths_of(self.settings)
+        value = {"max_len_a": base.max_len_a, "max_len_b": base.max_len_b, "min_len": base.min_len} | {
+            k: v for k, v in ask.changes.items() if k in ("max_len_a", "max_len_b", "min_len")}
+        shape = SearchShape.of(self.settings)
+        if shape.has_beam:
+            rows_key, rows = "beam", max(ask.changes.get("beam", shape.beam), ask.nbest)
+        elif shape.has_nbest:  # a sampler draws nbest rows per source
+            rows_key, rows = "nbest", ask.nbest
+        else:
+            rows_key, rows = "nbest", 1
+        return Lengths(value["max_len_a"], value["max_len_b"], value["min_len"], rows, rows_key)
+
+    def target_tokens(self, target: str) -> int:
+        """A given output's length as the model reads it (its tokens and eos)."""
+        return len(self.run.tokenizers.tgt.encode(target)) + 1
 
     def default_nbest(self) -> int:
         """Hypotheses per source when a request does not say: as many as the recipe's decoder gives."""
-        return int(getattr(self.settings, "nbest", 1))
+        return SearchShape.of(self.settings).nbest
 
     def source_tokens(self, source: str) -> int:
         """A source's length as the model reads it (its tokens and eos)."""
@@ -55,15 +81,15 @@ class Service:
     def key_for(self, ask: DecodeAsk) -> Hashable:
         """The decoder a request needs, as a key (requests with one key share batches); 4xx when the settings are
         out of range or the decoder gives one output per source and nbest > 1."""
-        changes = dict(ask.changes)
-        if ask.nbest != self.default_nbest():
-            if "nbest" not in self.fields:
-                raise RequestError(422, f"nbest: {ask.nbest}, but decoder {self.run.recipe.decode.core.name!r} "
-                                        "gives one output per source")
-            changes["nbest"] = ask.nbest
-            if "beam" in self.fields and changes.get("beam", self.settings.beam) < ask.nbest:
-                changes["beam"] = ask.nbest  # as `translate --nbest` does: a beam holds at least nbest
-        key = tuple(sorted(changes.items()))
+        changes = [Change(key, value, key) for key, value in ask.changes.items()]  # refusals name the field
+        name = self.run.recipe.decode.core.name
+        try:
+            settings = changed_settings(self.settings, changes, name)
+            # as `decode --nbest` does: the decoder's nbest, and a beam widened to hold them
+            changes += nbest_changes(settings, ask.nbest, name, given_as="nbest") if ask.nbest else []
+        except UserError as err:
+            raise RequestError(422, str(err)) from None
+        key = tuple(sorted({change.key: change.value for change in changes}.items()))
         self.decoder(key)  # built now, so that a value out of range is the request's error, not the batch's
         return key
 
@@ -75,13 +101,12 @@ class Service:
             if key in self.decoders:
                 self.decoders.move_to_end(key)
                 return self.decoders[key]
-        changes = dict(key)  # type: ignore[arg-type]
-        try:
-            settings = dataclasses.replace(self.settings, **changes)  # checked against the declared ranges
-        except UserError as err:
-            field = next((k for k in changes if k in str(err)), ", ".join(changes))
-            raise RequestError(422, f"{field}: {err}") from None
+        changes = [Change(name, value, name) for name, value in key]  # type: ignore[union-attr]
         section = self.run.recipe.decode
+        try:
+            settings = changed_settings(self.settings, changes, section.core.name)  # the declared ranges
+        except UserError as err:
+            raise RequestError(422, str(err)) from None
         decoder = section.component.factory(settings, self.run.tokenizers.tgt)
         with self.lock:
             self.decoders[key] = decoder
@@ -89,15 +114,17 @@ class Service:
                 self.decoders.popitem(last=False)
         return decoder
 
-    def decode(self, sources: Sequence[str], key: Hashable) -> list[Any]:
+    def decode(self, sources: Sequence[str], key: Hashable, stop: StopCheck | None = None) -> list[Any]:
         """Decode one batch as `seqxduce decode` does; a source the model or task refuses (a UserError, e.g. longer
-        than learned positions reach) gets a 422 of its own and the others are decoded without it."""
-        try:
-            return [hypotheses(o) for o in self._decode(sources, key)]
-        except UserError as err:
-            if len(sources) == 1:
-                return [RequestError(422, f"inputs: {sources[0][:40]!r}: {err}")]
-        return [self._one(s, key) for s in sources]
+        than learned positions reach) gets a 422 of its own and the others are decoded without it. The search
+        checks stop() between its steps and ends (SearchStopped) once it is true."""
+        with stop_when(stop or _never):
+            try:
+                return [hypotheses(o) for o in self._decode(sources, key)]
+            except UserError as err:
+                if len(sources) == 1:
+                    return [RequestError(422, f"inputs: {sources[0][:40]!r}: {err}")]
+            return [self._one(s, key) for s in sources]
 
     def _decode(self, sources: Sequence[str], key: Hashable) -> list[Output]:
         run = self.run
@@ -109,14 +136,16 @@ class Service:
         except UserError as err:
             return RequestError(422, f"inputs: {source[:40]!r}: {err}")
 
-    def attention(self, source: str, target: str | None, key: Hashable) -> dict[str, Any]:
+    def attention(self, source: str, target: str | None, key: Hashable, stop: StopCheck | None = None
+                  ) -> dict[str, Any]:
         """The encoder-decoder attention of source and its output (the decoder's best, or `target`), per layer
         averaged over heads, with the tokens on both axes (what `seqxduce attention` draws)."""
         from seqxduce.inspection.attention_maps import attention_view
 
         run = dataclasses.replace(self.run, decoder=self.decoder(key))
         try:
-            view = attention_view(run, source, target)
+            with stop_when(stop or _never):
+                view = attention_view(run, source, target)
         except UserError as err:
             raise RequestError(422, f"model: {err}") from None
         return {
@@ -125,3 +154,7 @@ class Service:
             "cross": [[[round(float(v), 4) for v in row] for row in layer.mean(dim=0).tolist()]
                       for layer in view.maps["cross"]],
         }
+
+
+def _never() -> bool:
+    return False

@@ -18,7 +18,7 @@ def run(coroutine):
 def recording_batcher(**options) -> tuple[Batcher, list]:
     batches: list = []
 
-    def decode(sources, key):
+    def decode(sources, key, stop=None):
         batches.append((key, list(sources)))
         return [f"{key}:{s}" for s in sources]
 
@@ -62,7 +62,7 @@ def test_a_long_source_goes_alone_and_a_full_queue_refuses():
 
 
 def test_an_error_for_one_source_fails_its_request_only():
-    def decode(sources, key):
+    def decode(sources, key, stop=None):
         return [RequestError(422, "inputs: bad") if s == "bad" else s.upper() for s in sources]
 
     batcher = Batcher(decode, max_queue=10, max_batch_tokens=100, max_batch_sources=64, max_wait_s=0.05)
@@ -85,7 +85,7 @@ def test_a_cancelled_request_leaves_the_queue_undecoded():
     release = threading.Event()
     decoded: list = []
 
-    def decode(sources, key):
+    def decode(sources, key, stop=None):
         release.wait(10)
         decoded.extend(sources)
         return list(sources)
