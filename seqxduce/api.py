@@ -245,6 +245,13 @@ class Model(abc.ABC):
         None for a model without one, whose recipes then use `schedule = "constant"`."""
         return None
 
+    @property
+    def positions_limit(self) -> int | None:
+        """The sequence length (tokens, source or output) the model was built for: where learned positions end,
+        or the size its position table starts at; `serve` takes it as its default length limits. None: the model
+        declares none."""
+        return None
+
     @abc.abstractmethod
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor) -> ModelOutput:
         """Teacher-forced logits (B, T, V) for next-token prediction."""

@@ -47,6 +47,11 @@ class EncoderDecoderBase(nn.Module, Model):
         """d_model, for the learning-rate schedule."""
         return self.settings.d_model
 
+    @property
+    def positions_limit(self) -> int:
+        """[model] max_positions: where learned positions end, the sinusoid table's first size."""
+        return self.settings.max_positions
+
     def reorder(self, memory: Memory, cache: DecoderCache | None,
                 index: torch.Tensor) -> tuple[Memory, DecoderCache | None]:
         """Keep search rows `index` (B',) of memory and cache (cache may be None); memory rows and cross-attention

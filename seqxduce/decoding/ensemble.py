@@ -35,6 +35,12 @@ class EnsembleModel(torch.nn.Module, Model):
     def schedule_width(self) -> int | None:
         return self.members[0].schedule_width
 
+    @property
+    def positions_limit(self) -> int | None:
+        """The shortest limit of the members that declare one (every member reads every input)."""
+        limits = [m.positions_limit for m in self.members if m.positions_limit is not None]
+        return min(limits) if limits else None
+
     def _average(self, logprobs: list[torch.Tensor]) -> torch.Tensor:
         return torch.logsumexp(torch.stack([lp.float() for lp in logprobs]), dim=0) - self.log_n
 

@@ -31,21 +31,21 @@ def _server_libraries() -> None:
 
 
 def model_positions(run: Any) -> int | None:
-    """The model's max_positions if its settings declare it."""
-    declared = getattr(run.recipe.model.settings, "max_positions", None)
-    return int(declared) if isinstance(declared, int) and declared > 0 else None
+    """The sequence length the model was built for (Model.positions_limit), if it declares one."""
+    declared = run.model.positions_limit
+    return int(declared) if declared is not None and declared > 0 else None
 
 
 def source_limit(run: Any, asked: int | None) -> int:
-    """The longest source served: as asked, else the model's learned positions if its settings declare
-    max_positions (a longer source fails in the model), else 1024."""
+    """The longest source served: as asked, else the length the model was built for (Model.positions_limit: past
+    learned positions a source fails in the model), else 1024."""
     if asked is not None:
         return asked
     return model_positions(run) or 1024
 
 
 def output_limit(run: Any, asked: int | None) -> int:
-    """The longest output a request may ask for: as asked, else the model's max_positions, else 1024."""
+    """The longest output a request may ask for: as asked, else Model.positions_limit, else 1024."""
     if asked is not None:
         return asked
     return model_positions(run) or 1024
