@@ -28,6 +28,7 @@ from seqxduce.engine import (
     decode,
     decode_split,
     evaluate,
+    import_model,
     info,
     load_recipe,
     plot,
@@ -44,5 +45,5 @@ __all__ = [
     "Report", "Settings", "StepConstraint", "Task", "Tokenizer", "TrainingStopped", "UserError", "VocabInfo",
     "setting", "hookimpl",
     "train", "decode", "decode_split", "evaluate", "average", "load_recipe", "prepare",
-    "info", "plot", "attention", "recipe_cost",
+    "info", "plot", "attention", "recipe_cost", "import_model",
 ]

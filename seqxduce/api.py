@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["UserError", "TrainingStopped", "Settings", "setting", "setting_like", "check_settings", "Example",
            "Hypothesis", "Postprocessed", "Report", "VocabInfo", "ModelOutput", "Task", "Tokenizer", "Model",
            "StepConstraint", "DecodeRequest", "Decoder", "TaskFactory", "TokenizerFactory", "ModelFactory",
-           "DecoderFactory", "read_lines"]
+           "DecoderFactory", "read_lines", "Importer", "ImportedModel", "ImporterFactory"]
 
 
 # ---------------------------------------------------------------- value types
@@ -294,6 +294,32 @@ class Model(abc.ABC):
         return False
 
 
+@dataclass
+class ImportedModel:
+    """What an Importer read from another toolkit's model folder, for `seqxduce import` to make a run of.
+
+    recipe: the recipe's sections as TOML would give them ({"task": {...}, "tokenizer": {...}, "model": {...},
+    "decode": {...}}), describing the model exactly; tokenizers: where the recipe's tokenizer plugin loads each
+    side from, {"src": (folder, prefix), "tgt": (folder, prefix)} (one entry, "src", with [tokenizer]
+    shared = true), as Tokenizer.load(folder, prefix) reads it; weights: the state_dict of the model the recipe
+    builds, every tensor of it (the core loads it strictly: a missing or extra name is refused).
+    """
+
+    recipe: dict[str, dict[str, Any]]
+    tokenizers: dict[str, tuple[Path, str]]
+    weights: dict[str, Any]  # name -> torch.Tensor
+    notes: list[str] = field(default_factory=list)  # lines `seqxduce import` prints (what was mapped to what)
+
+
+class Importer(abc.ABC):
+    """Reads a model trained by another toolkit (`seqxduce import DIR --from NAME -o RUN`)."""
+
+    @abc.abstractmethod
+    def read(self, source: Path, workdir: Path) -> ImportedModel:
+        """Read the model folder `source` (files it stages for the tokenizers go under `workdir`, a temporary
+        folder); anything the recipe cannot represent is a UserError naming it, never an approximation."""
+
+
 class StepConstraint(abc.ABC):
     """Restricts which tokens a search may choose at each step (e.g. only well-formed trees).
 
@@ -358,6 +384,12 @@ class DecoderFactory(Protocol):
     """Builds a decoder; it sees the target tokenizer for constraints over the vocabulary."""
 
     def __call__(self, settings: Any, tokenizer: Tokenizer) -> Decoder: ...
+
+
+class ImporterFactory(Protocol):
+    """Builds an importer (settings: an instance of the settings class registered with it, or None)."""
+
+    def __call__(self, settings: Any) -> Importer: ...
 
 
 def read_lines(path: Path) -> list[str]:

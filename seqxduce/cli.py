@@ -158,6 +158,24 @@ def train(ctx: click.Context, recipe_file: Path, out: Path | None, overrides: tu
     click.echo(f"trained to step {result.step} in {result.run_dir} {figures}".rstrip())
 
 
+@cli.command(name="import")
+@click.argument("source", metavar="DIR", type=click.Path(path_type=Path))
+@click.option("--from", "importer", required=True, metavar="NAME",
+              help="the importer plugin that reads DIR (`seqxduce plugins --kind importer`), e.g. marian")
+@click.option("-o", "--output", "--out", "out", required=True, type=click.Path(path_type=Path),
+              help="the run directory to write")
+@click.option("--overwrite", is_flag=True, help="replace the run already in the run directory")
+@click.pass_context
+def import_command(ctx: click.Context, source: Path, importer: str, out: Path, overwrite: bool) -> None:
+    """Make a run directory of a model trained elsewhere (e.g. a Hugging Face Marian / OPUS-MT folder): decode,
+    serve, export and fine-tune it (`train RECIPE --init-from RUN`) as your own runs."""
+    _registry(ctx)
+    run, notes = engine.import_model(source, importer, out, overwrite=overwrite)
+    for line in notes:
+        click.echo(line)
+    click.echo(f"imported {source} into {run}")
+
+
 @cli.command()
 @click.argument("run", metavar="RUN", type=click.Path(path_type=Path))
 @click.option("--input", "input_file", type=click.Path(path_type=Path, allow_dash=True),

@@ -293,6 +293,14 @@ def check_one_member(checkpoints: Sequence[Path]) -> None:
                             f"(-o average.pt in that member's folder), and decode {run} to ensemble the members")
 
 
+def import_model(source: str | Path, name: str, out: str | Path, overwrite: bool = False) -> tuple[Path, list[str]]:
+    """Make a run directory of another toolkit's model folder with the importer plugin `name` (`seqxduce import`);
+    returns the run directory and the importer's notes."""
+    from seqxduce.importing import import_model as run_import
+
+    return run_import(source, name, out, overwrite=overwrite)
+
+
 def info(run: str | Path) -> RunInfo:
     """What `seqxduce info` shows of a run directory or checkpoint (RunInfo.as_dict() is its --json)."""
     from seqxduce.inspection.run_info import run_info

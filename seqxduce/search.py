@@ -18,8 +18,11 @@ from seqxduce.api import Decoder, DecodeRequest, Hypothesis, Model, StepConstrai
 from seqxduce.search_settings import BeamSettings, SearchSettings
 
 
-def length_penalty(length: int, alpha: float) -> float:
-    """GNMT's length penalty lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al. 2016, eq. 14)."""
+def length_penalty(length: int, alpha: float, form: str = "gnmt") -> float:
+    """GNMT's length penalty lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al. 2016, eq. 14); form "power": |Y| ** alpha,
+    as Hugging Face's generate divides by."""
+    if form == "power":
+        return float(length) ** alpha
     return ((5.0 + length) / 6.0) ** alpha
 
 
@@ -150,7 +153,8 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
         return []
     src_limits = max_lengths(request, settings.max_len_a, settings.max_len_b)  # (alive sources,)
     shortest = shortest_limit(request, settings.max_len_a, settings.max_len_b)
-    penalties = _penalty_table(request, settings.max_len_a, settings.max_len_b, alpha)
+    form = getattr(settings, "length_penalty", "gnmt")
+    penalties = _penalty_table(request, settings.max_len_a, settings.max_len_b, alpha, form)
     memory = model.encode(request.src)
     # row r of the search batch belongs to source alive[r // beam]
     alive = torch.arange(batch, device=device)
@@ -205,7 +209,7 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
         if early_stop:
             full = finished.full()
         else:
-            full = _live_bound(new_scores.max(dim=1).values, step + 1, src_limits, alpha) <= finished.worst()
+            full = _live_bound(new_scores.max(dim=1).values, step + 1, src_limits, alpha, form) <= finished.worst()
         source_done = full | ~torch.isfinite(new_scores).any(dim=1)
         scores = new_scores
         n_done = int(source_done.sum())  # the step's one host read
@@ -252,7 +256,8 @@ class BeamDecoder(Decoder):
         return beam_search(model, request, self.settings)
 
 
-def _live_bound(best_live: torch.Tensor, length: int, limits: torch.Tensor, alpha: float) -> torch.Tensor:
+def _live_bound(best_live: torch.Tensor, length: int, limits: torch.Tensor, alpha: float,
+                form: str = "gnmt") -> torch.Tensor:
     """The highest normalized score any continuation of a live hypothesis can still finish with.
 
     A live log-prob only falls, so it is at most best_live (<= 0) when it ends; dividing it by the length
@@ -261,12 +266,13 @@ def _live_bound(best_live: torch.Tensor, length: int, limits: torch.Tensor, alph
     """
     if alpha == 0:
         return best_live
-    shortest = length_penalty(length + 1, alpha)
-    longest = ((5.0 + limits.float() + 1.0) / 6.0) ** alpha  # the row's length limit plus its eos
+    shortest = length_penalty(length + 1, alpha, form)
+    final = limits.float() + 1.0  # the row's length limit plus its eos
+    longest = final ** alpha if form == "power" else ((5.0 + final) / 6.0) ** alpha
     return torch.maximum(best_live / shortest, best_live / longest)
 
 
-def _penalty_table(request: DecodeRequest, a: float, b: int, alpha: float) -> torch.Tensor:
+def _penalty_table(request: DecodeRequest, a: float, b: int, alpha: float, form: str = "gnmt") -> torch.Tensor:
     """length_penalty(n, alpha) for every length n a hypothesis can reach, as float64 on the device.
 
     Computed in Python as the search always did, so that a score is the same double as before. Sized from the
@@ -274,7 +280,7 @@ def _penalty_table(request: DecodeRequest, a: float, b: int, alpha: float) -> to
     # max_lengths rounds in float32, which may floor one higher than this double does
     longest = max(1, math.floor(max(request.src.size(1) * a, 0.0) + b)) + 1
     # a row ends at its limit at the latest, its eos making the length limit + 1; a dead end there, one more
-    values = [length_penalty(n, alpha) for n in range(longest + 3)]
+    values = [length_penalty(n, alpha, form) for n in range(longest + 3)]
     return torch.tensor(values, dtype=torch.float64, device=request.src.device)
 
 

@@ -1,0 +1,104 @@
+"""A tiny Marian model folder in the Hugging Face format, for tests, the parity benchmark and the docs test.
+
+No model can be downloaded there, so one is made: two SentencePiece models trained on a few hundred generated
+sentences, a vocab.json over their pieces numbered as Marian's are (</s> 0, <unk> 1, ..., <pad> last), and a
+MarianMTModel with random weights (and a random final_logits_bias, so that its import is seen to matter) saved
+with save_pretrained. Needs transformers (the `test` extra).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+from pathlib import Path
+
+WORDS = ("the a one cat dog bird sat ran sees eats on under near mat house tree big small red green old new "
+         "quickly slowly and but").split()
+
+
+def sentences(count: int, seed: int = 0, longest: int = 9) -> list[str]:
+    """`count` generated sentences of 2..longest words."""
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, longest))) for _ in range(count)]
+
+
+def build_tiny_marian(folder: Path, seed: int = 0, d_model: int = 32, layers: int = 2, heads: int = 4,
+                      d_ff: int = 64, activation: str = "swish", shared: bool = True, bias_scale: float = 0.5,
+                      **config: object) -> Path:
+    """Write a random MarianMTModel with its tokenizer files into `folder` (created); returns it."""
+    import sentencepiece as spm
+    import torch
+    from transformers import MarianConfig, MarianMTModel
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    text = sentences(400, seed)
+    for side in ("source", "target"):
+        model = io.BytesIO()
+        spm.SentencePieceTrainer.train(sentence_iterator=iter(text), model_writer=model, vocab_size=40,
+                                       model_type="unigram" if side == "source" else "bpe", minloglevel=2,
+                                       num_threads=1)
+        (folder / f"{side}.spm").write_bytes(model.getvalue())
+    pieces = ["</s>", "<unk>"]
+    for side in ("source", "target"):
+        processor = spm.SentencePieceProcessor(model_proto=(folder / f"{side}.spm").read_bytes())
+        pieces += [p for p in (processor.id_to_piece(i) for i in range(3, processor.get_piece_size()))
+                   if p not in pieces]
+    pieces.append("<pad>")
+    (folder / "vocab.json").write_text(json.dumps({p: i for i, p in enumerate(pieces)}), encoding="utf-8")
+    size = len(pieces)
+    settings = dict(vocab_size=size, decoder_vocab_size=size, d_model=d_model, encoder_layers=layers,
+                    decoder_layers=layers, encoder_attention_heads=heads, decoder_attention_heads=heads,
+                    encoder_ffn_dim=d_ff, decoder_ffn_dim=d_ff, max_position_embeddings=256, pad_token_id=size - 1,
+                    eos_token_id=0, decoder_start_token_id=size - 1, forced_eos_token_id=0, scale_embedding=True,
+                    activation_function=activation, share_encoder_decoder_embeddings=shared)
+    settings.update(config)
+    torch.manual_seed(seed)
+    model = MarianMTModel(MarianConfig(**settings))
+    with torch.no_grad():
+        model.final_logits_bias.normal_(0.0, bias_scale)
+        # random weights are nearly uniform over the vocabulary; a larger output scale gives a model with
+        # preferences, whose outputs end (eos) and differ between greedy and beam search
+        model.lm_head.weight.mul_(4.0)
+    model.save_pretrained(folder)
+    return folder
+
+
+def hf_generate(folder: Path, source_ids: list[list[int]], beam: int, max_new_tokens: int,
+                length_penalty: float = 1.0, batch_size: int = 32) -> list[tuple[list[int], float]]:
+    """Hugging Face generate()'s output per source (ids without the start token and eos) and its log-probability
+    (eos included) from a teacher-forced pass; source_ids end in eos. early_stopping = "never" is the exact search
+    seqxduce's beam search runs; <pad> is banned as seqxduce's searches ban it."""
+    import torch
+    from transformers import MarianMTModel
+
+    model = MarianMTModel.from_pretrained(folder).eval()
+    pad, eos = model.config.pad_token_id, model.config.eos_token_id
+    out = []
+    for start in range(0, len(source_ids), batch_size):
+        chunk = source_ids[start:start + batch_size]
+        width = max(len(s) for s in chunk)
+        ids = torch.tensor([s + [pad] * (width - len(s)) for s in chunk])
+        mask = (ids != pad).long()
+        with torch.no_grad():
+            generated = model.generate(input_ids=ids, attention_mask=mask, num_beams=beam, do_sample=False,
+                                       max_new_tokens=max_new_tokens, length_penalty=length_penalty,
+                                       early_stopping="never" if beam > 1 else False, bad_words_ids=[[pad]],
+                                       min_length=0, num_return_sequences=1)
+        for row, sequence in enumerate(generated.tolist()):
+            tokens = sequence[1:]
+            tokens = tokens[: tokens.index(eos)] if eos in tokens else [t for t in tokens if t != pad]
+            out.append((tokens, _logprob(model, ids[row:row + 1], mask[row:row + 1], tokens, pad, eos)))
+    return out
+
+
+def _logprob(model, ids, mask, tokens: list[int], pad: int, eos: int) -> float:
+    """log P(tokens + eos | source) under the Hugging Face model, teacher-forced."""
+    import torch
+
+    decoder_in = torch.tensor([[pad] + tokens])
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_in).logits[0]
+    logprobs = torch.log_softmax(logits.double(), dim=-1)
+    return float(logprobs.gather(1, torch.tensor(tokens + [eos]).unsqueeze(1)).sum())
