@@ -3,7 +3,9 @@
 No model can be downloaded there, so one is made: two SentencePiece models trained on a few hundred generated
 sentences, a vocab.json over their pieces numbered as Marian's are (</s> 0, <unk> 1, ..., <pad> last), and a
 MarianMTModel with random weights (and a random final_logits_bias, so that its import is seen to matter) saved
-with save_pretrained. Needs transformers (the `test` extra).
+with save_pretrained. A random model repeats one token to the length limit for every source; a few steps
+of training (the target: the source's words in reverse order) make its outputs depend on the source and end at
+varied lengths, as a real model's do. Needs transformers (the `test` extra).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ def sentences(count: int, seed: int = 0, longest: int = 9) -> list[str]:
 
 def build_tiny_marian(folder: Path, seed: int = 0, d_model: int = 32, layers: int = 2, heads: int = 4,
                       d_ff: int = 64, activation: str = "swish", shared: bool = True, bias_scale: float = 0.5,
+                      train_steps: int = 150,
                       **config: object) -> Path:
     """Write a random MarianMTModel with its tokenizer files into `folder` (created); returns it."""
     import sentencepiece as spm
@@ -56,17 +59,45 @@ def build_tiny_marian(folder: Path, seed: int = 0, d_model: int = 32, layers: in
     settings.update(config)
     torch.manual_seed(seed)
     model = MarianMTModel(MarianConfig(**settings))
+    if train_steps:
+        _train(model, folder, text, train_steps, seed)
     with torch.no_grad():
+        # a random bias on top, so that an import that dropped final_logits_bias would be seen
         model.final_logits_bias.normal_(0.0, bias_scale)
-        # random weights are nearly uniform over the vocabulary; a larger output scale gives a model with
-        # preferences, whose outputs end (eos) and differ between greedy and beam search
-        model.lm_head.weight.mul_(4.0)
+        # OPUS-MT models have a zero <pad> row (Marian has no pad; Hugging Face's converter appends a zero row),
+        # the decoder's start: CTranslate2's converter relies on it (start_from_zero_embedding)
+        model.get_input_embeddings().weight[size - 1].zero_()
+        if not shared:
+            model.get_decoder().embed_tokens.weight[size - 1].zero_()
     model.save_pretrained(folder)
     return folder
 
 
+def _train(model, folder: Path, text: list[str], steps: int, seed: int) -> None:
+    """A few Adam steps of Hugging Face's own training forward on reversing the word order."""
+    import torch
+    from transformers import MarianTokenizer
+
+    tokenizer = MarianTokenizer(str(folder / "source.spm"), str(folder / "target.spm"), str(folder / "vocab.json"))
+    pairs = [(s, " ".join(reversed(s.split()))) for s in text]
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    rng = random.Random(seed)
+    model.train()
+    for _ in range(steps):
+        batch = rng.sample(pairs, 32)
+        inputs = tokenizer([s for s, _ in batch], text_target=[t for _, t in batch], padding=True,
+                           return_tensors="pt")
+        inputs["labels"][inputs["labels"] == model.config.pad_token_id] = -100
+        loss = model(**inputs).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+
+
 def hf_generate(folder: Path, source_ids: list[list[int]], beam: int, max_new_tokens: int,
-                length_penalty: float = 1.0, batch_size: int = 32) -> list[tuple[list[int], float]]:
+                length_penalty: float = 1.0, batch_size: int = 32,
+                forced_eos: int | None = 0) -> list[tuple[list[int], float]]:
     """Hugging Face generate()'s output per source (ids without the start token and eos) and its log-probability
     (eos included) from a teacher-forced pass; source_ids end in eos. early_stopping = "never" is the exact search
     seqxduce's beam search runs; <pad> is banned as seqxduce's searches ban it."""
@@ -85,7 +116,7 @@ def hf_generate(folder: Path, source_ids: list[list[int]], beam: int, max_new_to
             generated = model.generate(input_ids=ids, attention_mask=mask, num_beams=beam, do_sample=False,
                                        max_new_tokens=max_new_tokens, length_penalty=length_penalty,
                                        early_stopping="never" if beam > 1 else False, bad_words_ids=[[pad]],
-                                       min_length=0, num_return_sequences=1)
+                                       min_length=0, num_return_sequences=1, forced_eos_token_id=forced_eos)
         for row, sequence in enumerate(generated.tolist()):
             tokens = sequence[1:]
             tokens = tokens[: tokens.index(eos)] if eos in tokens else [t for t in tokens if t != pad]

@@ -3,7 +3,7 @@
 A Marian model has two SentencePiece models (source.spm, target.spm) and one vocab.json over both, whose ids are
 not SentencePiece's own: a piece missing from vocab.json is <unk>. In a run directory each side is one tokenizer
 ([tokenizer] shared = false) saved as PREFIX.spm and PREFIX.vocab.json. As Hugging Face's MarianTokenizer does, a
-leading language tag `>>xx<<` that vocab.json holds is one token, eos (`</s>`) ends the source (the core
+leading language tag `>>xx<<` is one token, eos (`</s>`) ends the source (the core
 appends it), and the decoder starts from <pad> (bos_id = pad_id: Marian has no bos).
 """
 
@@ -91,9 +91,10 @@ class MarianTokenizer(Tokenizer):
         return self.model_proto
 
     def pieces_of(self, text: str) -> list[str]:
-        """The pieces of a text: a leading language tag >>xx<< that the vocabulary holds, then SentencePiece's."""
+        """The pieces of a text: a leading language tag >>xx<< as one piece (<unk> where the vocabulary lacks it, as
+        Hugging Face's tokenizer reads it), then SentencePiece's."""
         tag: list[str] = []
-        if text.startswith(">>") and (end := text.find("<<")) != -1 and text[: end + 2] in self.ids:
+        if text.startswith(">>") and (end := text.find("<<")) != -1:
             tag, text = [text[: end + 2]], text[end + 2:]
         return tag + self._ready().encode(text, out_type=str)
 
