@@ -51,7 +51,7 @@ def test_decoding_matches_generate(marian_folder: Path, marian_run: Path, beam: 
     equal = [(out.nbest[0][1], ref) for out, ref in zip(outputs, reference) if out.nbest[0][1].tokens == ref[0]]
     assert len(equal) >= 0.99 * SOURCES
     assert max(abs(hyp.logprob - ref[1]) for hyp, ref in equal) < 1e-4
-    assert len({tuple(ref[0]) for ref in reference}) > SOURCES // 10  # the model's outputs depend on the source
+    assert len({tuple(ref[0]) for ref in reference}) > 10  # the outputs depend on the source
 
 
 def test_decode_command(marian_run: Path, tmp_path: Path) -> None:
