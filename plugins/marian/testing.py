@@ -69,6 +69,8 @@ def build_tiny_marian(folder: Path, seed: int = 0, d_model: int = 32, layers: in
         model.get_input_embeddings().weight[size - 1].zero_()
         if not shared:
             model.get_decoder().embed_tokens.weight[size - 1].zero_()
+    # an OPUS-MT model's generation defaults: beam 4, <pad> banned, a length limit
+    model.generation_config.update(num_beams=4, max_length=64, bad_words_ids=[[size - 1]])
     model.save_pretrained(folder)
     return folder
 

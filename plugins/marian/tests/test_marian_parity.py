@@ -55,7 +55,7 @@ def test_decoding_matches_generate(marian_folder: Path, marian_run: Path, beam: 
 
 
 def test_decode_command(marian_run: Path, tmp_path: Path) -> None:
-    """The CLI decodes a file with the imported recipe's own [decode] (greedy, from generation_config.json)."""
+    """The CLI decodes a file with the imported recipe's own [decode] (beam 4, from generation_config.json)."""
     source = tmp_path / "in.txt"
     source.write_text("the cat sat on the mat\na big dog\n", encoding="utf-8")
     result = CliRunner().invoke(cli, ["decode", str(marian_run), "--input", str(source), "-o", str(tmp_path / "o")])
