@@ -45,7 +45,8 @@ def read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise UserError(f"{path}: no such file; give the folder a Marian model was saved to (save_pretrained)") from None
+        raise UserError(f"{path}: no such file; give the folder a Marian model was saved to "
+                        "(save_pretrained)") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise UserError(f"{path}: not readable JSON ({err})") from None
     if not isinstance(data, dict):
