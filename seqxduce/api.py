@@ -349,6 +349,9 @@ class DecodeRequest:
     bos_id: int
     eos_id: int
     pad_id: int
+    # per source, target ids every output must start with (then searched freely), as CTranslate2's target_prefix;
+    # None or [] = none. The core's searches force them; they belong to the output and count in its log-prob
+    prefixes: list[list[int]] | None = None
 
 
 class Decoder(abc.ABC):

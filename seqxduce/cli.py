@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from seqxduce import engine, export_command
-from seqxduce.api import Report, TrainingStopped, UserError
+from seqxduce.api import Report, TrainingStopped, UserError, read_lines
 from seqxduce.atomic import atomic_write_text
 from seqxduce.inspection import commands as inspect_commands
 from seqxduce.registry import KINDS, PluginLoadError, Registry, registry
@@ -208,11 +208,15 @@ def import_command(ctx: click.Context, source: Path, importer: str, out: Path, o
                    "penultimate layer, and alignment_heads, default all averaged)")
 @click.option("--engine", "engine_name", type=click.Choice(export_command.ENGINE_CHOICES), default="seqxduce",
               show_default=True, help=export_command.ENGINE_HELP)
+@click.option("--prefix-file", type=click.Path(path_type=Path),
+              help="with --input: line N is target text that output N must start with, then searched freely (as "
+                   "CTranslate2's target_prefix; an empty line for none); every decoder")
 @click.pass_context
 def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | None, output: Path | None,
            checkpoint: str | None, beam: int | None, nbest: int | None, batch_tokens: int | None,
            device: str | None, overrides: tuple[str, ...], examples: int, annotations: Path | None,
-           allow_errors: bool, ensemble: tuple[Path, ...], alignments: Path | None, engine_name: str) -> None:
+           allow_errors: bool, ensemble: tuple[Path, ...], alignments: Path | None, engine_name: str,
+           prefix_file: Path | None) -> None:
     """Decode sources with a trained run: RUN is a run directory (or one checkpoint file in it). A run trained
     with [train] members = N decodes with the ensemble of its members.
 
@@ -223,6 +227,10 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
     _registry(ctx)
     if (input_file is None) == (split is None):
         raise UserError("decode: give exactly one of --input FILE (or -) and --split NAME")
+    if prefix_file is not None and (input_file is None or engine_name != "seqxduce"):
+        raise UserError("decode --prefix-file: give it with --input (one prefix per source line), decoding with "
+                        "--engine seqxduce")
+    prefixes = None if prefix_file is None else read_lines(prefix_file)
     for option, path in (("--output", output), ("--annotations", annotations), ("--alignments", alignments)):
         if path is not None:  # before any work: a decode must not be lost for want of a place to write it
             engine.check_writable(path, f"{option} {path}")
@@ -265,7 +273,8 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
         # with outputs on stdout the report goes to stderr, so that stdout stays one output per line
         click.echo(report.text or _metric_line(report.metrics), err=output is None)
     else:
-        outputs = engine.decode(loaded, _read_sources(input_file), annotate=annotate)
+        outputs = engine.decode(loaded, _read_sources(input_file), annotate=annotate, prefixes=prefixes,
+                                prefix_where=f"--prefix-file {prefix_file}:")
         _write(engine.format_outputs(outputs), output)
     if annotate:
         _write(engine.format_annotations(outputs), annotations)

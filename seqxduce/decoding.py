@@ -11,7 +11,18 @@ import torch
 
 from seqxduce import checkpoint as ckpt
 from seqxduce import components, rundir
-from seqxduce.api import Decoder, DecodeRequest, Example, Hypothesis, Model, Postprocessed, Report, Task, UserError
+from seqxduce.api import (
+    Decoder,
+    DecodeRequest,
+    Example,
+    Hypothesis,
+    Model,
+    Postprocessed,
+    Report,
+    Task,
+    Tokenizer,
+    UserError,
+)
 from seqxduce.data import encode_source, pad_sources
 from seqxduce.decode_options import compile_step, quantize_for_decoding
 from seqxduce.device import autocast_context, resolve_device
@@ -31,12 +42,27 @@ class Output:
     figures: dict[str, float] = field(default_factory=dict)  # what the task's postprocess said of its output
 
 
+def encode_prefixes(tokenizer: Tokenizer, prefixes: Sequence[str], where: str) -> list[list[int]]:
+    """Target prefixes as ids; one the target vocabulary cannot spell (an <unk> in it) is refused in one line
+    naming `where` and its 1-based number."""
+    encoded = []
+    for number, text in enumerate(prefixes, start=1):
+        ids = tokenizer.encode(text)
+        if tokenizer.unk_id in ids or (text.strip() and not ids):
+            raise UserError(f"{where}{number}: the prefix {text!r} has a part the target vocabulary cannot spell "
+                            f"(it encodes to <unk>); a forced prefix must be text the model can output: rephrase it "
+                            "or leave it out")
+        encoded.append(ids)
+    return encoded
+
+
 def decode_sources(model: Model, tokenizers: components.Tokenizers, task: Task,
                    examples: Sequence[Example] | Sequence[str], decoder: Decoder, device: torch.device,
-                   precision: str = "fp32", batch_size: int = 64, batch_tokens: int = 0) -> list[Output]:
+                   precision: str = "fp32", batch_size: int = 64, batch_tokens: int = 0,
+                   prefixes: Sequence[list[int]] | None = None) -> list[Output]:
     """Run a model over sources (Examples or plain source strings) with a decoder plugin, batched by length (at
     most batch_size sources, or with batch_tokens > 0 at most that many padded source tokens), and give the
-    task's outputs in input order."""
+    task's outputs in input order; prefixes (target ids per source, encode_prefixes) start each output."""
     sources = [ex.source if isinstance(ex, Example) else ex for ex in examples]
     tgt = tokenizers.tgt
     encoded = [encode_source(tokenizers.src, s) for s in sources]
@@ -49,6 +75,7 @@ def decode_sources(model: Model, tokenizers: components.Tokenizers, task: Task,
             request = DecodeRequest(
                 src=pad_sources([encoded[i] for i in chunk], tgt.pad_id).to(device),
                 sources=[sources[i] for i in chunk], bos_id=tgt.bos_id, eos_id=tgt.eos_id, pad_id=tgt.pad_id,
+                prefixes=None if prefixes is None else [list(prefixes[i]) for i in chunk],
             )
             with torch.no_grad(), autocast_context(device, precision):
                 nbests = decoder.decode(model, request)
@@ -166,11 +193,19 @@ def _checkpoints_of(path: Path, choice: str | None = None) -> list[Path]:
     return [chosen, *member_checkpoints(run, run.load_recipe(), choice)]
 
 
-def decode_lines(run: LoadedRun, sources: Sequence[str], annotate: bool = False) -> list[Output]:
-    """Decode raw source lines with the run's decoder, in input order (with annotate, see annotate_outputs)."""
+def decode_lines(run: LoadedRun, sources: Sequence[str], annotate: bool = False,
+                 prefixes: Sequence[str] | None = None, prefix_where: str = "prefix ") -> list[Output]:
+    """Decode raw source lines with the run's decoder, in input order (with annotate, see annotate_outputs);
+    prefixes: one target text per source that its output must start with (`decode --prefix-file`)."""
+    encoded = None
+    if prefixes is not None:
+        if len(prefixes) != len(sources):
+            raise UserError(f"{prefix_where.rstrip(':')}: {len(prefixes)} prefixes for {len(sources)} sources; give "
+                            "one prefix line per source line (an empty line for none)")
+        encoded = encode_prefixes(run.tokenizers.tgt, prefixes, prefix_where)
     outputs = decode_sources(run.model, run.tokenizers, run.task, list(sources), run.decoder, run.device,
                              run.recipe.train.precision, run.recipe.decode.core.batch_size,
-                             run.recipe.decode.core.batch_tokens)
+                             run.recipe.decode.core.batch_tokens, prefixes=encoded)
     if annotate:
         annotate_outputs(run, outputs)
     return outputs

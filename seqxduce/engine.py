@@ -92,16 +92,20 @@ def load_run(run: str | Path, overrides: Sequence[str] = (), ensemble: Sequence[
 
 
 def decode(run: str | Path | LoadedRun, sources: Sequence[str], overrides: Sequence[str] = (),
-           annotate: bool = False, ensemble: Sequence[Path] = (), checkpoint: str | None = None) -> list[Output]:
+           annotate: bool = False, ensemble: Sequence[Path] = (), checkpoint: str | None = None,
+           prefixes: Sequence[str] | None = None, prefix_where: str = "prefix ") -> list[Output]:
     """Decode source lines with a run directory or checkpoint (or a run load_run loaded); outputs come back in
     input order.
 
     annotate: also fill each Output's annotations with the model's per-position figures (e.g. ponder counts).
     ensemble: more checkpoints or run directories (same tokenizer files) whose predictions are averaged in.
-    checkpoint: which of the run's checkpoints (best, average, last or a file; default the average if any)."""
+    checkpoint: which of the run's checkpoints (best, average, last or a file; default the average if any).
+    prefixes: per source, target text its output must start with (then searched freely); an empty one, none;
+    one the target vocabulary cannot spell is refused, named as `prefix_where` and its number."""
     from seqxduce.decoding import decode_lines
 
-    return decode_lines(_loaded(run, overrides, ensemble, checkpoint), sources, annotate=annotate)
+    return decode_lines(_loaded(run, overrides, ensemble, checkpoint), sources, annotate=annotate,
+                        prefixes=prefixes, prefix_where=prefix_where)
 
 
 def decode_split(run: str | Path | LoadedRun, split: str, overrides: Sequence[str] = (), annotate: bool = False,

@@ -32,7 +32,11 @@ def max_lengths(request: DecodeRequest, a: float, b: int) -> torch.Tensor:
     The source length leaves out the eos that encoding appends, so that max_len_a = 1, max_len_b = 50 is the
     paper's "input length + 50"."""
     src_len = ((request.src != request.pad_id) & (request.src != request.eos_id)).sum(dim=1)
-    return (src_len.float() * a + b).floor().long().clamp(min=1)
+    limits = (src_len.float() * a + b).floor().long().clamp(min=1)
+    if request.prefixes and any(request.prefixes):  # a forced prefix is never cut: the limit leaves room for it
+        prefix_len = torch.tensor([len(p) for p in request.prefixes], device=limits.device)
+        limits = torch.maximum(limits, prefix_len)
+    return limits
 
 
 def shortest_limit(request: DecodeRequest, a: float, b: int) -> int:
@@ -69,13 +73,39 @@ def _force_length(logprobs: torch.Tensor, step: int, limits: torch.Tensor, eos: 
     logprobs[:, eos] = torch.where(at_limit, way_out, eos_scores)
 
 
+class _Prefixes:
+    """The target prefixes of a request (DecodeRequest.prefixes) as a (sources, longest) table, -1 past each end."""
+
+    def __init__(self, request: DecodeRequest):
+        given = request.prefixes or []
+        self.width = max((len(p) for p in given), default=0)
+        self.table = None
+        if self.width:
+            table = torch.full((len(given), self.width), -1, dtype=torch.long)
+            for i, prefix in enumerate(given):
+                table[i, : len(prefix)] = torch.tensor(prefix, dtype=torch.long)
+            self.table = table.to(request.src.device)
+
+    def force(self, logprobs: torch.Tensor, step: int, sources: torch.Tensor) -> torch.Tensor:
+        """logprobs (N, V) of rows of `sources` (N,) with, where a row's prefix is not over at `step`, every token
+        but the prefix's set to -inf (its own log-prob kept)."""
+        if self.table is None or step >= self.width:  # known on the host: no device read
+            return logprobs
+        forced = self.table[sources, step]  # (N,)
+        index = forced.clamp(min=0).unsqueeze(1)
+        only = torch.full_like(logprobs, float("-inf")).scatter(1, index, logprobs.gather(1, index))
+        return torch.where((forced >= 0).unsqueeze(1), only, logprobs)
+
+
 def _next_logprobs(model: Model, last: torch.Tensor, memory, cache, request: DecodeRequest,
                    constraint: StepConstraint | None, step: int, limits: torch.Tensor, min_len: int,
-                   shortest: int):
-    """One decoder step: float32 log-probs (N, V) with the constraint, specials and length limits applied
-    (`shortest`: see _force_length)."""
+                   shortest: int, prefixes: _Prefixes | None = None, sources: torch.Tensor | None = None):
+    """One decoder step: float32 log-probs (N, V) with the target prefix, the constraint, specials and length
+    limits applied (`shortest`: see _force_length; `sources`: the source of each row, for the prefixes)."""
     logprobs, cache = model.step(last, memory, cache)
     logprobs = logprobs.float()
+    if prefixes is not None and sources is not None:
+        logprobs = prefixes.force(logprobs, step, sources)
     if constraint is not None:
         logprobs = constraint.mask(logprobs)
     _forbid_specials(logprobs, request)
@@ -105,10 +135,11 @@ def greedy_search(model: Model, request: DecodeRequest, settings: SearchSettings
     last = torch.full((batch,), request.bos_id, dtype=torch.long, device=device)
     done = torch.zeros(batch, dtype=torch.bool, device=device)
     chosen, scores, alive = [], [], []  # per step: (B,) token, its log-prob, whether the row was still going
+    prefixes = _Prefixes(request)
     step = 0
     while not bool(done.all()):
         logprobs, cache = _next_logprobs(model, last, memory, cache, request, constraint, step, limits, min_len,
-                                         shortest)
+                                         shortest, prefixes, rows)
         if choose is None:
             best, choice = logprobs.max(dim=-1)
         else:
@@ -171,12 +202,14 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
     finished = _Finished(batch, beam if early_stop else nbest, device)
     results = _Finished(batch, finished.size, device)  # the lists of the sources that left, by source index
 
+    prefixes = _Prefixes(request)
     step = 0
     n_alive = batch
     while n_alive > 0:
         row_limits = src_limits.unsqueeze(1).expand(n_alive, beam).reshape(-1)
+        row_sources = alive.repeat_interleave(beam) if prefixes.width > step else None
         logprobs, cache = _next_logprobs(model, last, memory, cache, request, constraint, step, row_limits, min_len,
-                                         shortest)
+                                         shortest, prefixes, row_sources)
         vocab = logprobs.size(-1)
         # 2*beam candidates always hold at least beam that do not end in eos (one eos per row at most). No
         # row gives more than 2*beam of a source's best 2*beam, so each row's best 2*beam tokens are taken
@@ -278,7 +311,7 @@ def _penalty_table(request: DecodeRequest, a: float, b: int, alpha: float, form:
     Computed in Python as the search always did, so that a score is the same double as before. Sized from the
     padded source width, the longest source length the host knows without asking the device for the limits."""
     # max_lengths rounds in float32, which may floor one higher than this double does
-    longest = max(1, math.floor(max(request.src.size(1) * a, 0.0) + b)) + 1
+    longest = max(1, math.floor(max(request.src.size(1) * a, 0.0) + b), *map(len, request.prefixes or [])) + 1
     # a row ends at its limit at the latest, its eos making the length limit + 1; a dead end there, one more
     values = [length_penalty(n, alpha, form) for n in range(longest + 3)]
     return torch.tensor(values, dtype=torch.float64, device=request.src.device)

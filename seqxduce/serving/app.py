@@ -94,7 +94,7 @@ def create_app(service: Service, batcher: Batcher, limits: Limits, info: dict[st
     async def decode(request: Request) -> Response:
         data = parse_json(await read_body(request, limits.max_request_bytes))
         ask = parse_decode(data, limits, decode_keys, service.default_nbest())
-        tokens = [checked_source(s, f"inputs[{i}]")[1] for i, s in enumerate(ask.inputs)]
+        tokens = [checked_source(getattr(s, "text", s), f"inputs[{i}]")[1] for i, s in enumerate(ask.inputs)]
         key = service.key_for(ask)
         answers = await until_answered(request, batcher, batcher.submit(ask.inputs, tokens, key))
         if answers is None:

@@ -15,8 +15,8 @@ from typing import Any
 
 from seqxduce.api import Decoder, UserError
 from seqxduce.data import encode_source
-from seqxduce.decoding import LoadedRun, Output, decode_sources
-from seqxduce.serving.limits import DecodeAsk, RequestError
+from seqxduce.decoding import LoadedRun, Output, decode_sources, encode_prefixes
+from seqxduce.serving.limits import DecodeAsk, Prefixed, RequestError
 
 DECODERS_KEPT = 16  # decoders built for requests' own settings, the least recently used dropped first
 
@@ -89,26 +89,30 @@ class Service:
                 self.decoders.popitem(last=False)
         return decoder
 
-    def decode(self, sources: Sequence[str], key: Hashable) -> list[Any]:
+    def decode(self, sources: Sequence[str | Prefixed], key: Hashable) -> list[Any]:
         """Decode one batch as `seqxduce decode` does; a source the model or task refuses (a UserError, e.g. longer
         than learned positions reach) gets a 422 of its own and the others are decoded without it."""
         try:
             return [hypotheses(o) for o in self._decode(sources, key)]
         except UserError as err:
             if len(sources) == 1:
-                return [RequestError(422, f"inputs: {sources[0][:40]!r}: {err}")]
+                return [RequestError(422, f"inputs: {getattr(sources[0], 'text', sources[0])[:40]!r}: {err}")]
         return [self._one(s, key) for s in sources]
 
-    def _decode(self, sources: Sequence[str], key: Hashable) -> list[Output]:
+    def _decode(self, sources: Sequence[str | Prefixed], key: Hashable) -> list[Output]:
         run = self.run
-        return decode_sources(run.model, run.tokenizers, run.task, list(sources), self.decoder(key), run.device,
-                              run.recipe.train.precision, run.recipe.decode.core.batch_size)
+        texts = [getattr(s, "text", s) for s in sources]
+        prefixes = None
+        if any(isinstance(s, Prefixed) for s in sources):  # an input's "prefix" starts its output
+            prefixes = encode_prefixes(run.tokenizers.tgt, [getattr(s, "prefix", "") for s in sources], "prefix ")
+        return decode_sources(run.model, run.tokenizers, run.task, texts, self.decoder(key), run.device,
+                              run.recipe.train.precision, run.recipe.decode.core.batch_size, prefixes=prefixes)
 
-    def _one(self, source: str, key: Hashable) -> Any:
+    def _one(self, source: str | Prefixed, key: Hashable) -> Any:
         try:
             return hypotheses(self._decode([source], key)[0])
         except UserError as err:
-            return RequestError(422, f"inputs: {source[:40]!r}: {err}")
+            return RequestError(422, f"inputs: {getattr(source, 'text', source)[:40]!r}: {err}")
 
     def attention(self, source: str, target: str | None, key: Hashable) -> dict[str, Any]:
         """The encoder-decoder attention of source and its output (the decoder's best, or `target`), per layer
