@@ -27,21 +27,22 @@ def sentences(count: int, seed: int = 0, longest: int = 9) -> list[str]:
 
 def build_tiny_marian(folder: Path, seed: int = 0, d_model: int = 32, layers: int = 2, heads: int = 4,
                       d_ff: int = 64, activation: str = "swish", shared: bool = True, bias_scale: float = 0.5,
-                      train_steps: int = 150,
+                      train_steps: int = 150, text: list[str] | None = None, pieces: int = 40,
                       **config: object) -> Path:
-    """Write a random MarianMTModel with its tokenizer files into `folder` (created); returns it."""
+    """Write a random MarianMTModel with its tokenizer files into `folder` (created); returns it. text: the
+    sentences its SentencePiece models (of `pieces` pieces) and its few training steps see (default generated)."""
     import sentencepiece as spm
     import torch
     from transformers import MarianConfig, MarianMTModel
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    text = sentences(400, seed)
+    text = list(text) if text else sentences(400, seed)
     for side in ("source", "target"):
         model = io.BytesIO()
-        spm.SentencePieceTrainer.train(sentence_iterator=iter(text), model_writer=model, vocab_size=40,
+        spm.SentencePieceTrainer.train(sentence_iterator=iter(text), model_writer=model, vocab_size=pieces,
                                        model_type="unigram" if side == "source" else "bpe", minloglevel=2,
-                                       num_threads=1)
+                                       num_threads=1, hard_vocab_limit=False)
         (folder / f"{side}.spm").write_bytes(model.getvalue())
     pieces = ["</s>", "<unk>"]
     for side in ("source", "target"):
@@ -86,7 +87,7 @@ def _train(model, folder: Path, text: list[str], steps: int, seed: int) -> None:
     rng = random.Random(seed)
     model.train()
     for _ in range(steps):
-        batch = rng.sample(pairs, 32)
+        batch = rng.sample(pairs, min(32, len(pairs)))
         inputs = tokenizer([s for s, _ in batch], text_target=[t for _, t in batch], padding=True,
                            return_tensors="pt")
         inputs["labels"][inputs["labels"] == model.config.pad_token_id] = -100
