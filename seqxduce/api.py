@@ -36,6 +36,9 @@ class Example:
     source: str
     target: str
     reference: str | None = None  # defaults to target; a parse task keeps the gold tree here
+    # further references of the same source (a test set translated several times), scored with ref by
+    # Task.score_references; the same number in every example of a split
+    more_references: tuple[str, ...] = ()
 
     @property
     def ref(self) -> str:
@@ -169,6 +172,15 @@ class Task(abc.ABC):
                       sources: list[str] | None = None) -> Report:
         """Score what postprocess() gave, its figures included; the default scores the texts alone."""
         return self.score([o.text for o in outputs], references, sources)
+
+    def score_references(self, hypotheses: list[str], references: list[list[str]],
+                         sources: list[str] | None = None) -> Report:
+        """Score outputs against several references: references[k][i] is the k-th reference of output i (as
+        sacreBLEU takes them). The default scores against one reference only, and refuses more."""
+        if len(references) != 1:
+            raise UserError(f"task {type(self).__name__} scores against one reference, {len(references)} were given; "
+                            "give one reference file")
+        return self.score(hypotheses, references[0], sources)
 
     def score_files(self, hypothesis_file: Path, reference_file: Path) -> Report:
         """Score two files of one output per line (`seqxduce evaluate`)."""

@@ -346,7 +346,7 @@ def _write(lines: list[str], output: Path | None) -> None:
 
 @cli.command()
 @click.argument("hypotheses", type=click.Path(path_type=Path))
-@click.argument("references", type=click.Path(path_type=Path))
+@click.argument("references", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--recipe", "recipe_or_run", type=click.Path(path_type=Path),
               help="a recipe file or run directory naming the task")
 @click.option("--task", "task_name", help="a task plugin name (with its default settings)")
@@ -355,16 +355,18 @@ def _write(lines: list[str], output: Path | None) -> None:
                    "(translation: also the Multi30k papers' lowercased Moses-tokenized BLEU)")
 @click.option("--allow-errors", is_flag=True, help=ALLOW_ERRORS_HELP)
 @click.pass_context
-def evaluate(ctx: click.Context, hypotheses: Path, references: Path, recipe_or_run: Path | None,
+def evaluate(ctx: click.Context, hypotheses: Path, references: tuple[Path, ...], recipe_or_run: Path | None,
              task_name: str | None, overrides: tuple[str, ...], allow_errors: bool) -> None:
-    """Score a hypothesis file against a reference file with the task's metric.
+    """Score a hypothesis file against a reference file (or several: REF1 REF2 ..., each a translation of every
+    line, scored as sacreBLEU scores several references) with the task's metric.
 
     The hypotheses come first (EVALB's own order is GOLD TEST; here it is HYPOTHESES REFERENCES). When the
     metric could not score some outputs (for ptb: EVALB's error sentences, empty outputs, unpaired lines), the
     figures are printed as the metric gives them, a warning on stderr names those outputs, and the exit status
     is 3 unless --allow-errors."""
     _registry(ctx)
-    report = engine.evaluate(hypotheses, references, recipe=recipe_or_run, task=task_name, overrides=overrides)
+    report = engine.evaluate(hypotheses, list(references), recipe=recipe_or_run, task=task_name,
+                             overrides=overrides)
     click.echo(report.text or _metric_line(report.metrics))
     if report.signature:
         click.echo(report.signature)

@@ -256,4 +256,13 @@ def decode_split(run: LoadedRun, split: str, annotate: bool = False) -> tuple[li
 def score_outputs(task: Task, outputs: Sequence[Output], examples: Sequence[Example]) -> Report:
     """The task's metric of decoded outputs (with the figures its postprocess gave) against the examples."""
     done = [Postprocessed(o.text, o.figures) for o in outputs]
-    return task.score_outputs(done, [ex.ref for ex in examples], [ex.source for ex in examples])
+    sources = [ex.source for ex in examples]
+    counts = {len(ex.more_references) for ex in examples}
+    if counts and counts != {0}:  # a split with several references per source
+        if len(counts) != 1:
+            raise UserError(f"the task's split gives {min(counts) + 1} to {max(counts) + 1} references per source; "
+                            "give every source the same number")
+        streams = [[ex.ref for ex in examples]] + [[ex.more_references[k] for ex in examples]
+                                                   for k in range(counts.pop())]
+        return task.score_references([o.text for o in done], streams, sources)
+    return task.score_outputs(done, [ex.ref for ex in examples], sources)

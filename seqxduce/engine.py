@@ -203,11 +203,12 @@ def format_outputs(outputs: Sequence[Output]) -> list[str]:
     return lines
 
 
-def evaluate(hypotheses: str | Path, references: str | Path, recipe: str | Path | None = None,
+def evaluate(hypotheses: str | Path, references: str | Path | Sequence[str | Path], recipe: str | Path | None = None,
              task: str | None = None, overrides: Sequence[str] = ()) -> Report:
-    """Score a file of outputs against a file of references with a task's metric: the task of a recipe file or run
-    directory (overrides as for training), or a task plugin by name with its defaults and `task.KEY=VALUE`
-    overrides (e.g. task="translation", overrides=["task.literature_bleu=true"])."""
+    """Score a file of outputs against a file of references (or several files, each a reference translation of
+    every line, as sacreBLEU takes them) with a task's metric: the task of a recipe file or run directory
+    (overrides as for training), or a task plugin by name with its defaults and `task.KEY=VALUE` overrides (e.g.
+    task="translation", overrides=["task.literature_bleu=true"])."""
     from seqxduce.registry import registry
     from seqxduce.settings_check import make_settings
 
@@ -223,7 +224,18 @@ def evaluate(hypotheses: str | Path, references: str | Path, recipe: str | Path 
         settings = make_settings(component.settings, values, "task", f"--task {task}", raw) \
             if component.settings else None
         task_obj = component.build(settings)
-    return task_obj.score_files(Path(hypotheses), Path(references))
+    files = [Path(references)] if isinstance(references, (str, Path)) else [Path(r) for r in references]
+    if len(files) == 1:
+        return task_obj.score_files(Path(hypotheses), files[0])
+    from seqxduce.api import read_lines
+
+    outputs = read_lines(Path(hypotheses))
+    streams = [read_lines(f) for f in files]
+    for f, lines in zip(files, streams):
+        if len(lines) != len(outputs):
+            raise UserError(f"{hypotheses} has {len(outputs)} lines but {f} has {len(lines)}: give one reference "
+                            "line per hypothesis line in every reference file")
+    return task_obj.score_references(outputs, streams)
 
 
 def _task_overrides(task: str, settings: type | None, overrides: Sequence[str]) -> tuple[dict, dict]:

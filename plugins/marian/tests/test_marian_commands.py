@@ -82,6 +82,17 @@ def test_commands_on_the_import(marian_run: Path, parallel: Path, tmp_path: Path
     _ok("decode", marian_run, "--input", parallel / "test.en", "-o", hyp, "--beam", "3")
     assert "BLEU" in _ok("evaluate", hyp, parallel / "test.de", "--recipe", marian_run)
     assert "BLEU" in _ok("decode", marian_run, "--split", "test", "--set", f"task.data_dir={parallel}")
+    # a test split with a second reference: sacreBLEU's multi-reference BLEU of the same outputs
+    second = [line.upper() for line in (parallel / "test.de").read_text(encoding="utf-8").splitlines()]
+    (tmp_path / "test.de.2").write_text("\n".join(second) + "\n", encoding="utf-8")
+    split_out = tmp_path / "split.hyp"
+    report = _ok("decode", marian_run, "--split", "test", "-o", split_out, "--set", f"task.data_dir={parallel}",
+                 "--set", f'task.more_references=["{tmp_path / "test.de.2"}"]')
+    outputs = split_out.read_text(encoding="utf-8").splitlines()
+    first = (parallel / "test.de").read_text(encoding="utf-8").splitlines()
+    import sacrebleu
+
+    assert "nrefs:2|" in report and f"= {sacrebleu.corpus_bleu(outputs, [first, second]).score:.2f}" in report
     for name in ("sampling",):
         _ok("decode", marian_run, "--input", parallel / "test.en", "-o", tmp_path / name, "--set",
             f"decode.name={name}")
