@@ -201,6 +201,9 @@ class Tokenizer(abc.ABC):
     bos_id: int = 1
     eos_id: int = 2
     unk_id: int = 3
+    # which side the core builds this tokenizer for, set before train(): "both" ([tokenizer] shared = true),
+    # "source" or "target" (shared = false), for a tokenizer whose settings name a model per side
+    side: str = "both"
 
     @abc.abstractmethod
     def train(self, texts: Iterable[str], workdir: Path) -> None:

@@ -55,6 +55,7 @@ def train_tokenizers(recipe: Recipe, examples: list[Example], work: Path) -> Tok
         tokenizers = Tokenizers(src, src)
     else:
         tgt = new_tokenizer(recipe)
+        src.side, tgt.side = "source", "target"
         src.train([ex.source for ex in examples], work)
         tgt.train([ex.target for ex in examples], work)
         tokenizers = Tokenizers(src, tgt)
