@@ -10,8 +10,9 @@ with --model it takes a Marian folder in the Hugging Face format (an OPUS-MT dow
 
 1. seqxduce's greedy and beam-4 outputs against generate()'s (same beam, length penalty p as
    decode.length_penalty = "power" with alpha = p, max_new_tokens N as max_len_a = 0, max_len_b = N - 1,
-   early_stopping = "never" for the exact search seqxduce runs): equal outputs, and the largest difference of
-   their log-probabilities (generate's teacher-forced, eos included);
+   its forced eos at that limit as decode.limit_eos = "free", early_stopping = "never" for the exact search
+   seqxduce runs): equal outputs, and the largest difference of their log-probabilities (teacher-forced by
+   Hugging Face, eos included; for outputs that reach the limit, generate's own forced eos is free);
 2. `seqxduce export --to ctranslate2` of the import against ct2-transformers-converter of the folder: equal
    outputs (as pieces) under greedy and beam 4;
 3. fine-tuning the import on a copying task it was not trained for (the tests' generated sentences): the
@@ -60,7 +61,7 @@ def generate_parity(folder: Path, run: Path, sources: list[str], max_new: int) -
         overrides = ["decode.max_len_a=0", f"decode.max_len_b={max_new - 1}"]
         overrides += (["decode.name=greedy"] if beam == 1 else
                       ["decode.name=beam", f"decode.beam={beam}", f"decode.alpha={penalty}",
-                       "decode.length_penalty=power"])
+                       "decode.length_penalty=power", "decode.limit_eos=free"])
         outputs = seqxduce.decode(run, sources, overrides=overrides)
         equal = [(o.nbest[0][1].logprob, ref[1]) for o, ref in zip(outputs, reference)
                  if o.nbest[0][1].tokens == ref[0]]

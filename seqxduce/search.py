@@ -55,7 +55,7 @@ def _forbid_specials(logprobs: torch.Tensor, request: DecodeRequest) -> None:
 
 
 def _force_length(logprobs: torch.Tensor, step: int, limits: torch.Tensor, eos: int, min_len: int,
-                  shortest: int) -> None:
+                  shortest: int, free_eos: bool = False) -> None:
     """Only eos where a row reached its maximum length; never eos before min_len.
 
     `shortest` is a lower bound of the rows' limits (shortest_limit): before it no row is at its limit and the
@@ -67,8 +67,9 @@ def _force_length(logprobs: torch.Tensor, step: int, limits: torch.Tensor, eos: 
         return
     at_limit = limits <= step  # (N,)
     eos_scores = logprobs[:, eos].clone()
-    # a row at its limit always has a way out, even if a constraint forbade eos
-    way_out = torch.where(torch.isinf(eos_scores), torch.zeros_like(eos_scores), eos_scores)
+    # a row at its limit always has a way out, even if a constraint forbade eos; with free_eos that eos costs
+    # nothing (log-prob 0), as Hugging Face's forced_eos_token_id makes it
+    way_out = torch.where(torch.isinf(eos_scores) | free_eos, torch.zeros_like(eos_scores), eos_scores)
     logprobs.masked_fill_(at_limit.unsqueeze(1), float("-inf"))
     logprobs[:, eos] = torch.where(at_limit, way_out, eos_scores)
 
@@ -99,7 +100,8 @@ class _Prefixes:
 
 def _next_logprobs(model: Model, last: torch.Tensor, memory, cache, request: DecodeRequest,
                    constraint: StepConstraint | None, step: int, limits: torch.Tensor, min_len: int,
-                   shortest: int, prefixes: _Prefixes | None = None, sources: torch.Tensor | None = None):
+                   shortest: int, prefixes: _Prefixes | None = None, sources: torch.Tensor | None = None,
+                   free_eos: bool = False):
     """One decoder step: float32 log-probs (N, V) with the target prefix, the constraint, specials and length
     limits applied (`shortest`: see _force_length; `sources`: the source of each row, for the prefixes)."""
     logprobs, cache = model.step(last, memory, cache)
@@ -109,7 +111,7 @@ def _next_logprobs(model: Model, last: torch.Tensor, memory, cache, request: Dec
     if constraint is not None:
         logprobs = constraint.mask(logprobs)
     _forbid_specials(logprobs, request)
-    _force_length(logprobs, step, limits, request.eos_id, min_len, shortest)
+    _force_length(logprobs, step, limits, request.eos_id, min_len, shortest, free_eos)
     return logprobs, cache
 
 
@@ -185,6 +187,7 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
     src_limits = max_lengths(request, settings.max_len_a, settings.max_len_b)  # (alive sources,)
     shortest = shortest_limit(request, settings.max_len_a, settings.max_len_b)
     form = getattr(settings, "length_penalty", "gnmt")
+    free_eos = getattr(settings, "limit_eos", "scored") == "free"
     penalties = _penalty_table(request, settings.max_len_a, settings.max_len_b, alpha, form)
     memory = model.encode(request.src)
     # row r of the search batch belongs to source alive[r // beam]
@@ -209,7 +212,7 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
         row_limits = src_limits.unsqueeze(1).expand(n_alive, beam).reshape(-1)
         row_sources = alive.repeat_interleave(beam) if prefixes.width > step else None
         logprobs, cache = _next_logprobs(model, last, memory, cache, request, constraint, step, row_limits, min_len,
-                                         shortest, prefixes, row_sources)
+                                         shortest, prefixes, row_sources, free_eos)
         vocab = logprobs.size(-1)
         # 2*beam candidates always hold at least beam that do not end in eos (one eos per row at most). No
         # row gives more than 2*beam of a source's best 2*beam, so each row's best 2*beam tokens are taken

@@ -3,7 +3,8 @@
 num_beams > 1 is beam search of that width, otherwise greedy; max_length M (counting the decoder's start token)
 is at most M - 2 tokens and eos, max_new_tokens N at most N - 1 tokens and eos; length_penalty p divides a
 finished hypothesis's log-probability by its length (eos included) to the power p, which is the beam decoder's
-length_penalty = "power" with alpha = p. Banning <pad> (Marian's bad_words_ids) is what every seqxduce search
+length_penalty = "power" with alpha = p; forced_eos_token_id, which ends a hypothesis at the length limit with an
+eos of log-probability 0, is limit_eos = "free". Banning <pad> (Marian's bad_words_ids) is what every seqxduce search
 does. Anything else that changes what generate() returns is refused in one line.
 """
 
@@ -48,7 +49,8 @@ def decode_settings(config: dict[str, Any], where: str, pad: int) -> tuple[dict[
     if beam > 1:
         penalty = float(config.get("length_penalty", 1.0))
         decode.update(beam=beam, alpha=penalty, length_penalty="power",
-                      early_stop=config.get("early_stopping") is True)
+                      early_stop=config.get("early_stopping") is True,
+                      limit_eos="free" if config.get("forced_eos_token_id") is not None else "scored")
         notes.append(f"generation: beam {beam}, score = log-probability / length^{penalty:g} (decode.beam, "
                      "decode.alpha, decode.length_penalty = \"power\")")
     else:

@@ -166,6 +166,6 @@ def test_recipe_describes_the_model(marian_run: Path) -> None:
     assert (model.activation, model.sinusoid_layout, model.scale_embeddings, model.output_bias,
             model.share_source_target, model.tie_output, model.norm) == ("swish", "halves", True, True, True, True,
                                                                         "post")
-    assert (recipe.decode.core.name, decode.beam, decode.alpha, decode.length_penalty, decode.max_len_a,
-            decode.max_len_b) == ("beam", 4, 1.0, "power", 0.0, 62)
+    assert (recipe.decode.core.name, decode.beam, decode.alpha, decode.length_penalty, decode.limit_eos,
+            decode.max_len_a, decode.max_len_b) == ("beam", 4, 1.0, "power", "free", 0.0, 62)
     assert (recipe.tokenizer.core.name, recipe.tokenizer.core.shared) == ("marian", False)
