@@ -29,6 +29,7 @@ from seqxduce.engine import (
     decode_split,
     evaluate,
     export_run,
+    import_model,
     info,
     load_recipe,
     plot,
@@ -47,5 +48,5 @@ __all__ = [
     "Report", "Settings", "StepConstraint", "Task", "Tokenizer", "TrainingStopped", "UserError", "VocabInfo",
     "setting", "hookimpl",
     "train", "decode", "decode_split", "evaluate", "average", "load_recipe", "prepare",
-    "info", "plot", "attention", "recipe_cost", "score", "export_run", "serve",
+    "info", "plot", "attention", "recipe_cost", "score", "export_run", "serve", "import_model",
 ]

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["UserError", "TrainingStopped", "Settings", "setting", "setting_like", "check_settings", "Example",
            "Hypothesis", "Postprocessed", "Report", "VocabInfo", "ModelOutput", "Task", "Tokenizer", "Model",
            "StepConstraint", "DecodeRequest", "Decoder", "TaskFactory", "TokenizerFactory", "ModelFactory",
-           "DecoderFactory", "read_lines"]
+           "DecoderFactory", "read_lines", "Importer", "ImportedModel", "ImporterFactory"]
 
 
 # ---------------------------------------------------------------- value types
@@ -36,6 +36,9 @@ class Example:
     source: str
     target: str
     reference: str | None = None  # defaults to target; a parse task keeps the gold tree here
+    # further references of the same source (a test set translated several times), scored with ref by
+    # Task.score_references; the same number in every example of a split
+    more_references: tuple[str, ...] = ()
 
     @property
     def ref(self) -> str:
@@ -170,6 +173,15 @@ class Task(abc.ABC):
         """Score what postprocess() gave, its figures included; the default scores the texts alone."""
         return self.score([o.text for o in outputs], references, sources)
 
+    def score_references(self, hypotheses: list[str], references: list[list[str]],
+                         sources: list[str] | None = None) -> Report:
+        """Score outputs against several references: references[k][i] is the k-th reference of output i (as
+        sacreBLEU takes them). The default scores against one reference only, and refuses more."""
+        if len(references) != 1:
+            raise UserError(f"task {type(self).__name__} scores against one reference, {len(references)} were given; "
+                            "give one reference file")
+        return self.score(hypotheses, references[0], sources)
+
     def score_files(self, hypothesis_file: Path, reference_file: Path) -> Report:
         """Score two files of one output per line (`seqxduce evaluate`)."""
         hyps = read_lines(hypothesis_file)
@@ -189,6 +201,9 @@ class Tokenizer(abc.ABC):
     bos_id: int = 1
     eos_id: int = 2
     unk_id: int = 3
+    # which side the core builds this tokenizer for, set before train(): "both" ([tokenizer] shared = true),
+    # "source" or "target" (shared = false), for a tokenizer whose settings name a model per side
+    side: str = "both"
 
     @abc.abstractmethod
     def train(self, texts: Iterable[str], workdir: Path) -> None:
@@ -301,6 +316,32 @@ class Model(abc.ABC):
         return False
 
 
+@dataclass
+class ImportedModel:
+    """What an Importer read from another toolkit's model folder, for `seqxduce import` to make a run of.
+
+    recipe: the recipe's sections as TOML would give them ({"task": {...}, "tokenizer": {...}, "model": {...},
+    "decode": {...}}), describing the model exactly; tokenizers: where the recipe's tokenizer plugin loads each
+    side from, {"src": (folder, prefix), "tgt": (folder, prefix)} (one entry, "src", with [tokenizer]
+    shared = true), as Tokenizer.load(folder, prefix) reads it; weights: the state_dict of the model the recipe
+    builds, every tensor of it (the core loads it strictly: a missing or extra name is refused).
+    """
+
+    recipe: dict[str, dict[str, Any]]
+    tokenizers: dict[str, tuple[Path, str]]
+    weights: dict[str, Any]  # name -> torch.Tensor
+    notes: list[str] = field(default_factory=list)  # lines `seqxduce import` prints (what was mapped to what)
+
+
+class Importer(abc.ABC):
+    """Reads a model trained by another toolkit (`seqxduce import DIR --from NAME -o RUN`)."""
+
+    @abc.abstractmethod
+    def read(self, source: Path, workdir: Path) -> ImportedModel:
+        """Read the model folder `source` (files it stages for the tokenizers go under `workdir`, a temporary
+        folder); anything the recipe cannot represent is a UserError naming it, never an approximation."""
+
+
 class StepConstraint(abc.ABC):
     """Restricts which tokens a search may choose at each step (e.g. only well-formed trees).
 
@@ -330,6 +371,9 @@ class DecodeRequest:
     bos_id: int
     eos_id: int
     pad_id: int
+    # per source, target ids every output must start with (then searched freely), as CTranslate2's target_prefix;
+    # None or [] = none. The core's searches force them; they belong to the output and count in its log-prob
+    prefixes: list[list[int]] | None = None
 
 
 class Decoder(abc.ABC):
@@ -365,6 +409,12 @@ class DecoderFactory(Protocol):
     """Builds a decoder; it sees the target tokenizer for constraints over the vocabulary."""
 
     def __call__(self, settings: Any, tokenizer: Tokenizer) -> Decoder: ...
+
+
+class ImporterFactory(Protocol):
+    """Builds an importer (settings: an instance of the settings class registered with it, or None)."""
+
+    def __call__(self, settings: Any) -> Importer: ...
 
 
 def read_lines(path: Path) -> list[str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from seqxduce import engine
-from seqxduce.api import Report, TrainingStopped, UserError
+from seqxduce.api import Report, TrainingStopped, UserError, read_lines
 from seqxduce.atomic import atomic_write_text
 from seqxduce.export import command as export_command
 from seqxduce.inspection import commands as inspect_commands
@@ -159,6 +159,24 @@ def train(ctx: click.Context, recipe_file: Path, out: Path | None, overrides: tu
     click.echo(f"trained to step {result.step} in {result.run_dir} {figures}".rstrip())
 
 
+@cli.command(name="import")
+@click.argument("source", metavar="DIR", type=click.Path(path_type=Path))
+@click.option("--from", "importer", required=True, metavar="NAME",
+              help="the importer plugin that reads DIR (`seqxduce plugins --kind importer`), e.g. marian")
+@click.option("-o", "--output", "--out", "out", required=True, type=click.Path(path_type=Path),
+              help="the run directory to write")
+@click.option("--overwrite", is_flag=True, help="replace the run already in the run directory")
+@click.pass_context
+def import_command(ctx: click.Context, source: Path, importer: str, out: Path, overwrite: bool) -> None:
+    """Make a run directory of a model trained elsewhere (e.g. a Hugging Face Marian / OPUS-MT folder): decode,
+    serve, export and fine-tune it (`train RECIPE --init-from RUN`) as your own runs."""
+    _registry(ctx)
+    run, notes = engine.import_model(source, importer, out, overwrite=overwrite)
+    for line in notes:
+        click.echo(line)
+    click.echo(f"imported {source} into {run}")
+
+
 @cli.command()
 @click.argument("run", metavar="RUN", type=click.Path(path_type=Path))
 @click.option("--input", "input_file", type=click.Path(path_type=Path, allow_dash=True),
@@ -191,11 +209,15 @@ def train(ctx: click.Context, recipe_file: Path, out: Path | None, overrides: tu
                    "penultimate layer, and alignment_heads, default all averaged)")
 @click.option("--engine", "engine_name", type=click.Choice(export_command.ENGINE_CHOICES), default="seqxduce",
               show_default=True, help=export_command.ENGINE_HELP)
+@click.option("--prefix-file", type=click.Path(path_type=Path),
+              help="with --input: line N is target text that output N must start with, then searched freely (as "
+                   "CTranslate2's target_prefix; an empty line for none); every decoder")
 @click.pass_context
 def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | None, output: Path | None,
            checkpoint: str | None, beam: int | None, nbest: int | None, batch_tokens: int | None,
            device: str | None, overrides: tuple[str, ...], examples: int, annotations: Path | None,
-           allow_errors: bool, ensemble: tuple[Path, ...], alignments: Path | None, engine_name: str) -> None:
+           allow_errors: bool, ensemble: tuple[Path, ...], alignments: Path | None, engine_name: str,
+           prefix_file: Path | None) -> None:
     """Decode sources with a trained run: RUN is a run directory (or one checkpoint file in it). A run trained
     with [train] members = N decodes with the ensemble of its members.
 
@@ -206,6 +228,10 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
     _registry(ctx)
     if (input_file is None) == (split is None):
         raise UserError("decode: give exactly one of --input FILE (or -) and --split NAME")
+    if prefix_file is not None and (input_file is None or engine_name != "seqxduce"):
+        raise UserError("decode --prefix-file: give it with --input (one prefix per source line), decoding with "
+                        "--engine seqxduce")
+    prefixes = None if prefix_file is None else read_lines(prefix_file)
     for option, path in (("--output", output), ("--annotations", annotations), ("--alignments", alignments)):
         if path is not None:  # before any work: a decode must not be lost for want of a place to write it
             engine.check_writable(path, f"{option} {path}")
@@ -225,7 +251,8 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
         # with outputs on stdout the report goes to stderr, so that stdout stays one output per line
         click.echo(report.text or _metric_line(report.metrics), err=output is None)
     else:
-        outputs = engine.decode(loaded, _read_sources(input_file), annotate=annotate)
+        outputs = engine.decode(loaded, _read_sources(input_file), annotate=annotate, prefixes=prefixes,
+                                prefix_where=f"--prefix-file {prefix_file}:")
         _write(engine.format_outputs(outputs), output)
     if annotate:
         _write(engine.format_annotations(outputs), annotations)
@@ -315,7 +342,7 @@ def _write(lines: list[str], output: Path | None) -> None:
 
 @cli.command()
 @click.argument("hypotheses", type=click.Path(path_type=Path))
-@click.argument("references", type=click.Path(path_type=Path))
+@click.argument("references", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--recipe", "recipe_or_run", type=click.Path(path_type=Path),
               help="a recipe file or run directory naming the task")
 @click.option("--task", "task_name", help="a task plugin name (with its default settings)")
@@ -324,16 +351,18 @@ def _write(lines: list[str], output: Path | None) -> None:
                    "(translation: also the Multi30k papers' lowercased Moses-tokenized BLEU)")
 @click.option("--allow-errors", is_flag=True, help=ALLOW_ERRORS_HELP)
 @click.pass_context
-def evaluate(ctx: click.Context, hypotheses: Path, references: Path, recipe_or_run: Path | None,
+def evaluate(ctx: click.Context, hypotheses: Path, references: tuple[Path, ...], recipe_or_run: Path | None,
              task_name: str | None, overrides: tuple[str, ...], allow_errors: bool) -> None:
-    """Score a hypothesis file against a reference file with the task's metric.
+    """Score a hypothesis file against a reference file (or several: REF1 REF2 ..., each a translation of every
+    line, scored as sacreBLEU scores several references) with the task's metric.
 
     The hypotheses come first (EVALB's own order is GOLD TEST; here it is HYPOTHESES REFERENCES). When the
     metric could not score some outputs (for ptb: EVALB's error sentences, empty outputs, unpaired lines), the
     figures are printed as the metric gives them, a warning on stderr names those outputs, and the exit status
     is 3 unless --allow-errors."""
     _registry(ctx)
-    report = engine.evaluate(hypotheses, references, recipe=recipe_or_run, task=task_name, overrides=overrides)
+    report = engine.evaluate(hypotheses, list(references), recipe=recipe_or_run, task=task_name,
+                             overrides=overrides)
     click.echo(report.text or _metric_line(report.metrics))
     if report.signature:
         click.echo(report.signature)

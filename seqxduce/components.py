@@ -55,13 +55,21 @@ def train_tokenizers(recipe: Recipe, examples: list[Example], work: Path) -> Tok
         tokenizers = Tokenizers(src, src)
     else:
         tgt = new_tokenizer(recipe)
+        src.side, tgt.side = "source", "target"
         src.train([ex.source for ex in examples], work)
         tgt.train([ex.target for ex in examples], work)
         tokenizers = Tokenizers(src, tgt)
-    for tok in {id(t): t for t in (tokenizers.src, tokenizers.tgt)}.values():
-        if len({tok.pad_id, tok.bos_id, tok.eos_id}) != 3:
-            raise UserError(f"tokenizer {recipe.tokenizer.component.name!r} must give pad, bos and eos distinct ids")
+    check_special_ids(recipe, tokenizers)
     return tokenizers
+
+
+def check_special_ids(recipe: Recipe, tokenizers: Tokenizers) -> None:
+    """eos must differ from pad and bos; bos may be pad (Marian's and BART's decoders start from the pad token:
+    an output never holds either, and no target pad is read but through the causal mask)."""
+    for tok in {id(t): t for t in (tokenizers.src, tokenizers.tgt)}.values():
+        if tok.eos_id in (tok.pad_id, tok.bos_id):
+            raise UserError(f"tokenizer {recipe.tokenizer.component.name!r} must give eos an id of its own "
+                            f"(pad {tok.pad_id}, bos {tok.bos_id}, eos {tok.eos_id})")
 
 
 def build_model(recipe: Recipe, vocab: VocabInfo) -> Model:

@@ -118,16 +118,20 @@ def load_run(run: str | Path, overrides: Sequence[str] = (), ensemble: Sequence[
 
 
 def decode(run: str | Path | LoadedRun, sources: Sequence[str], overrides: Sequence[str] = (),
-           annotate: bool = False, ensemble: Sequence[Path] = (), checkpoint: str | None = None) -> list[Output]:
+           annotate: bool = False, ensemble: Sequence[Path] = (), checkpoint: str | None = None,
+           prefixes: Sequence[str] | None = None, prefix_where: str = "prefix ") -> list[Output]:
     """Decode source lines with a run directory or checkpoint (or a run load_run loaded); outputs come back in
     input order.
 
     annotate: also fill each Output's annotations with the model's per-position figures (e.g. ponder counts).
     ensemble: more checkpoints or run directories (same tokenizer files) whose predictions are averaged in.
-    checkpoint: which of the run's checkpoints (best, average, last or a file; default the average if any)."""
+    checkpoint: which of the run's checkpoints (best, average, last or a file; default the average if any).
+    prefixes: per source, target text its output must start with (then searched freely); an empty one, none;
+    one the target vocabulary cannot spell is refused, named as `prefix_where` and its number."""
     from seqxduce.decoding.decode import decode_lines
 
-    return decode_lines(_loaded(run, overrides, ensemble, checkpoint), sources, annotate=annotate)
+    return decode_lines(_loaded(run, overrides, ensemble, checkpoint), sources, annotate=annotate,
+                        prefixes=prefixes, prefix_where=prefix_where)
 
 
 def decode_split(run: str | Path | LoadedRun, split: str, overrides: Sequence[str] = (), annotate: bool = False,
@@ -260,11 +264,12 @@ def format_outputs(outputs: Sequence[Output]) -> list[str]:
     return lines
 
 
-def evaluate(hypotheses: str | Path, references: str | Path, recipe: str | Path | None = None,
+def evaluate(hypotheses: str | Path, references: str | Path | Sequence[str | Path], recipe: str | Path | None = None,
              task: str | None = None, overrides: Sequence[str] = ()) -> Report:
-    """Score a file of outputs against a file of references with a task's metric: the task of a recipe file or run
-    directory (overrides as for training), or a task plugin by name with its defaults and `task.KEY=VALUE`
-    overrides (e.g. task="translation", overrides=["task.literature_bleu=true"])."""
+    """Score a file of outputs against a file of references (or several files, each a reference translation of
+    every line, as sacreBLEU takes them) with a task's metric: the task of a recipe file or run directory
+    (overrides as for training), or a task plugin by name with its defaults and `task.KEY=VALUE` overrides (e.g.
+    task="translation", overrides=["task.literature_bleu=true"])."""
     from seqxduce.registry import registry
     from seqxduce.settings_check import make_settings
 
@@ -280,7 +285,18 @@ def evaluate(hypotheses: str | Path, references: str | Path, recipe: str | Path 
         settings = make_settings(component.settings, values, "task", f"--task {task}", raw) \
             if component.settings else None
         task_obj = component.build(settings)
-    return task_obj.score_files(Path(hypotheses), Path(references))
+    files = [Path(references)] if isinstance(references, (str, Path)) else [Path(r) for r in references]
+    if len(files) == 1:
+        return task_obj.score_files(Path(hypotheses), files[0])
+    from seqxduce.api import read_lines
+
+    outputs = read_lines(Path(hypotheses))
+    streams = [read_lines(f) for f in files]
+    for f, lines in zip(files, streams):
+        if len(lines) != len(outputs):
+            raise UserError(f"{hypotheses} has {len(outputs)} lines but {f} has {len(lines)}: give one reference "
+                            "line per hypothesis line in every reference file")
+    return task_obj.score_references(outputs, streams)
 
 
 def _task_overrides(task: str, settings: type | None, overrides: Sequence[str]) -> tuple[dict, dict]:
@@ -352,6 +368,14 @@ def check_one_member(checkpoints: Sequence[Path]) -> None:
             raise UserError(f"average: {p1} and {p2} belong to members {k1} and {k2} of {run}, trained from different "
                             "seeds, whose weights do not average into a model; average each member's own checkpoints "
                             f"(-o average.pt in that member's folder), and decode {run} to ensemble the members")
+
+
+def import_model(source: str | Path, name: str, out: str | Path, overwrite: bool = False) -> tuple[Path, list[str]]:
+    """Make a run directory of another toolkit's model folder with the importer plugin `name` (`seqxduce import`);
+    returns the run directory and the importer's notes."""
+    from seqxduce.importing import import_model as run_import
+
+    return run_import(source, name, out, overwrite=overwrite)
 
 
 def info(run: str | Path) -> RunInfo:

@@ -32,5 +32,10 @@ def register_decoders(register):
 
 
 @hookspec
+def register_importers(register):
+    """Register importers of other toolkits' models: register(name, factory(settings) -> Importer, help="...")."""
+
+
+@hookspec
 def register_commands(cli):
     """Add click commands to the `seqxduce` group."""

@@ -13,19 +13,20 @@ from typing import Any
 import pluggy
 
 from seqxduce import hookspecs
-from seqxduce.api import Decoder, Model, Task, Tokenizer, UserError
+from seqxduce.api import Decoder, Importer, Model, Task, Tokenizer, UserError
 
-KINDS = ("task", "tokenizer", "model", "decoder")
+KINDS = ("task", "tokenizer", "model", "decoder", "importer")
 ENTRY_POINT_GROUP = "seqxduce"
 
 
 # what a factory of each kind must return
-CONTRACTS: dict[str, type] = {"task": Task, "tokenizer": Tokenizer, "model": Model, "decoder": Decoder}
+CONTRACTS: dict[str, type] = {"task": Task, "tokenizer": Tokenizer, "model": Model, "decoder": Decoder,
+                              "importer": Importer}
 
 
 @dataclass
 class Component:
-    """One registered task, tokenizer, model or decoder."""
+    """One registered task, tokenizer, model, decoder or importer."""
 
     kind: str
     name: str

@@ -53,10 +53,11 @@ class Sampler:
 
 
 def repeat_request(request: DecodeRequest, n: int) -> DecodeRequest:
-    """Each source n times in a row (row i*n + j is sample j of source i)."""
+    """Each source n times in a row (row i*n + j is sample j of source i), its target prefix with it."""
+    prefixes = None if request.prefixes is None else [p for p in request.prefixes for _ in range(n)]
     return DecodeRequest(src=request.src.repeat_interleave(n, dim=0),
                          sources=[s for s in request.sources for _ in range(n)],
-                         bos_id=request.bos_id, eos_id=request.eos_id, pad_id=request.pad_id)
+                         bos_id=request.bos_id, eos_id=request.eos_id, pad_id=request.pad_id, prefixes=prefixes)
 
 
 class SamplingDecoder(Decoder):

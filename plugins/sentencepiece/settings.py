@@ -9,6 +9,12 @@ from seqxduce.api import Settings, UserError, setting
 
 @dataclass
 class SentencePieceSettings(Settings):
+    model_file: str = setting("", help="an existing SentencePiece model (.model) used instead of training one: for "
+                                       "both sides, or with target_model_file the source side's (absolute, or "
+                                       "relative to the working directory); its pieces and special ids are kept, "
+                                       "and vocab_size must be its size")
+    target_model_file: str = setting("", help="with shared = false: the target side's existing model (model_file "
+                                              "is then the source side's; empty = model_file for both sides)")
     model_type: str = setting("bpe", help="bpe (the paper's byte-pair encoding), unigram, char or word",
                               choices=("bpe", "unigram", "char", "word"))
     # the 4 specials and at least one piece
@@ -41,6 +47,9 @@ class SentencePieceSettings(Settings):
 
     def validate(self) -> None:
         """Sampling needs a model with several segmentations, and sample_nbest is unigram sampling's only."""
+        if self.target_model_file and not self.model_file:
+            raise UserError("[tokenizer] target_model_file is given without model_file: name the source side's "
+                            "model too (or train both: leave both empty)")
         if self.sample_alpha > 0 and self.model_type not in ("bpe", "unigram"):
             raise UserError(f"[tokenizer] sample_alpha = {self.sample_alpha:g}: a {self.model_type} model has one "
                             "segmentation to sample from; set model_type = \"bpe\" or \"unigram\", or "

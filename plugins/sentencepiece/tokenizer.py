@@ -37,8 +37,13 @@ class SentencePieceTokenizer(Tokenizer):
         self.model_proto: bytes = b""
 
     def train(self, texts: Iterable[str], workdir: Path) -> None:
-        """Train on texts (one sentence each); nothing is written until save()."""
+        """Train on texts (one sentence each), or take [tokenizer] model_file / target_model_file for this side;
+        nothing is written until save()."""
         s = self.settings
+        given = s.target_model_file if self.side == "target" and s.target_model_file else s.model_file
+        if given:
+            self._take(Path(given), "target_model_file" if given == s.target_model_file else "model_file")
+            return
         model = io.BytesIO()
         spm.set_random_generator_seed(s.seed)
         options = {f"{name}_id": index for name, (index, _) in SPECIALS.items()}
@@ -65,12 +70,34 @@ class SentencePieceTokenizer(Tokenizer):
                             "[tokenizer] vocab_size if it is too high for the corpus") from None
         self._use(model.getvalue())
 
-    def _use(self, proto: bytes) -> None:
+    def _take(self, path: Path, key: str) -> None:
+        """An existing model as this side's: its size must be [tokenizer] vocab_size, its specials defined."""
+        if not path.is_file():
+            raise UserError(f"[tokenizer] {key} = {str(path)!r}: no such file; name a SentencePiece .model file")
+        try:
+            self._use(path.read_bytes(), own=True)
+        except RuntimeError as err:
+            raise UserError(f"[tokenizer] {key} = {str(path)!r}: not a SentencePiece model ({err})") from None
+        size = self._ready().get_piece_size()
+        if size != self.settings.vocab_size:
+            raise UserError(f"[tokenizer] {key} = {str(path)!r} has {size} pieces but vocab_size = "
+                            f"{self.settings.vocab_size}: set vocab_size = {size} (the model's size)")
+
+    def _use(self, proto: bytes, own: bool = False) -> None:
+        """Take a model; one trained here has the fixed special ids, one given (model_file) its own, which must
+        all be defined and pad, bos and eos distinct."""
         processor = spm.SentencePieceProcessor(model_proto=proto)
-        for name, (index, _) in SPECIALS.items():
-            if getattr(processor, f"{name}_id")() != index:
-                raise UserError(f"sentencepiece model has {name} id {getattr(processor, f'{name}_id')()}, "
-                                f"expected {index}: retrain the tokenizer with seqxduce")
+        ids = {name: getattr(processor, f"{name}_id")() for name in SPECIALS}
+        if own or ids != {name: index for name, (index, _) in SPECIALS.items()}:
+            missing = [name for name, index in ids.items() if index < 0]
+            if missing:
+                raise UserError(f"the sentencepiece model has no {missing[0]} piece ({missing[0]}_id = -1); seqxduce "
+                                f"needs pad, bos, eos and unk: train it with --{missing[0]}_id set, or let seqxduce "
+                                "train one")
+            if len({ids["pad"], ids["bos"], ids["eos"]}) != 3:
+                raise UserError(f"the sentencepiece model gives pad, bos and eos the ids {ids['pad']}, {ids['bos']}, "
+                                f"{ids['eos']}: they must differ")
+        self.pad_id, self.bos_id, self.eos_id, self.unk_id = ids["pad"], ids["bos"], ids["eos"], ids["unk"]
         self.processor, self.model_proto = processor, proto
 
     def _ready(self) -> spm.SentencePieceProcessor:
@@ -116,7 +143,7 @@ class SentencePieceTokenizer(Tokenizer):
 
     def decode(self, ids: Sequence[int]) -> str:
         """Subword ids to text; pad/bos/eos are dropped (unknown pieces read as ' ⁇ ')."""
-        specials = {SPECIALS[name][0] for name in ("pad", "bos", "eos")}
+        specials = {self.pad_id, self.bos_id, self.eos_id}
         return self._ready().decode([int(i) for i in ids if int(i) not in specials])
 
     @property

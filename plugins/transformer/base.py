@@ -30,8 +30,10 @@ class EncoderDecoderBase(nn.Module, Model):
         s = settings
         self.settings = s
         self.vocab = vocab
-        self.embeddings = Embeddings(vocab, s.d_model, s.share_embeddings, s.tie_output, char_ngrams=char_ngram_spec(s))
-        self.positions = make_positions(s.positions, s.d_model, s.max_positions)
+        self.embeddings = Embeddings(vocab, s.d_model, s.share_embeddings, s.tie_output, char_ngrams=char_ngram_spec(s),
+                                     scale=s.scale_embeddings, output_bias=s.output_bias,
+                                     share_source_target=s.share_source_target)
+        self.positions = make_positions(s.positions, s.d_model, s.max_positions, s.sinusoid_layout)
         self.embed_drop = nn.Dropout(s.dropout)
 
     def finish_init(self) -> None:

@@ -11,9 +11,9 @@ fairseq, Marian) fill in; only this plugin knows where its weights live, so the 
     *.out                                    *.linear[-1]
     self_res / cross_res / transition_res    self_attention / attention / ffn .layer_norm (pre_norm flag
       .norm                                  places it before the sublayer or after the residual)
-    transition.inner / .outer                ffn.linear_0 / ffn.linear_1 (ReLU)
+    transition.inner / .outer                ffn.linear_0 / ffn.linear_1 (activation: the settings')
     encoder_norm / decoder_norm (pre-norm)   encoder.layer_norm / decoder.layer_norm
-    embeddings.output (no bias)              decoder.projection
+    embeddings.output (+ output_bias)        decoder.projection (its bias: Marian's final_logits_bias)
 
 The position table is always passed: CTranslate2's own sinusoids are concat(sin, cos) and ours interleave
 them (paper, sec. 3.5). The source's eos (and with source_bos its bos) is added by CTranslate2 itself
@@ -83,8 +83,12 @@ def build_spec(model: EncoderDecoderBase, request: ExportRequest):
     s = model.settings
     pre_norm = s.norm == "pre"
     heads = model.encoder[0].self_attn.heads
-    encoder = transformer_spec.TransformerEncoderSpec(len(model.encoder), heads, pre_norm=pre_norm)
-    decoder = transformer_spec.TransformerDecoderSpec(len(model.decoder), heads, pre_norm=pre_norm)
+    activation = _activation(s.activation)
+    encoder = transformer_spec.TransformerEncoderSpec(len(model.encoder), heads, pre_norm=pre_norm,
+                                                      activation=activation)
+    decoder = transformer_spec.TransformerDecoderSpec(len(model.decoder), heads, pre_norm=pre_norm,
+                                                      activation=activation)
+    encoder.scale_embeddings = decoder.scale_embeddings = s.scale_embeddings
     spec = transformer_spec.TransformerSpec(encoder, decoder)
     positions = _position_table(model)
     emb = model.embeddings
@@ -93,6 +97,8 @@ def build_spec(model: EncoderDecoderBase, request: ExportRequest):
     decoder.embeddings.weight = _array(emb.target.weight)
     decoder.position_encodings.encodings = positions
     _set_linear(decoder.projection, emb.output)
+    if emb.output_bias is not None:
+        decoder.projection.bias = _array(emb.output_bias)
     if pre_norm:
         _set_norm(encoder.layer_norm, model.encoder_norm)
         _set_norm(decoder.layer_norm, model.decoder_norm)
@@ -109,6 +115,14 @@ def build_spec(model: EncoderDecoderBase, request: ExportRequest):
     spec.register_source_vocabulary(list(request.source_tokens))
     spec.register_target_vocabulary(list(request.target_tokens))
     return spec
+
+
+def _activation(name: str):
+    """CTranslate2's enum for the settings' activation name."""
+    from ctranslate2.specs.common_spec import Activation
+
+    return {"relu": Activation.RELU, "gelu": Activation.GELU, "gelu_tanh": Activation.GELUTanh,
+            "swish": Activation.SWISH}[name]
 
 
 def _set_head_width(encoder, decoder, width: int) -> None:

@@ -13,11 +13,20 @@ from .char_ngrams import CharNgramEmbedding, NgramSpec
 from .settings import CommonSettings
 
 
-def sinusoid_table(length: int, dim: int) -> torch.Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (paper, sec. 3.5): (length, dim)."""
+def sinusoid_table(length: int, dim: int, layout: str = "interleaved") -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (paper, sec. 3.5): (length, dim).
+
+    layout "halves" puts the same d/2 sines in dimensions 0..d/2-1 and the cosines after them (Marian's and
+    tensor2tensor's layout); its angles are computed as pos / 10000^(2i/d), as Marian's converter does, so that
+    an imported model sees the table it was trained with to the last bit of float32."""
     position = torch.arange(length, dtype=torch.float64).unsqueeze(1)  # (L, 1)
-    frequency = torch.exp(torch.arange(0, dim, 2, dtype=torch.float64) * (-math.log(10000.0) / dim))  # (d/2,)
     table = torch.zeros(length, dim, dtype=torch.float64)
+    if layout == "halves":
+        angle = position / torch.pow(10000.0, torch.arange(0, dim, 2, dtype=torch.float64) / dim)  # (L, d/2)
+        table[:, : dim // 2] = torch.sin(angle)
+        table[:, dim // 2:] = torch.cos(angle)
+        return table.float()
+    frequency = torch.exp(torch.arange(0, dim, 2, dtype=torch.float64) * (-math.log(10000.0) / dim))  # (d/2,)
     table[:, 0::2] = torch.sin(position * frequency)
     table[:, 1::2] = torch.cos(position * frequency)
     return table.float()  # float64 first: positions in the thousands lose digits in float32 products
@@ -26,15 +35,16 @@ def sinusoid_table(length: int, dim: int) -> torch.Tensor:
 class SinusoidalPositions(nn.Module):
     """The sinusoid table for positions offset..offset+length-1; it grows when a longer input comes."""
 
-    def __init__(self, dim: int, size: int):
+    def __init__(self, dim: int, size: int, layout: str = "interleaved"):
         super().__init__()
         self.dim = dim
+        self.layout = layout
         # not persistent: it is a function of (size, dim), and a grown table must not break checkpoints
-        self.register_buffer("table", sinusoid_table(size, dim), persistent=False)
+        self.register_buffer("table", sinusoid_table(size, dim, layout), persistent=False)
 
     def _grow(self, end: int) -> None:
         if end > self.table.size(0):
-            self.table = sinusoid_table(max(end, 2 * self.table.size(0)), self.dim).to(self.table.device)
+            self.table = sinusoid_table(max(end, 2 * self.table.size(0)), self.dim, self.layout).to(self.table.device)
 
     def forward(self, length: int, offset: int = 0) -> torch.Tensor:
         """(length, dim) position signal starting at position `offset`."""
@@ -95,9 +105,10 @@ class LearnedPositions(nn.Module):
         return self.table(index)  # (B, L, C)
 
 
-def make_positions(kind: str, dim: int, size: int) -> SinusoidalPositions | LearnedPositions:
-    """The position signal a model's `positions` setting names."""
-    return LearnedPositions(dim, size) if kind == "learned" else SinusoidalPositions(dim, size)
+def make_positions(kind: str, dim: int, size: int, layout: str = "interleaved"
+                   ) -> SinusoidalPositions | LearnedPositions:
+    """The position signal a model's `positions` (and `sinusoid_layout`) settings name."""
+    return LearnedPositions(dim, size) if kind == "learned" else SinusoidalPositions(dim, size, layout)
 
 
 def training_offsets(module: nn.Module, offset_max: int, batch: int, device: torch.device) -> torch.Tensor | None:
@@ -121,18 +132,27 @@ def training_offset_pair(module: nn.Module, offset_max: int, mode: str, batch: i
 
 
 class Embeddings(nn.Module):
-    """Source and target embeddings scaled by sqrt(d_model), and the output projection to target logits.
+    """Source and target embeddings scaled by sqrt(d_model) (or not, scale = False), and the output projection to
+    target logits, with a fixed bias added when output_bias is set (Marian's final_logits_bias).
 
-    With share_embeddings and a shared vocabulary one matrix serves all three (paper, sec. 3.4); otherwise
-    the output projection is still tied to the target embedding when tie_output is set.
+    With share_embeddings and a shared vocabulary one matrix serves all three (paper, sec. 3.4), as it does with
+    share_source_target for two tokenizers over one id space; otherwise the output projection is still tied to
+    the target embedding when tie_output is set.
     """
 
     def __init__(self, vocab: VocabInfo, d_model: int, share_embeddings: bool, tie_output: bool,
-                 char_ngrams: NgramSpec | None = None):
+                 char_ngrams: NgramSpec | None = None, scale: bool = True, output_bias: bool = False,
+                 share_source_target: bool = False):
         super().__init__()
-        self.scale = math.sqrt(d_model)
+        self.scale = math.sqrt(d_model) if scale else 1.0
         self.target = nn.Embedding(vocab.tgt_size, d_model, padding_idx=vocab.pad_id)
-        if share_embeddings and vocab.shared:
+        if share_source_target:
+            if vocab.src_size != vocab.tgt_size:
+                raise UserError(f"[model] share_source_target: the source vocabulary has {vocab.src_size} ids and "
+                                f"the target's {vocab.tgt_size}; one matrix needs one id space: set "
+                                "share_source_target = false")
+            self.source = self.target
+        elif share_embeddings and vocab.shared:
             if vocab.src_size != vocab.tgt_size:
                 raise UserError(f"[model] share_embeddings: the vocabulary is marked shared but has "
                                 f"{vocab.src_size} source and {vocab.tgt_size} target ids; set "
@@ -144,6 +164,11 @@ class Embeddings(nn.Module):
         self.output = nn.Linear(d_model, vocab.tgt_size, bias=False)
         if tie_output or (share_embeddings and vocab.shared):
             self.output.weight = self.target.weight
+        if output_bias:
+            # a buffer, not a parameter: Hugging Face's Marian keeps final_logits_bias fixed in fine-tuning too
+            self.register_buffer("output_bias", torch.zeros(vocab.tgt_size))
+        else:
+            self.output_bias = None
 
     def embed_source(self, src: torch.Tensor) -> torch.Tensor:
         """(B, S) ids -> (B, S, C) scaled embeddings (plus the spelling's n-grams with char_ngrams)."""
@@ -157,7 +182,8 @@ class Embeddings(nn.Module):
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """(..., C) decoder states -> (..., V) target logits."""
-        return self.output(x)
+        logits = self.output(x)
+        return logits if self.output_bias is None else logits + self.output_bias.to(logits.dtype)
 
 
 def char_ngram_spec(settings: CommonSettings) -> NgramSpec | None:

@@ -37,18 +37,27 @@ class Residual(nn.Module):
         return x if self.pre_norm else self.norm(x)
 
 
-class FeedForward(nn.Module):
-    """Position-wise feed-forward FFN(x) = max(0, x W1 + b1) W2 + b2 (paper, eq. 2)."""
+ACTIVATIONS = {  # the settings' `activation` names -> functions (gelu is the exact, erf-based one)
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "swish": F.silu,
+}
 
-    def __init__(self, d_model: int, d_ff: int, activation_dropout: float = 0.0):
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward FFN(x) = act(x W1 + b1) W2 + b2 (paper, eq. 2, with act = ReLU)."""
+
+    def __init__(self, d_model: int, d_ff: int, activation_dropout: float = 0.0, activation: str = "relu"):
         super().__init__()
         self.inner = nn.Linear(d_model, d_ff)
         self.outer = nn.Linear(d_ff, d_model)
         self.drop = nn.Dropout(activation_dropout)
+        self.activation = ACTIVATIONS[activation]
 
     def forward(self, x: torch.Tensor, pad: torch.Tensor | None = None, causal: bool = False) -> torch.Tensor:
         """(B, L, C) -> (B, L, C); pad and causal do not matter to a position-wise function."""
-        return self.outer(self.drop(F.relu(self.inner(x))))
+        return self.outer(self.drop(self.activation(self.inner(x))))
 
     def initial_history(self, batch: int, like: torch.Tensor) -> torch.Tensor | None:
         """A position-wise function needs no history of earlier positions."""
@@ -67,11 +76,12 @@ class SepConvTransition(nn.Module):
     step() needs only the last kernel-1 inputs, kept in LayerState.conv.
     """
 
-    def __init__(self, d_model: int, d_ff: int, kernel: int, activation_dropout: float = 0.0):
+    def __init__(self, d_model: int, d_ff: int, kernel: int, activation_dropout: float = 0.0,
+                 activation: str = "relu"):
         super().__init__()
         self.kernel = kernel
         self.depthwise = nn.Conv1d(d_model, d_model, kernel, groups=d_model)
-        self.pointwise = FeedForward(d_model, d_ff, activation_dropout)
+        self.pointwise = FeedForward(d_model, d_ff, activation_dropout, activation)
 
     def _convolve(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, L + k - 1, C) already padded -> (B, L, C)."""

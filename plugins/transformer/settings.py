@@ -62,6 +62,22 @@ class CommonSettings(Settings):
     char_ngrams_min: int = setting(3, help="shortest character n-gram of char_ngrams", min=1)
     char_ngram_buckets: int = setting(16384, help="hash buckets (embedding rows) of the character n-grams",
                                       min=1)
+    activation: str = setting("relu", help="activation of the feed-forward's inner layer: relu (paper), gelu (exact), "
+                                           "gelu_tanh (its tanh approximation) or swish (x * sigmoid(x), "
+                                           "Marian's)", choices=("relu", "gelu", "gelu_tanh", "swish"))
+    sinusoid_layout: str = setting("interleaved", help="positions = sinusoid: interleaved = sin and cos in "
+                                                       "alternate dimensions (paper, sec. 3.5); halves = every "
+                                                       "sin first, then every cos (Marian, tensor2tensor)",
+                                   choices=("interleaved", "halves"))
+    scale_embeddings: bool = setting(True, help="multiply token embeddings by sqrt(d_model) (paper, sec. 3.4; "
+                                                "Marian's scale_embedding)")
+    output_bias: bool = setting(False, help="add a fixed bias to the output logits (Marian's final_logits_bias): "
+                                            "it comes with imported weights and is not trained, as in Hugging "
+                                            "Face's MarianMTModel; zeros in a model trained from scratch")
+    share_source_target: bool = setting(False, help="one matrix for source and target embeddings although the two "
+                                                    "sides have their own tokenizers ([tokenizer] shared = false) "
+                                                    "over one id space, as Marian's two SentencePiece models with "
+                                                    "one vocab.json; the two vocabulary sizes must agree")
     init: str = setting("xavier", help="xavier: Xavier-uniform linears, N(0, d^-0.5) embeddings "
                                        "(tensor2tensor/fairseq); torch: PyTorch defaults",
                         choices=("xavier", "torch"))
@@ -76,6 +92,9 @@ class CommonSettings(Settings):
         if self.char_ngrams and self.char_ngrams < self.char_ngrams_min:
             raise UserError(f"[model] char_ngrams = {self.char_ngrams} is below char_ngrams_min = "
                             f"{self.char_ngrams_min}: give the longest n-gram (>= the shortest), or 0 for off")
+        if self.sinusoid_layout != "interleaved" and self.positions != "sinusoid":
+            raise UserError(f"[model] sinusoid_layout = {self.sinusoid_layout!r} applies to positions = \"sinusoid\" "
+                            f"only; positions = {self.positions!r} given: remove sinusoid_layout")
         if self.source_positions == "backward" and self.positions != "sinusoid":
             raise UserError(f"[model] source_positions = \"backward\" needs positions = \"sinusoid\" (a learned "
                             f"table has no rows to count down from); positions = {self.positions!r} given")

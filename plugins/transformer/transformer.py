@@ -50,11 +50,11 @@ class Transformer(EncoderDecoderBase):
         super().__init__(settings, vocab)
         s = settings
         self.encoder = nn.ModuleList(
-            EncoderLayer(s, FeedForward(s.d_model, s.d_ff, s.activation_dropout))
+            EncoderLayer(s, FeedForward(s.d_model, s.d_ff, s.activation_dropout, s.activation))
             for _ in range(s.encoder_layers or s.layers)
         )
         self.decoder = nn.ModuleList(
-            DecoderLayer(s, FeedForward(s.d_model, s.d_ff, s.activation_dropout))
+            DecoderLayer(s, FeedForward(s.d_model, s.d_ff, s.activation_dropout, s.activation))
             for _ in range(s.decoder_layers or s.layers)
         )
         self.finish_init()

@@ -82,8 +82,8 @@ class TimestepSignal(nn.Module):
 def make_transition(s: UniversalSettings) -> Transition:
     """The transition function the settings name."""
     if s.transition == "sepconv":
-        return SepConvTransition(s.d_model, s.d_ff, s.conv_kernel, s.activation_dropout)
-    return FeedForward(s.d_model, s.d_ff, s.activation_dropout)
+        return SepConvTransition(s.d_model, s.d_ff, s.conv_kernel, s.activation_dropout, s.activation)
+    return FeedForward(s.d_model, s.d_ff, s.activation_dropout, s.activation)
 
 
 class UniversalTransformer(EncoderDecoderBase):

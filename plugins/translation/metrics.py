@@ -35,19 +35,24 @@ def moses_lowercase(lines: list[str], lang: str) -> list[str]:
 
 
 def score_translations(hypotheses: list[str], references: list[str], tgt_lang: str = "",
-                       tokenized_bleu: bool = False, literature_bleu: bool = False) -> Report:
-    """sacreBLEU and chrF of detokenized hypotheses against raw references, with sacrebleu's signatures."""
+                       tokenized_bleu: bool = False, literature_bleu: bool = False,
+                       more_references: list[list[str]] | None = None) -> Report:
+    """sacreBLEU and chrF of detokenized hypotheses against raw references (and more_references: further
+    reference streams, each one line per hypothesis, scored together as sacreBLEU scores several references),
+    with sacrebleu's signatures."""
     from sacrebleu.metrics import BLEU, CHRF
 
-    if len(hypotheses) != len(references):
-        raise UserError(f"{len(hypotheses)} hypotheses for {len(references)} references: give one per reference")
+    streams = [references, *(more_references or [])]
+    for stream in streams:
+        if len(hypotheses) != len(stream):
+            raise UserError(f"{len(hypotheses)} hypotheses for {len(stream)} references: give one per reference")
     bleu = BLEU(trg_lang=tgt_lang)
     chrf = CHRF()
-    bleu_score = bleu.corpus_score(hypotheses, [references])
-    chrf_score = chrf.corpus_score(hypotheses, [references])
+    bleu_score = bleu.corpus_score(hypotheses, streams)
+    chrf_score = chrf.corpus_score(hypotheses, streams)
     # lowercased BLEU (sacrebleu -lc) is what most Multi30k papers quote; cased stays the primary figure
     bleu_lc = BLEU(trg_lang=tgt_lang, lowercase=True)
-    lc_score = bleu_lc.corpus_score(hypotheses, [references])
+    lc_score = bleu_lc.corpus_score(hypotheses, streams)
     bleu_signature, chrf_signature = str(bleu.get_signature()), str(chrf.get_signature())
     metrics = {"bleu": bleu_score.score, "chrf": chrf_score.score, "bleu_bp": bleu_score.bp,
                "bleu_lc": lc_score.score}
@@ -55,7 +60,7 @@ def score_translations(hypotheses: list[str], references: list[str], tgt_lang: s
              lc_score.format(signature=str(bleu_lc.get_signature()))]
     if tokenized_bleu:
         tokenized = BLEU(tokenize="none", force=True)
-        tok_score = tokenized.corpus_score(paper_tokenize(hypotheses), [paper_tokenize(references)])
+        tok_score = tokenized.corpus_score(paper_tokenize(hypotheses), [paper_tokenize(s) for s in streams])
         metrics["bleu_tokenized"] = tok_score.score
         lines.append(f"tokenized BLEU (13a tokens + ##AT## compound splitting, paper style; NOT sacreBLEU, "
                      f"not comparable across tokenizations) = {tok_score.score:.2f}")
@@ -63,7 +68,7 @@ def score_translations(hypotheses: list[str], references: list[str], tgt_lang: s
         # sacrebleu --tokenize none on text tokenized beforehand: BLEU over the Moses tokens as they are
         literature = BLEU(tokenize="none", force=True)
         lit_score = literature.corpus_score(moses_lowercase(hypotheses, tgt_lang),
-                                            [moses_lowercase(references, tgt_lang)])
+                                            [moses_lowercase(s, tgt_lang) for s in streams])
         metrics["bleu_moses_lc"] = lit_score.score
         lines.append(f"literature BLEU (lowercased, Moses-tokenized with sacremoses -l {tgt_lang or 'en'}, "
                      f"then sacreBLEU tokenize=none: Multi30k papers' figure, NOT sacreBLEU) = {lit_score.score:.2f}")

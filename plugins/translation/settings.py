@@ -24,6 +24,9 @@ class TranslationSettings(Settings):
                                      "lines); multi30k: test_2016_flickr (default), test_2017_flickr, ...")
     corpora: list[str] = setting([], help="wmt14: training corpora to use (default all of the paper's: "
                                           "europarl, commoncrawl, news-commentary, and un, giga for en-fr)")
+    more_references: list[str] = setting([], help="files dataset: further reference translations of the test "
+                                                  "split, file names under data_dir (one line per test line); "
+                                                  "BLEU and chrF score all references as sacreBLEU does")
     download: bool = setting(True, help="download missing data (false: fail with a message instead)")
     max_len: int = setting(250, help="training pairs with more whitespace tokens on a side are dropped (0 = off)",
                            min=0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from seqxduce.api import Example, Report, Task, UserError
+from seqxduce.api import Example, Report, Task, UserError, read_lines
 
 from .corpus import CleanRules, CorpusStats, load_parallel
 from .datasets import make_dataset
@@ -39,7 +39,31 @@ class TranslationTask(Task):
         if split == "train" and not self.stats[split].read:
             raise UserError(f"{source}: the training file is empty; put the training text there, or point [task] "
                             "data_dir and train_prefix at it")
-        return [Example(source=src, target=tgt) for src, tgt in pairs]
+        more = self._more_references(split, Path(data_dir), len(pairs))
+        return [Example(source=src, target=tgt, more_references=tuple(refs))
+                for (src, tgt), refs in zip(pairs, more or [[] for _ in pairs])]
+
+    def _more_references(self, split: str, data_dir: Path, count: int) -> list[list[str]] | None:
+        """[task] more_references of the test split: per example its further references (files dataset)."""
+        names = self.settings.more_references if split == "test" else []
+        if not names:
+            return None
+        streams = []
+        for name in names:
+            path = data_dir / name
+            lines = read_lines(path)
+            if len(lines) != count:
+                raise UserError(f"{path}: {len(lines)} lines for {count} test sentences; [task] more_references "
+                                "files hold one reference translation of every test line")
+            streams.append(lines)
+        return [list(refs) for refs in zip(*streams)]
+
+    def score_references(self, hypotheses: list[str], references: list[list[str]],
+                         sources: list[str] | None = None) -> Report:
+        """sacreBLEU and chrF against several references at once (sacrebleu's multi-reference scoring)."""
+        return score_translations(hypotheses, references[0], tgt_lang=self.settings.tgt_lang,
+                                  tokenized_bleu=self.settings.tokenized_bleu,
+                                  literature_bleu=self.settings.literature_bleu, more_references=references[1:])
 
     def score(self, hypotheses: list[str], references: list[str], sources: list[str] | None = None) -> Report:
         """sacreBLEU (primary) and chrF, plus tokenized BLEU when [task] tokenized_bleu = true and the Multi30k

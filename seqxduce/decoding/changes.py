@@ -91,6 +91,7 @@ class SearchShape:
 
     beam: int = 1
     alpha: float = 0.0
+    form: str = "gnmt"  # the length penalty's form (BeamSettings.length_penalty)
     nbest: int = 1
     has_beam: bool = False  # the settings declare a beam width
     has_nbest: bool = False  # the settings declare how many hypotheses a source returns
@@ -101,7 +102,8 @@ class SearchShape:
             return cls()
         beam = isinstance(settings, BeamSettings)
         return cls(beam=settings.beam if beam else 1, alpha=settings.alpha if beam else 0.0,
-                   nbest=settings.returned(), has_beam=beam, has_nbest=settings.returns_nbest)
+                   form=settings.length_penalty if beam else "gnmt", nbest=settings.returned(), has_beam=beam,
+                   has_nbest=settings.returns_nbest)
 
 
 def with_changes(recipe: Recipe, changes: Sequence[Change]) -> Recipe:

@@ -11,7 +11,18 @@ import torch
 
 from seqxduce import checkpoint as ckpt
 from seqxduce import components, rundir
-from seqxduce.api import Decoder, DecodeRequest, Example, Hypothesis, Model, Postprocessed, Report, Task, UserError
+from seqxduce.api import (
+    Decoder,
+    DecodeRequest,
+    Example,
+    Hypothesis,
+    Model,
+    Postprocessed,
+    Report,
+    Task,
+    Tokenizer,
+    UserError,
+)
 from seqxduce.data import encode_source, pad_sources
 from seqxduce.decoding.changes import Change, with_changes
 from seqxduce.decoding.options import compile_step, quantize_for_decoding
@@ -32,6 +43,20 @@ class Output:
     figures: dict[str, float] = field(default_factory=dict)  # what the task's postprocess said of its output
 
 
+def encode_prefixes(tokenizer: Tokenizer, prefixes: Sequence[str], where: str) -> list[list[int]]:
+    """Target prefixes as ids; one the target vocabulary cannot spell (an <unk> in it) is refused in one line
+    naming `where` and its 1-based number."""
+    encoded = []
+    for number, text in enumerate(prefixes, start=1):
+        ids = tokenizer.encode(text)
+        if tokenizer.unk_id in ids or (text.strip() and not ids):
+            raise UserError(f"{where}{number}: the prefix {text!r} has a part the target vocabulary cannot spell "
+                            f"(it encodes to <unk>); a forced prefix must be text the model can output: rephrase it "
+                            "or leave it out")
+        encoded.append(ids)
+    return encoded
+
+
 @dataclass
 class DecodeParts:
     """What decoding runs with: the model and its tokenizers, the task that frames its outputs, the decoder, the
@@ -46,11 +71,12 @@ class DecodeParts:
     device: torch.device
 
 
-def decode_sources(run: DecodeParts, examples: Sequence[Example] | Sequence[str],
-                   decoder: Decoder | None = None) -> list[Output]:
+def decode_sources(run: DecodeParts, examples: Sequence[Example] | Sequence[str], decoder: Decoder | None = None,
+                   prefixes: Sequence[list[int]] | None = None) -> list[Output]:
     """Run the model over sources (Examples or plain source strings) with the run's decoder (or `decoder`),
     batched by length as [decode] says (at most batch_size sources, or with batch_tokens > 0 at most that many
-    padded source tokens) under its [train] precision, and give the task's outputs in input order."""
+    padded source tokens) under its [train] precision, and give the task's outputs in input order; prefixes
+    (target ids per source, encode_prefixes) start each output."""
     model, tokenizers, device, decode = run.model, run.tokenizers, run.device, run.recipe.decode.core
     decoder = decoder if decoder is not None else run.decoder
     sources = [ex.source if isinstance(ex, Example) else ex for ex in examples]
@@ -65,6 +91,7 @@ def decode_sources(run: DecodeParts, examples: Sequence[Example] | Sequence[str]
             request = DecodeRequest(
                 src=pad_sources([encoded[i] for i in chunk], tgt.pad_id).to(device),
                 sources=[sources[i] for i in chunk], bos_id=tgt.bos_id, eos_id=tgt.eos_id, pad_id=tgt.pad_id,
+                prefixes=None if prefixes is None else [list(prefixes[i]) for i in chunk],
             )
             with torch.no_grad(), autocast_context(device, run.recipe.train.precision):
                 nbests = decoder.decode(model, request)
@@ -180,9 +207,17 @@ def _checkpoints_of(path: Path, choice: str | None = None) -> list[Path]:
     return [chosen, *member_checkpoints(run, run.load_recipe(), choice)]
 
 
-def decode_lines(run: LoadedRun, sources: Sequence[str], annotate: bool = False) -> list[Output]:
-    """Decode raw source lines with the run's decoder, in input order (with annotate, see annotate_outputs)."""
-    outputs = decode_sources(run, list(sources))
+def decode_lines(run: LoadedRun, sources: Sequence[str], annotate: bool = False,
+                 prefixes: Sequence[str] | None = None, prefix_where: str = "prefix ") -> list[Output]:
+    """Decode raw source lines with the run's decoder, in input order (with annotate, see annotate_outputs);
+    prefixes: one target text per source that its output must start with (`decode --prefix-file`)."""
+    encoded = None
+    if prefixes is not None:
+        if len(prefixes) != len(sources):
+            raise UserError(f"{prefix_where.rstrip(':')}: {len(prefixes)} prefixes for {len(sources)} sources; give "
+                            "one prefix line per source line (an empty line for none)")
+        encoded = encode_prefixes(run.tokenizers.tgt, prefixes, prefix_where)
+    outputs = decode_sources(run, list(sources), prefixes=encoded)
     if annotate:
         annotate_outputs(run, outputs)
     return outputs
@@ -231,4 +266,13 @@ def decode_split(run: LoadedRun, split: str, annotate: bool = False) -> tuple[li
 def score_outputs(task: Task, outputs: Sequence[Output], examples: Sequence[Example]) -> Report:
     """The task's metric of decoded outputs (with the figures its postprocess gave) against the examples."""
     done = [Postprocessed(o.text, o.figures) for o in outputs]
-    return task.score_outputs(done, [ex.ref for ex in examples], [ex.source for ex in examples])
+    sources = [ex.source for ex in examples]
+    counts = {len(ex.more_references) for ex in examples}
+    if counts and counts != {0}:  # a split with several references per source
+        if len(counts) != 1:
+            raise UserError(f"the task's split gives {min(counts) + 1} to {max(counts) + 1} references per source; "
+                            "give every source the same number")
+        streams = [[ex.ref for ex in examples]] + [[ex.more_references[k] for ex in examples]
+                                                   for k in range(counts.pop())]
+        return task.score_references([o.text for o in done], streams, sources)
+    return task.score_outputs(done, [ex.ref for ex in examples], sources)

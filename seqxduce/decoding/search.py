@@ -46,8 +46,11 @@ def _stop_if_asked() -> None:
         raise SearchStopped("the search was asked to stop")
 
 
-def length_penalty(length: int, alpha: float) -> float:
-    """GNMT's length penalty lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al. 2016, eq. 14)."""
+def length_penalty(length: int, alpha: float, form: str = "gnmt") -> float:
+    """GNMT's length penalty lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al. 2016, eq. 14); form "power": |Y| ** alpha,
+    as Hugging Face's generate divides by."""
+    if form == "power":
+        return float(length) ** alpha
     return ((5.0 + length) / 6.0) ** alpha
 
 
@@ -57,7 +60,11 @@ def max_lengths(request: DecodeRequest, a: float, b: int) -> torch.Tensor:
     The source length leaves out the eos that encoding appends, so that max_len_a = 1, max_len_b = 50 is the
     paper's "input length + 50"."""
     src_len = ((request.src != request.pad_id) & (request.src != request.eos_id)).sum(dim=1)
-    return (src_len.float() * a + b).floor().long().clamp(min=1)
+    limits = (src_len.float() * a + b).floor().long().clamp(min=1)
+    if request.prefixes and any(request.prefixes):  # a forced prefix is never cut: the limit leaves room for it
+        prefix_len = torch.tensor([len(p) for p in request.prefixes], device=limits.device)
+        limits = torch.maximum(limits, prefix_len)
+    return limits
 
 
 def shortest_limit(request: DecodeRequest, a: float, b: int) -> int:
@@ -76,7 +83,7 @@ def _forbid_specials(logprobs: torch.Tensor, request: DecodeRequest) -> None:
 
 
 def _force_length(logprobs: torch.Tensor, step: int, limits: torch.Tensor, eos: int, min_len: int,
-                  shortest: int) -> None:
+                  shortest: int, free_eos: bool = False) -> None:
     """Only eos where a row reached its maximum length; never eos before min_len.
 
     `shortest` is a lower bound of the rows' limits (shortest_limit): before it no row is at its limit and the
@@ -88,23 +95,51 @@ def _force_length(logprobs: torch.Tensor, step: int, limits: torch.Tensor, eos: 
         return
     at_limit = limits <= step  # (N,)
     eos_scores = logprobs[:, eos].clone()
-    # a row at its limit always has a way out, even if a constraint forbade eos
-    way_out = torch.where(torch.isinf(eos_scores), torch.zeros_like(eos_scores), eos_scores)
+    # a row at its limit always has a way out, even if a constraint forbade eos; with free_eos that eos costs
+    # nothing (log-prob 0), as Hugging Face's forced_eos_token_id makes it
+    way_out = torch.where(torch.isinf(eos_scores) | free_eos, torch.zeros_like(eos_scores), eos_scores)
     logprobs.masked_fill_(at_limit.unsqueeze(1), float("-inf"))
     logprobs[:, eos] = torch.where(at_limit, way_out, eos_scores)
 
 
+class _Prefixes:
+    """The target prefixes of a request (DecodeRequest.prefixes) as a (sources, longest) table, -1 past each end."""
+
+    def __init__(self, request: DecodeRequest):
+        given = request.prefixes or []
+        self.width = max((len(p) for p in given), default=0)
+        self.table = None
+        if self.width:
+            table = torch.full((len(given), self.width), -1, dtype=torch.long)
+            for i, prefix in enumerate(given):
+                table[i, : len(prefix)] = torch.tensor(prefix, dtype=torch.long)
+            self.table = table.to(request.src.device)
+
+    def force(self, logprobs: torch.Tensor, step: int, sources: torch.Tensor) -> torch.Tensor:
+        """logprobs (N, V) of rows of `sources` (N,) with, where a row's prefix is not over at `step`, every token
+        but the prefix's set to -inf (its own log-prob kept)."""
+        if self.table is None or step >= self.width:  # known on the host: no device read
+            return logprobs
+        forced = self.table[sources, step]  # (N,)
+        index = forced.clamp(min=0).unsqueeze(1)
+        only = torch.full_like(logprobs, float("-inf")).scatter(1, index, logprobs.gather(1, index))
+        return torch.where((forced >= 0).unsqueeze(1), only, logprobs)
+
+
 def _next_logprobs(model: Model, last: torch.Tensor, memory, cache, request: DecodeRequest,
                    constraint: StepConstraint | None, step: int, limits: torch.Tensor, min_len: int,
-                   shortest: int):
-    """One decoder step: float32 log-probs (N, V) with the constraint, specials and length limits applied
-    (`shortest`: see _force_length)."""
+                   shortest: int, prefixes: _Prefixes | None = None, sources: torch.Tensor | None = None,
+                   free_eos: bool = False):
+    """One decoder step: float32 log-probs (N, V) with the target prefix, the constraint, specials and length
+    limits applied (`shortest`: see _force_length; `sources`: the source of each row, for the prefixes)."""
     logprobs, cache = model.step(last, memory, cache)
     logprobs = logprobs.float()
+    if prefixes is not None and sources is not None:
+        logprobs = prefixes.force(logprobs, step, sources)
     if constraint is not None:
         logprobs = constraint.mask(logprobs)
     _forbid_specials(logprobs, request)
-    _force_length(logprobs, step, limits, request.eos_id, min_len, shortest)
+    _force_length(logprobs, step, limits, request.eos_id, min_len, shortest, free_eos)
     return logprobs, cache
 
 
@@ -130,11 +165,12 @@ def greedy_search(model: Model, request: DecodeRequest, settings: SearchSettings
     last = torch.full((batch,), request.bos_id, dtype=torch.long, device=device)
     done = torch.zeros(batch, dtype=torch.bool, device=device)
     chosen, scores, alive = [], [], []  # per step: (B,) token, its log-prob, whether the row was still going
+    prefixes = _Prefixes(request)
     step = 0
     while not bool(done.all()):
         _stop_if_asked()
         logprobs, cache = _next_logprobs(model, last, memory, cache, request, constraint, step, limits, min_len,
-                                         shortest)
+                                         shortest, prefixes, rows)
         if choose is None:
             best, choice = logprobs.max(dim=-1)
         else:
@@ -179,7 +215,9 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
         return []
     src_limits = max_lengths(request, settings.max_len_a, settings.max_len_b)  # (alive sources,)
     shortest = shortest_limit(request, settings.max_len_a, settings.max_len_b)
-    penalties = _Penalties(request, settings.max_len_a, settings.max_len_b, alpha)
+    form = settings.length_penalty
+    free_eos = settings.limit_eos == "free"
+    penalties = _Penalties(request, settings.max_len_a, settings.max_len_b, alpha, form)
     memory = model.encode(request.src)
     # row r of the search batch belongs to source alive[r // beam]
     alive = torch.arange(batch, device=device)
@@ -196,13 +234,15 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
     finished = _Finished(batch, beam if early_stop else nbest, device)
     results = _Finished(batch, finished.size, device)  # the lists of the sources that left, by source index
 
+    prefixes = _Prefixes(request)
     step = 0
     n_alive = batch
     while n_alive > 0:
         _stop_if_asked()
         row_limits = src_limits.unsqueeze(1).expand(n_alive, beam).reshape(-1)
+        row_sources = alive.repeat_interleave(beam) if prefixes.width > step else None
         logprobs, cache = _next_logprobs(model, last, memory, cache, request, constraint, step, row_limits, min_len,
-                                         shortest)
+                                         shortest, prefixes, row_sources, free_eos)
         vocab = logprobs.size(-1)
         # 2*beam candidates always hold at least beam that do not end in eos (one eos per row at most). No
         # row gives more than 2*beam of a source's best 2*beam, so each row's best 2*beam tokens are taken
@@ -235,7 +275,7 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
         if early_stop:
             full = finished.full()
         else:
-            full = _live_bound(new_scores.max(dim=1).values, step + 1, src_limits, alpha) <= finished.worst()
+            full = _live_bound(new_scores.max(dim=1).values, step + 1, src_limits, alpha, form) <= finished.worst()
         source_done = full | ~torch.isfinite(new_scores).any(dim=1)
         scores = new_scores
         n_done = int(source_done.sum())  # the step's one host read
@@ -282,7 +322,8 @@ class BeamDecoder(Decoder):
         return beam_search(model, request, self.settings)
 
 
-def _live_bound(best_live: torch.Tensor, length: int, limits: torch.Tensor, alpha: float) -> torch.Tensor:
+def _live_bound(best_live: torch.Tensor, length: int, limits: torch.Tensor, alpha: float,
+                form: str = "gnmt") -> torch.Tensor:
     """The highest normalized score any continuation of a live hypothesis can still finish with.
 
     A live log-prob only falls, so it is at most best_live (<= 0) when it ends; dividing it by the length
@@ -291,8 +332,9 @@ def _live_bound(best_live: torch.Tensor, length: int, limits: torch.Tensor, alph
     """
     if alpha == 0:
         return best_live
-    shortest = length_penalty(length + 1, alpha)
-    longest = ((5.0 + limits.float() + 1.0) / 6.0) ** alpha  # the row's length limit plus its eos
+    shortest = length_penalty(length + 1, alpha, form)
+    final = limits.float() + 1.0  # the row's length limit plus its eos
+    longest = final ** alpha if form == "power" else ((5.0 + final) / 6.0) ** alpha
     return torch.maximum(best_live / shortest, best_live / longest)
 
 
@@ -307,11 +349,13 @@ class _Penalties:
 
     FIRST = 64
 
-    def __init__(self, request: DecodeRequest, a: float, b: int, alpha: float):
+    def __init__(self, request: DecodeRequest, a: float, b: int, alpha: float, form: str = "gnmt"):
         # max_lengths rounds in float32, which may floor one higher than this double does; a row ends at its limit
-        # at the latest, its eos making the length limit + 1; a dead end there, one more
-        self.size = max(1, math.floor(max(request.src.size(1) * a, 0.0) + b)) + 4
-        self.alpha = alpha
+        # at the latest, its eos making the length limit + 1; a dead end there, one more; a forced prefix is
+        # never cut, so the limit leaves room for the longest
+        longest = max(1, math.floor(max(request.src.size(1) * a, 0.0) + b), *map(len, request.prefixes or []))
+        self.size = longest + 4
+        self.alpha, self.form = alpha, form
         self.device = request.src.device
         self.table = torch.empty(0, dtype=torch.float64, device=self.device)
 
@@ -319,7 +363,7 @@ class _Penalties:
         """(1,) the penalty of `length` (a slice, never a host scalar: see _Finished.offer)."""
         if length >= self.table.numel():
             grown = min(self.size, max(self.FIRST, 2 * self.table.numel(), length + 1))
-            values = [length_penalty(n, self.alpha) for n in range(self.table.numel(), grown)]
+            values = [length_penalty(n, self.alpha, self.form) for n in range(self.table.numel(), grown)]
             self.table = torch.cat([self.table, torch.tensor(values, dtype=torch.float64, device=self.device)])
         return self.table[length:length + 1]
 

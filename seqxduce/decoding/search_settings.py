@@ -53,6 +53,13 @@ class BeamSettings(SearchSettings):
     beam: int = setting(4, help="beam size (paper: 4 for translation, 21 for parsing)", min=1, per_request=True)
     alpha: float = setting(0.6, help="GNMT length penalty ((5+len)/6)^alpha (paper: 0.6; 0 = none)", min=0.0,
                            max=MAX_ALPHA, per_request=True)
+    length_penalty: str = setting("gnmt", help="what a finished hypothesis's log-probability is divided by: gnmt = "
+                                               "((5+len)/6)^alpha (Wu et al. 2016), power = len^alpha (Hugging "
+                                               "Face generate's length_penalty); len counts eos",
+                                  choices=("gnmt", "power"))
+    limit_eos: str = setting("scored", help="the eos a hypothesis is forced to end with at the length limit: "
+                                            "scored = at its log-probability; free = at log-probability 0, as "
+                                            "Hugging Face's forced_eos_token_id scores it", choices=("scored", "free"))
     nbest: int = setting(1, help="finished hypotheses returned per source (at most beam)", min=1, per_request=True)
     early_stop: bool = setting(False, help="fairseq's early stop: a source ends once it has `beam` finished "
                                            "hypotheses, even if a live one could still score higher (faster, "

@@ -71,7 +71,7 @@ def translate_ids(run: ExportedRun, sources: Sequence[list[int]]) -> list[list[H
     """n-best Hypotheses for source ids (without eos: the export appends it), as seqxduce's search gives them."""
     settings = run.recipe.decode.settings
     shape = SearchShape.of(settings)
-    beam, alpha, nbest = shape.beam, shape.alpha, shape.nbest
+    beam, alpha, form, nbest = shape.beam, shape.alpha, shape.form, shape.nbest  # form: gnmt, or power (HF's)
     src_tok, tgt_tok = run.tokenizers.src, run.tokenizers.tgt
     tgt_ids = {tgt_tok.id_to_token(i): i for i in range(tgt_tok.vocab_size)}
     specials = [[tgt_tok.id_to_token(tgt_tok.pad_id)], [tgt_tok.id_to_token(tgt_tok.bos_id)]]
@@ -88,7 +88,7 @@ def translate_ids(run: ExportedRun, sources: Sequence[list[int]]) -> list[list[H
         outputs = [[h[:-1] if h and h[-1] == eos else h for h in result.hypotheses] for result in found]
         logprobs = _rescore(run, [(src, out) for src, outs in zip(batch, outputs) for out in outs])
         for i, outs in zip(chosen, outputs):
-            hyps = [_hypothesis(out, next(logprobs), alpha, tgt_ids) for out in outs]
+            hyps = [_hypothesis(out, next(logprobs), alpha, tgt_ids, form) for out in outs]
             results[i] = sorted(hyps, key=lambda h: -h.score)[:nbest]
     return results
 
@@ -103,10 +103,11 @@ def _rescore(run: ExportedRun, pairs: list[tuple[list[str], list[str]]]) -> Iter
     return iter([sum(result.log_probs) for result in scored])
 
 
-def _hypothesis(tokens: list[str], logprob: float, alpha: float, ids: dict[str, int]) -> Hypothesis:
+def _hypothesis(tokens: list[str], logprob: float, alpha: float, ids: dict[str, int],
+                form: str = "gnmt") -> Hypothesis:
     """Our Hypothesis of one CTranslate2 output; its length for the penalty counts the eos, as our beam's does."""
     out = [ids[t] for t in tokens]
-    return Hypothesis(tokens=out, score=logprob / length_penalty(len(out) + 1, alpha), logprob=logprob)
+    return Hypothesis(tokens=out, score=logprob / length_penalty(len(out) + 1, alpha, form), logprob=logprob)
 
 
 def decode_sources(run: ExportedRun, examples: Sequence[Example] | Sequence[str]) -> list[Output]:

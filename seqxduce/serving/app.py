@@ -28,7 +28,16 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from seqxduce.serving.batching import Abandoned, Batcher, QueueFull
-from seqxduce.serving.limits import Limits, RequestError, check_cost, check_source, parse_decode, parse_json, shown
+from seqxduce.serving.limits import (
+    Limits,
+    RequestError,
+    check_cost,
+    check_source,
+    parse_decode,
+    parse_json,
+    shown,
+    source_text,
+)
 from seqxduce.serving.service import Service
 
 log = logging.getLogger("seqxduce.serve")
@@ -211,7 +220,7 @@ def create_app(service: Service, batcher: Batcher, limits: Limits, info: dict[st
         deadline = time.monotonic() + limits.max_request_seconds
         data = parse_json(await read_body(request, limits))
         ask = parse_decode(data, limits, decode_keys, service.default_nbest())
-        tokens = [checked_source(s, f"inputs[{i}]")[1] for i, s in enumerate(ask.inputs)]
+        tokens = [checked_source(source_text(s), f"inputs[{i}]")[1] for i, s in enumerate(ask.inputs)]
         check_cost(service.lengths(ask), tokens, ask.changes, limits)
         key = service.key_for(ask)
         future = batcher.submit(ask.inputs, tokens, key)

@@ -49,10 +49,24 @@ class Limits:
 
 
 @dataclass
+@dataclass(frozen=True)
+class Prefixed:
+    """An input given as {"source": ..., "prefix": ...}: its output must start with the prefix (target text)."""
+
+    text: str
+    prefix: str
+
+
+def source_text(source: str | Prefixed) -> str:
+    """An input's source text, whether it came with a prefix or not."""
+    return source.text if isinstance(source, Prefixed) else source
+
+
+@dataclass
 class DecodeAsk:
     """A checked /v1/decode request: the sources, the hypotheses wanted per source and the decode keys changed."""
 
-    inputs: list[str]
+    inputs: list[str | Prefixed]
     nbest: int
     changes: dict[str, Any] = field(default_factory=dict)
 
@@ -127,6 +141,20 @@ def check_source(value: Any, where: str) -> str:
     return value
 
 
+def check_input(value: Any, where: str) -> str | Prefixed:
+    """One input: a source string, or {"source": ..., "prefix": ...} to force the start of its output."""
+    if not isinstance(value, dict):
+        return check_source(value, where)
+    unknown = sorted(set(value) - {"source", "prefix"})
+    if unknown or "source" not in value:
+        raise RequestError(400, f"{where}: an object takes \"source\" and \"prefix\" (target text the output "
+                                f"starts with){'; not ' + repr(unknown[0]) if unknown else ''}")
+    prefix = value.get("prefix", "")
+    if not isinstance(prefix, str) or "\n" in prefix or "\r" in prefix:
+        raise RequestError(400, f"{where}.prefix: one line of text is expected")
+    return Prefixed(check_source(value["source"], f"{where}.source"), prefix)
+
+
 def parse_decode(data: dict[str, Any], limits: Limits, decode_keys: dict[str, Any], default_nbest: int) -> DecodeAsk:
     """Check a /v1/decode body: inputs, nbest, and decode keys among decode_keys (name -> current value, whose
     type a new value must have); ranges are the settings' own, checked when the decoder is built."""
@@ -140,7 +168,7 @@ def parse_decode(data: dict[str, Any], limits: Limits, decode_keys: dict[str, An
     if len(inputs) > limits.max_inputs:
         raise RequestError(413, f"inputs: {len(inputs)} sentences, more than this server's --max-inputs "
                                 f"{limits.max_inputs}; split the request")
-    sources = [check_source(value, f"inputs[{i}]") for i, value in enumerate(inputs)]
+    sources = [check_input(value, f"inputs[{i}]") for i, value in enumerate(inputs)]
     nbest = data.get("nbest", default_nbest)
     if isinstance(nbest, LongInteger):
         raise RequestError(422, f"nbest: an integer of {nbest.digits} digits is out of range; give 1..{MAX_NBEST}")

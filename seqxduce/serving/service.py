@@ -16,11 +16,11 @@ from typing import Any
 from seqxduce.api import Decoder, UserError
 from seqxduce.data import encode_source
 from seqxduce.decoding.changes import Change, SearchShape, changed_settings, nbest_changes
-from seqxduce.decoding.decode import LoadedRun, Output, decode_sources
+from seqxduce.decoding.decode import LoadedRun, Output, decode_sources, encode_prefixes
 from seqxduce.decoding.search import stop_when
 from seqxduce.decoding.search_settings import SearchSettings
 from seqxduce.serving.batching import StopCheck
-from seqxduce.serving.limits import DecodeAsk, Lengths, RequestError
+from seqxduce.serving.limits import DecodeAsk, Lengths, Prefixed, RequestError, source_text
 from seqxduce.settings_check import request_keys
 
 DECODERS_KEPT = 16  # decoders built for requests' own settings, the least recently used dropped first
@@ -114,7 +114,7 @@ class Service:
                 self.decoders.popitem(last=False)
         return decoder
 
-    def decode(self, sources: Sequence[str], key: Hashable, stop: StopCheck | None = None) -> list[Any]:
+    def decode(self, sources: Sequence[str | Prefixed], key: Hashable, stop: StopCheck | None = None) -> list[Any]:
         """Decode one batch as `seqxduce decode` does; a source the model or task refuses (a UserError, e.g. longer
         than learned positions reach) gets a 422 of its own and the others are decoded without it. The search
         checks stop() between its steps and ends (SearchStopped) once it is true."""
@@ -123,18 +123,22 @@ class Service:
                 return [hypotheses(o) for o in self._decode(sources, key)]
             except UserError as err:
                 if len(sources) == 1:
-                    return [RequestError(422, f"inputs: {sources[0][:40]!r}: {err}")]
+                    return [RequestError(422, f"inputs: {source_text(sources[0])[:40]!r}: {err}")]
             return [self._one(s, key) for s in sources]
 
-    def _decode(self, sources: Sequence[str], key: Hashable) -> list[Output]:
+    def _decode(self, sources: Sequence[str | Prefixed], key: Hashable) -> list[Output]:
         run = self.run
-        return decode_sources(run, list(sources), self.decoder(key))
+        prefixes = None
+        if any(isinstance(s, Prefixed) for s in sources):  # an input's "prefix" starts its output
+            given = [s.prefix if isinstance(s, Prefixed) else "" for s in sources]
+            prefixes = encode_prefixes(run.tokenizers.tgt, given, "prefix ")
+        return decode_sources(run, [source_text(s) for s in sources], self.decoder(key), prefixes=prefixes)
 
-    def _one(self, source: str, key: Hashable) -> Any:
+    def _one(self, source: str | Prefixed, key: Hashable) -> Any:
         try:
             return hypotheses(self._decode([source], key)[0])
         except UserError as err:
-            return RequestError(422, f"inputs: {source[:40]!r}: {err}")
+            return RequestError(422, f"inputs: {source_text(source)[:40]!r}: {err}")
 
     def attention(self, source: str, target: str | None, key: Hashable, stop: StopCheck | None = None
                   ) -> dict[str, Any]:

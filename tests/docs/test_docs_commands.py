@@ -10,6 +10,8 @@ keys its recipe has). A comment on the line before a block steers it:
     <!-- doc-test: file NAME -->              the block (e.g. a recipe) is written to NAME instead of run
     <!-- doc-test: setup parallel-text DIR --> before the block, DIR gets tiny train/valid/test .en/.de files
     <!-- doc-test: setup treebank DIR -->     before the block, DIR gets tiny wsj_0001-0004.mrg treebank files
+    <!-- doc-test: setup marian DIR -->       before the block, DIR gets a tiny Marian model in the Hugging Face
+                                              format (as an OPUS-MT download), over the parallel-text words
 
 Lines of other programs (pip, ruff, pytest, torchrun) are not run.
 """
@@ -129,8 +131,13 @@ def tiny(args: list[str], cwd: Path) -> list[str]:
     tiny = dict(TINY_TRAIN)
     if any(g.startswith("train.patience=") for g in given):  # early stopping counts validations: keep some
         tiny["train.validate_every"] = "1"
+    # fine-tuning a run with its own recipe (an import's): its architecture and vocabulary are already the run's
+    init = args[args.index("--init-from") + 1] if "--init-from" in args[:-1] else None
+    fine_tuning = init is not None and recipe_file.resolve().parent == (cwd / init).resolve()
     for key, value in {**tiny, **search}.items():
         section, name = key.split(".")
+        if fine_tuning and section in ("model", "tokenizer"):
+            continue
         if hasattr(sections[section], name) and not any(g.startswith(f"{key}=") for g in given):
             extra += ["--set", f"{key}={value}"]
     return args + extra
@@ -141,10 +148,14 @@ def setup(kind_and_dir: str, cwd: Path) -> None:
     kind, folder = kind_and_dir.split()
     where = cwd / folder
     where.mkdir(parents=True, exist_ok=True)
-    if kind == "parallel-text":
-        nouns = [("cat", "Katze"), ("dog", "Hund"), ("man", "Mann"), ("woman", "Frau"), ("child", "Kind")]
-        verbs = [("runs", "rennt"), ("sleeps", "schläft"), ("eats", "isst"), ("sings", "singt")]
-        pairs = [(f"The {n} {v} .", f"Die {m} {w} .") for n, m in nouns for v, w in verbs]
+    nouns = [("cat", "Katze"), ("dog", "Hund"), ("man", "Mann"), ("woman", "Frau"), ("child", "Kind")]
+    verbs = [("runs", "rennt"), ("sleeps", "schläft"), ("eats", "isst"), ("sings", "singt")]
+    pairs = [(f"The {n} {v} .", f"Die {m} {w} .") for n, m in nouns for v, w in verbs]
+    if kind == "marian":
+        from seqxduce_marian.testing import build_tiny_marian
+
+        build_tiny_marian(where, text=[s for pair in pairs for s in pair], pieces=50, train_steps=30)
+    elif kind == "parallel-text":
         for split, chosen in (("train", pairs * 3), ("valid", pairs[:6]), ("test", pairs[6:12])):
             (where / f"{split}.en").write_text("".join(s + "\n" for s, _ in chosen), encoding="utf-8")
             (where / f"{split}.de").write_text("".join(t + "\n" for _, t in chosen), encoding="utf-8")

@@ -1,0 +1,160 @@
+"""Parity of an imported Marian model, three ways: with Hugging Face's generate(), with CTranslate2's own converter,
+and fine-tuning it (the loss on new text falls; a resumed fine-tuning is bit-exact).
+
+    python bench/marian_parity.py [--model DIR] [--sources 300] [--max-new-tokens 30]
+
+Without --model it builds the tests' tiny MarianMTModel (seqxduce_marian.testing: SentencePiece models trained on
+generated sentences, a few training steps on reversing them, a random final_logits_bias) in a temporary folder;
+with --model it takes a Marian folder in the Hugging Face format (an OPUS-MT download). It imports the folder
+(`seqxduce import --from marian`), then prints:
+
+1. seqxduce's greedy and beam-4 outputs against generate()'s (same beam, length penalty p as
+   decode.length_penalty = "power" with alpha = p, max_new_tokens N as max_len_a = 0, max_len_b = N - 1,
+   its forced eos at that limit as decode.limit_eos = "free", early_stopping = "never" for the exact search
+   seqxduce runs): equal outputs, and the largest difference of their log-probabilities (teacher-forced by
+   Hugging Face, eos included; for outputs that reach the limit, generate's own forced eos is free);
+2. `seqxduce export --to ctranslate2` of the import against ct2-transformers-converter of the folder: equal
+   outputs (as pieces) under greedy and beam 4;
+3. fine-tuning the import on a copying task it was not trained for (the tests' generated sentences): the
+   summed log-probability of 40 held-out pairs before and after 12 steps, and whether 6 steps + --resume to 12
+   equal 12 in one go, tensor by tensor.
+Needs transformers and ctranslate2 (the `test` extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_common import cpu_name, git_commit, load_average  # noqa: E402
+
+
+def cli(*args: object) -> str:
+    """Run a seqxduce command in-process; its output (a failure raises with it)."""
+    from click.testing import CliRunner
+
+    from seqxduce.cli import add_plugin_commands
+
+    result = CliRunner().invoke(add_plugin_commands(), [str(a) for a in args])
+    if result.exit_code != 0:
+        raise SystemExit(f"seqxduce {' '.join(map(str, args))} failed:\n{result.output}")
+    return result.output
+
+
+def generate_parity(folder: Path, run: Path, sources: list[str], max_new: int) -> list[str]:
+    """Rows of part 1."""
+    from seqxduce_marian.testing import hf_generate
+
+    import seqxduce
+    from seqxduce.rundir import RunDir
+
+    rundir = RunDir(run)
+    src = rundir.load_tokenizers(rundir.load_recipe()).src
+    ids = [src.encode(s) + [src.eos_id] for s in sources]
+    rows = []
+    for beam, penalty in ((1, 0.0), (4, 0.0), (4, 1.0)):
+        reference = hf_generate(folder, ids, beam, max_new, length_penalty=penalty)
+        overrides = ["decode.max_len_a=0", f"decode.max_len_b={max_new - 1}"]
+        overrides += (["decode.name=greedy"] if beam == 1 else
+                      ["decode.name=beam", f"decode.beam={beam}", f"decode.alpha={penalty}",
+                       "decode.length_penalty=power", "decode.limit_eos=free"])
+        outputs = seqxduce.decode(run, sources, overrides=overrides)
+        equal = [(o.nbest[0][1].logprob, ref[1]) for o, ref in zip(outputs, reference)
+                 if o.nbest[0][1].tokens == ref[0]]
+        gap = max((abs(a - b) for a, b in equal), default=float("nan"))
+        search = "greedy" if beam == 1 else f"beam {beam}, length_penalty {penalty:g}"
+        rows.append(f"| generate() | {search} | {len(equal)}/{len(sources)} ({100 * len(equal) / len(sources):.1f}%) "
+                    f"| {gap:.1e} |")
+    return rows
+
+
+def ctranslate2_parity(folder: Path, run: Path, sources: list[str], max_new: int, work: Path) -> list[str]:
+    """Rows of part 2."""
+    import ctranslate2
+    from ctranslate2.converters import TransformersConverter
+
+    from seqxduce.rundir import RunDir
+
+    cli("export", run, "--to", "ctranslate2", "-o", work / "ours")
+    TransformersConverter(str(folder)).convert(str(work / "theirs"))
+    rundir = RunDir(run)
+    src = rundir.load_tokenizers(rundir.load_recipe()).src
+    batch = [[src.id_to_token(i) for i in src.encode(s)] for s in sources]
+    rows = []
+    for beam in (1, 4):
+        options = dict(beam_size=beam, max_decoding_length=max_new, length_penalty=0.0)
+        ours = ctranslate2.Translator(str(work / "ours")).translate_batch(batch, suppress_sequences=[["<pad>"]],
+                                                                          **options)
+        theirs = ctranslate2.Translator(str(work / "theirs")).translate_batch([b + ["</s>"] for b in batch],
+                                                                              **options)
+        same = sum(a.hypotheses[0] == b.hypotheses[0] for a, b in zip(ours, theirs))
+        search = "greedy" if beam == 1 else f"beam {beam}"
+        rows.append(f"| ct2-transformers-converter | {search} | {same}/{len(sources)} "
+                    f"({100 * same / len(sources):.1f}%) | |")
+    return rows
+
+
+def fine_tuning(run: Path, work: Path) -> list[str]:
+    """Rows of part 3."""
+    import torch
+    from seqxduce_marian.testing import sentences
+
+    data = work / "mydata"
+    data.mkdir()
+    for split, count, seed in (("train", 200, 11), ("valid", 40, 12), ("test", 40, 13)):
+        lines = sentences(count, seed=seed, longest=6)
+        for lang in ("en", "de"):
+            (data / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    sets = []
+    for value in (f"task.data_dir={data}", "train.schedule=constant", "train.lr=0.002", "train.max_tokens=600",
+                  "train.validate_every=6", "train.checkpoint_every=6", "train.valid_decode_examples=5",
+                  "train.device=cpu", "train.max_steps=12"):
+        sets += ["--set", value]
+
+    def logprob(model_run: Path) -> float:
+        out = work / f"{model_run.name}.scores"
+        cli("score", model_run, "--source", data / "valid.en", "--target", data / "valid.de", "-o", out)
+        return sum(float(line.split("\t")[0]) for line in out.read_text(encoding="utf-8").splitlines())
+
+    cli("train", run / "recipe.toml", "--init-from", run, "--out", work / "tuned", *sets)
+    cli("train", run / "recipe.toml", "--init-from", run, "--out", work / "split", *sets, "--set", "train.max_steps=6")
+    cli("train", work / "split" / "recipe.toml", "--out", work / "split", "--resume", "--set", "train.max_steps=12")
+    a = torch.load(work / "tuned" / "checkpoints" / "step_00000012.pt", weights_only=True)["model"]
+    b = torch.load(work / "split" / "checkpoints" / "step_00000012.pt", weights_only=True)["model"]
+    exact = a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    before, after = logprob(run), logprob(work / "tuned")
+    return [f"| fine-tuning, 12 steps | log-prob of 40 held-out pairs | {before:.2f} -> {after:.2f} | |",
+            f"| 6 steps + --resume to 12 against 12 | every tensor equal | {exact} | |"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, help="a Marian folder in the Hugging Face format (default: the tiny one)")
+    parser.add_argument("--sources", type=int, default=300)
+    parser.add_argument("--max-new-tokens", type=int, default=30)
+    args = parser.parse_args()
+    from seqxduce_marian.testing import build_tiny_marian, sentences
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        folder = args.model or build_tiny_marian(work / "tiny-marian")
+        run = work / "run"
+        cli("import", folder, "--from", "marian", "-o", run)
+        sources = sentences(args.sources, seed=5)
+        print(f"commit {git_commit()}, {cpu_name()}, load {load_average()}")
+        print("| compared with | search | equal outputs | largest log-prob difference of equal outputs |")
+        print("|---|---|---|---|")
+        for row in generate_parity(folder, run, sources, args.max_new_tokens):
+            print(row, flush=True)
+        for row in ctranslate2_parity(folder, run, sources, args.max_new_tokens, work):
+            print(row, flush=True)
+        for row in fine_tuning(run, work):
+            print(row, flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,173 @@
+"""The `marian` importer: a Hugging Face Marian folder -> recipe, tokenizer files and Transformer weights.
+
+Weight names, Hugging Face -> the Transformer plugin's state_dict (its checkpoints' layout):
+
+    model.shared / model.{encoder,decoder}.embed_tokens   embeddings.source / embeddings.target (one matrix when
+                                                          share_encoder_decoder_embeddings)
+    lm_head (tied to the decoder's embeddings)            embeddings.output
+    final_logits_bias (1, V)                              embeddings.output_bias (V,)
+    {encoder,decoder}.layers.N.self_attn.q_proj           {encoder,decoder}.N.self_attn.query
+      .k_proj ; .v_proj                                   .key_value (keys then values, one matrix)
+      .out_proj                                           .out
+    decoder.layers.N.encoder_attn.*                       decoder.N.cross_attn.*
+    *.self_attn_layer_norm / encoder_attn_layer_norm      *.self_res.norm / cross_res.norm
+    *.fc1 / fc2 / final_layer_norm                        *.transition.inner / outer / transition_res.norm
+
+Marian's sinusoid tables (embed_positions, when a file holds them) are checked to be the table the Transformer
+computes with sinusoid_layout = "halves"; a tied copy (lm_head, embed_tokens) to equal the matrix it is tied to.
+A tensor left over is refused: nothing in the folder is silently dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from seqxduce.api import ImportedModel, Importer, UserError
+
+from .config import check_special_ids, model_settings
+from .generation import decode_settings
+from .tokenizer import EOS, PAD, read_vocab
+from .weights import read_weights
+
+ATTENTION = {"q_proj": "query", "out_proj": "out"}
+NORMS = {"self_attn_layer_norm": "self_res.norm", "encoder_attn_layer_norm": "cross_res.norm",
+         "final_layer_norm": "transition_res.norm"}
+FFN = {"fc1": "transition.inner", "fc2": "transition.outer"}
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object file, refused in one line when unreadable."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file; give the folder a Marian model was saved to "
+                        "(save_pretrained)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserError(f"{path}: not readable JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: not a JSON object")
+    return data
+
+
+class MarianImporter(Importer):
+    """See the module docstring."""
+
+    def read(self, source: Path, workdir: Path) -> ImportedModel:
+        config_file = source / "config.json"
+        config = read_json(config_file)
+        where = str(config_file)
+        if config.get("model_type") != "marian":
+            raise UserError(f"{where}: model_type = {config.get('model_type')!r}, not a Marian model; import it with "
+                            "the importer of its kind (`seqxduce plugins --kind importer`)")
+        shared = bool(config.get("share_encoder_decoder_embeddings", True))
+        pieces = read_vocab(source / "vocab.json")
+        target_vocab = source / "target_vocab.json"
+        tgt_pieces = pieces if shared or not target_vocab.is_file() else read_vocab(target_vocab)
+        pad, eos = pieces.index(PAD), pieces.index(EOS)
+        if tgt_pieces.index(PAD) != pad or tgt_pieces.index(EOS) != eos:
+            raise UserError(f"{target_vocab}: numbers <pad> or </s> otherwise than vocab.json; the model has one "
+                            "pad_token_id and one eos_token_id")
+        check_special_ids(config, where, pad, eos)
+        model = model_settings(config, where, (len(pieces), len(tgt_pieces)))
+        generation_file = source / "generation_config.json"
+        generation = read_json(generation_file) if generation_file.is_file() else config
+        check_special_ids(generation, str(generation_file), pad, eos)
+        decode, notes = decode_settings(generation, str(generation_file if generation_file.is_file() else where),
+                                        pad)
+        tokenizers = {}
+        for side, spm_name, side_pieces in (("src", "source.spm", pieces), ("tgt", "target.spm", tgt_pieces)):
+            spm_file = source / spm_name
+            if not spm_file.is_file():
+                raise UserError(f"{spm_file}: no such file; a Marian model comes with source.spm and target.spm")
+            shutil.copyfile(spm_file, workdir / f"{side}.spm")
+            mapping = {piece: index for index, piece in enumerate(side_pieces)}
+            (workdir / f"{side}.vocab.json").write_text(json.dumps(mapping, ensure_ascii=False), encoding="utf-8")
+            tokenizers[side] = (workdir, side)
+        tensors, weights_file = read_weights(source)
+        weights = map_weights(tensors, model, source / weights_file)
+        recipe = {
+            "task": {"name": "translation", "dataset": "files", "data_dir": "data"},
+            "tokenizer": {"name": "marian", "shared": False},
+            "model": model,
+            "decode": decode,
+        }
+        notes.insert(0, f"read {weights_file}: {sum(t.numel() for t in weights.values() if t is not None):,} "
+                        f"values in {len(tensors)} tensors")
+        return ImportedModel(recipe=recipe, tokenizers=tokenizers, weights=weights, notes=notes)
+
+
+def map_weights(tensors: dict[str, torch.Tensor], model: dict[str, Any], where: Path) -> dict[str, torch.Tensor]:
+    """Hugging Face names -> the Transformer's state_dict (module docstring), float32; leftovers refused."""
+    left = {name.removeprefix("model.") if name.startswith("model.") else name: t.float() for name, t in
+            tensors.items()}
+    out: dict[str, torch.Tensor] = {}
+
+    def take(name: str) -> torch.Tensor:
+        if name not in left:
+            raise UserError(f"{where}: has no tensor {name!r}; give the weights this config.json was saved with")
+        return left.pop(name)
+
+    def tied(name: str, to: torch.Tensor, why: str) -> None:
+        copy = left.pop(name, None)
+        if copy is not None and not torch.equal(copy, to):
+            raise UserError(f"{where}: {name} differs from the matrix it is tied to ({why}); the model cannot be "
+                            "imported as it is")
+
+    if model["share_source_target"]:
+        embedding = take("shared.weight")
+        tied("encoder.embed_tokens.weight", embedding, "share_encoder_decoder_embeddings = true")
+        tied("decoder.embed_tokens.weight", embedding, "share_encoder_decoder_embeddings = true")
+        out["embeddings.source.weight"] = out["embeddings.target.weight"] = embedding
+    else:
+        left.pop("shared.weight", None)  # Hugging Face keeps it as the encoder's embedding when not shared
+        out["embeddings.source.weight"] = take("encoder.embed_tokens.weight")
+        out["embeddings.target.weight"] = take("decoder.embed_tokens.weight")
+    target = out["embeddings.target.weight"]
+    if model["tie_output"]:
+        tied("lm_head.weight", target, "tie_word_embeddings = true")
+        out["embeddings.output.weight"] = target
+    else:
+        out["embeddings.output.weight"] = take("lm_head.weight")
+    bias = left.pop("final_logits_bias", None)
+    out["embeddings.output_bias"] = torch.zeros(target.size(0)) if bias is None else bias.reshape(-1)
+    for side in ("encoder", "decoder"):
+        positions = left.pop(f"{side}.embed_positions.weight", None)
+        if positions is not None:
+            _check_positions(positions, model["d_model"], where, side)
+        for n in range(model[f"{side}_layers"]):
+            hf, ours = f"{side}.layers.{n}", f"{side}.{n}"
+            kinds = [("self_attn", "self_attn")] + ([("encoder_attn", "cross_attn")] if side == "decoder" else [])
+            for theirs, mine in kinds:
+                for part in ("weight", "bias"):
+                    out[f"{ours}.{mine}.query.{part}"] = take(f"{hf}.{theirs}.q_proj.{part}")
+                    out[f"{ours}.{mine}.key_value.{part}"] = torch.cat([take(f"{hf}.{theirs}.k_proj.{part}"),
+                                                                        take(f"{hf}.{theirs}.v_proj.{part}")])
+                    out[f"{ours}.{mine}.out.{part}"] = take(f"{hf}.{theirs}.out_proj.{part}")
+            for table in (NORMS, FFN):
+                for theirs, mine in table.items():
+                    if theirs == "encoder_attn_layer_norm" and side == "encoder":
+                        continue
+                    for part in ("weight", "bias"):
+                        out[f"{ours}.{mine}.{part}"] = take(f"{hf}.{theirs}.{part}")
+    if left:
+        name = sorted(left)[0]
+        raise UserError(f"{where}: tensor {name!r} (and {len(left) - 1} more) has no place in Marian's Transformer "
+                        "as config.json describes it; nothing is dropped silently, so the model is not imported")
+    return out
+
+
+def _check_positions(table: torch.Tensor, d_model: int, where: Path, side: str) -> None:
+    """A stored position table must be Marian's sinusoids (sines in the first half of the dimensions, cosines in
+    the second), which the Transformer computes with sinusoid_layout = "halves": one learned or otherwise changed
+    would be lost."""
+    position = torch.arange(table.size(0), dtype=torch.float64).unsqueeze(1)
+    angle = position / torch.pow(10000.0, torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    expected = torch.cat([torch.sin(angle), torch.cos(angle)], dim=1)
+    if table.shape != expected.shape or not torch.allclose(table.double(), expected, atol=1e-5):
+        raise UserError(f"{where}: model.{side}.embed_positions.weight is not Marian's sinusoid table (learned or "
+                        "changed positions?); seqxduce's Transformer cannot represent it, so the model is not imported")

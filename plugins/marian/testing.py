@@ -1,0 +1,138 @@
+"""A tiny Marian model folder in the Hugging Face format, for tests, the parity benchmark and the docs test.
+
+No model can be downloaded there, so one is made: two SentencePiece models trained on a few hundred generated
+sentences, a vocab.json over their pieces numbered as Marian's are (</s> 0, <unk> 1, ..., <pad> last), and a
+MarianMTModel with random weights (and a random final_logits_bias, so that its import is seen to matter) saved
+with save_pretrained. A random model repeats one token to the length limit for every source; a few steps
+of training (the target: the source's words in reverse order) make its outputs depend on the source and end at
+varied lengths, as a real model's do. Needs transformers (the `test` extra).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+from pathlib import Path
+
+WORDS = ("the a one cat dog bird sat ran sees eats on under near mat house tree big small red green old new "
+         "quickly slowly and but").split()
+
+
+def sentences(count: int, seed: int = 0, longest: int = 9) -> list[str]:
+    """`count` generated sentences of 2..longest words."""
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, longest))) for _ in range(count)]
+
+
+def build_tiny_marian(folder: Path, seed: int = 0, d_model: int = 32, layers: int = 2, heads: int = 4,
+                      d_ff: int = 64, activation: str = "swish", shared: bool = True, bias_scale: float = 0.5,
+                      train_steps: int = 150, text: list[str] | None = None, pieces: int = 40,
+                      **config: object) -> Path:
+    """Write a random MarianMTModel with its tokenizer files into `folder` (created); returns it. text: the
+    sentences its SentencePiece models (of `pieces` pieces) and its few training steps see (default generated)."""
+    import sentencepiece as spm
+    import torch
+    from transformers import MarianConfig, MarianMTModel
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    text = list(text) if text else sentences(400, seed)
+    for side in ("source", "target"):
+        model = io.BytesIO()
+        spm.SentencePieceTrainer.train(sentence_iterator=iter(text), model_writer=model, vocab_size=pieces,
+                                       model_type="unigram" if side == "source" else "bpe", minloglevel=2,
+                                       num_threads=1, hard_vocab_limit=False)
+        (folder / f"{side}.spm").write_bytes(model.getvalue())
+    pieces = ["</s>", "<unk>"]
+    for side in ("source", "target"):
+        processor = spm.SentencePieceProcessor(model_proto=(folder / f"{side}.spm").read_bytes())
+        pieces += [p for p in (processor.id_to_piece(i) for i in range(3, processor.get_piece_size()))
+                   if p not in pieces]
+    pieces.append("<pad>")
+    (folder / "vocab.json").write_text(json.dumps({p: i for i, p in enumerate(pieces)}), encoding="utf-8")
+    size = len(pieces)
+    settings = dict(vocab_size=size, decoder_vocab_size=size, d_model=d_model, encoder_layers=layers,
+                    decoder_layers=layers, encoder_attention_heads=heads, decoder_attention_heads=heads,
+                    encoder_ffn_dim=d_ff, decoder_ffn_dim=d_ff, max_position_embeddings=256, pad_token_id=size - 1,
+                    eos_token_id=0, decoder_start_token_id=size - 1, forced_eos_token_id=0, scale_embedding=True,
+                    activation_function=activation, share_encoder_decoder_embeddings=shared)
+    settings.update(config)
+    torch.manual_seed(seed)
+    model = MarianMTModel(MarianConfig(**settings))
+    if train_steps:
+        _train(model, folder, text, train_steps, seed)
+    with torch.no_grad():
+        # a random bias on top, so that an import that dropped final_logits_bias would be seen
+        model.final_logits_bias.normal_(0.0, bias_scale)
+        # OPUS-MT models have a zero <pad> row (Marian has no pad; Hugging Face's converter appends a zero row),
+        # the decoder's start: CTranslate2's converter relies on it (start_from_zero_embedding)
+        model.get_input_embeddings().weight[size - 1].zero_()
+        if not shared:
+            model.get_decoder().embed_tokens.weight[size - 1].zero_()
+    # an OPUS-MT model's generation defaults: beam 4, <pad> banned, a length limit
+    model.generation_config.update(num_beams=4, max_length=64, bad_words_ids=[[size - 1]])
+    model.save_pretrained(folder)
+    return folder
+
+
+def _train(model, folder: Path, text: list[str], steps: int, seed: int) -> None:
+    """A few Adam steps of Hugging Face's own training forward on reversing the word order."""
+    import torch
+    from transformers import MarianTokenizer
+
+    tokenizer = MarianTokenizer(str(folder / "source.spm"), str(folder / "target.spm"), str(folder / "vocab.json"))
+    pairs = [(s, " ".join(reversed(s.split()))) for s in text]
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    rng = random.Random(seed)
+    model.train()
+    for _ in range(steps):
+        batch = rng.sample(pairs, min(32, len(pairs)))
+        inputs = tokenizer([s for s, _ in batch], text_target=[t for _, t in batch], padding=True,
+                           return_tensors="pt")
+        inputs["labels"][inputs["labels"] == model.config.pad_token_id] = -100
+        loss = model(**inputs).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+
+
+def hf_generate(folder: Path, source_ids: list[list[int]], beam: int, max_new_tokens: int,
+                length_penalty: float = 1.0, batch_size: int = 32,
+                forced_eos: int | None = 0) -> list[tuple[list[int], float]]:
+    """Hugging Face generate()'s output per source (ids without the start token and eos) and its log-probability
+    (eos included) from a teacher-forced pass; source_ids end in eos. early_stopping = "never" is the exact search
+    seqxduce's beam search runs; <pad> is banned as seqxduce's searches ban it."""
+    import torch
+    from transformers import MarianMTModel
+
+    model = MarianMTModel.from_pretrained(folder).eval()
+    pad, eos = model.config.pad_token_id, model.config.eos_token_id
+    out = []
+    for start in range(0, len(source_ids), batch_size):
+        chunk = source_ids[start:start + batch_size]
+        width = max(len(s) for s in chunk)
+        ids = torch.tensor([s + [pad] * (width - len(s)) for s in chunk])
+        mask = (ids != pad).long()
+        with torch.no_grad():
+            generated = model.generate(input_ids=ids, attention_mask=mask, num_beams=beam, do_sample=False,
+                                       max_new_tokens=max_new_tokens, length_penalty=length_penalty,
+                                       early_stopping="never" if beam > 1 else False, bad_words_ids=[[pad]],
+                                       min_length=0, num_return_sequences=1, forced_eos_token_id=forced_eos)
+        for row, sequence in enumerate(generated.tolist()):
+            tokens = sequence[1:]
+            tokens = tokens[: tokens.index(eos)] if eos in tokens else [t for t in tokens if t != pad]
+            out.append((tokens, _logprob(model, ids[row:row + 1], mask[row:row + 1], tokens, pad, eos)))
+    return out
+
+
+def _logprob(model, ids, mask, tokens: list[int], pad: int, eos: int) -> float:
+    """log P(tokens + eos | source) under the Hugging Face model, teacher-forced."""
+    import torch
+
+    decoder_in = torch.tensor([[pad] + tokens])
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_in).logits[0]
+    logprobs = torch.log_softmax(logits.double(), dim=-1)
+    return float(logprobs.gather(1, torch.tensor(tokens + [eos]).unsqueeze(1)).sum())
