@@ -71,7 +71,7 @@ def generate_parity(folder: Path, run: Path, sources: list[str], max_new: int) -
         gap = max((abs(a - b) for a, b in equal), default=float("nan"))
         search = "greedy" if beam == 1 else f"beam {beam}, length_penalty {penalty:g}"
         rows.append(f"| generate() | {search} | {same}/{len(sources)} ({100 * same / len(sources):.1f}%) "
-                    f"| {gap:.1e} ({len(equal)} ending before the limit) |")
+                    f"| {gap:.1e}{'' if beam == 1 else f' ({len(equal)} ending before the limit)'} |")
     return rows
 
 
