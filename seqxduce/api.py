@@ -157,6 +157,11 @@ class Task(abc.ABC):
     def examples(self, split: str, data_dir: Path) -> list[Example]:
         """Return the examples of one split."""
 
+    def data_files(self, split: str, data_dir: Path) -> list[Path] | None:
+        """The files a split's examples are read from, if the task reads files: a prepared training set is then
+        known by their names, sizes and times without reading them (None: by the text of the examples)."""
+        return None
+
     def postprocess(self, hypothesis: str, source: str) -> Postprocessed:
         """Turn decoded target text into the task's output format (e.g. a linearized tree into a tree)."""
         return Postprocessed(hypothesis)
