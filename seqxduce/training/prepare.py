@@ -232,3 +232,17 @@ def prepare_new(recipe: Recipe, folder: Path, examples: Callable[[], list[Exampl
 def open_prepared(folder: Path) -> PairArrays:
     """A prepared dataset's pairs, mapped; a damaged one refused in one line."""
     return binarized.open_dataset(folder)[0]
+
+
+def prepare_training_data(recipe: Recipe, task: Task, data_dir: Path, again: bool = False,
+                          workers: int | None = None) -> Path:
+    """`seqxduce prepare`: a new run's prepared folder for the recipe, made unless it is there (again: made anew,
+    replacing one that is damaged); returns it."""
+    examples = Examples(task, data_dir)
+    folder = prepared_folder(recipe, data_fingerprint(task, data_dir, examples))
+    if binarized.exists(folder) and not again:
+        pairs, meta = binarized.open_dataset(folder)  # a damaged one is refused: --again replaces it
+        console.print(f"the training data were prepared already: {len(pairs)} pairs in {folder} "
+                      f"({_size(binarized.size_on_disk(folder))}); --again prepares them anew")
+        return folder
+    return prepare_new(recipe, folder, examples, workers=workers)
