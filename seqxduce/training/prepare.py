@@ -22,6 +22,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +30,7 @@ import numpy as np
 from seqxduce import components
 from seqxduce.api import Example, Task, Tokenizer, UserError
 from seqxduce.console import PairsProgress, console
-from seqxduce.data import PairArrays, encode_source, within_limits
+from seqxduce.data import PairArrays
 from seqxduce.recipe import Recipe
 from seqxduce.rundir import RunDir
 from seqxduce.training import binarized
@@ -121,23 +122,26 @@ def _encode_shard(bounds: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.n
     ids end to end and the lengths, and how many were dropped."""
     job = _JOB
     assert job is not None
-    src_ids: list[int] = []
-    tgt_ids: list[int] = []
-    src_lengths: list[int] = []
-    tgt_lengths: list[int] = []
-    dropped = 0
-    for ex in job.examples[bounds[0]:bounds[1]]:
-        src = encode_source(job.src_tok, ex.source)
-        tgt = job.tgt_tok.encode(ex.target)
-        if not within_limits(src, tgt, job.max_src, job.max_tgt):
-            dropped += 1
-            continue
-        src_ids += src
-        tgt_ids += tgt
-        src_lengths.append(len(src))
-        tgt_lengths.append(len(tgt))
-    return (np.array(src_ids, dtype=job.dtype), np.array(src_lengths, dtype=np.int64),
-            np.array(tgt_ids, dtype=job.dtype), np.array(tgt_lengths, dtype=np.int64), dropped)
+    shard = job.examples[bounds[0]:bounds[1]]
+    sources = _encode_batch(job.src_tok, [ex.source for ex in shard])
+    targets = _encode_batch(job.tgt_tok, [ex.target for ex in shard])
+    eos = job.src_tok.eos_id
+    src_lengths = np.fromiter((len(s) + 1 for s in sources), dtype=np.int64, count=len(sources))
+    tgt_lengths = np.fromiter((len(t) for t in targets), dtype=np.int64, count=len(targets))
+    # within_limits: the source with its eos, the target with the eos the loss adds
+    keep = (src_lengths <= job.max_src) & (tgt_lengths + 1 <= job.max_tgt)
+    kept = np.flatnonzero(keep).tolist()
+    src_ids = np.fromiter(chain.from_iterable(chain(sources[i], (eos,)) for i in kept), dtype=job.dtype,
+                          count=int(src_lengths[keep].sum()))
+    tgt_ids = np.fromiter(chain.from_iterable(targets[i] for i in kept), dtype=job.dtype,
+                          count=int(tgt_lengths[keep].sum()))
+    return src_ids, src_lengths[keep], tgt_ids, tgt_lengths[keep], len(shard) - len(kept)
+
+
+def _encode_batch(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
+    # a stand-in that is not a Tokenizer subclass (tests) may lack encode_batch
+    batch = getattr(tok, "encode_batch", None)
+    return batch(texts) if batch is not None else [tok.encode(text) for text in texts]
 
 
 def available_cores() -> int:
