@@ -39,7 +39,7 @@ def test_two_process_gloo_matches_single_process(tmp_path):
     single = Trainer(assemble(load_recipe(RECIPE, [*NO_DROPOUT, "train.update_freq=4", "train.max_tokens=100"]),
                               tmp_path / "single"))
     single.run()
-    state = single.model.state_dict()
+    state = single.parts.model.state_dict()
     initial = assemble(load_recipe(RECIPE, [*NO_DROPOUT, "train.max_steps=0", "train.max_tokens=100"]),
                        tmp_path / "init").model.state_dict()
     moved = 0
@@ -70,7 +70,7 @@ def test_fsdp_over_two_gloo_processes_matches_one_process_and_resumes(tmp_path):
     single = Trainer(assemble(load_recipe(RECIPE, [*NO_DROPOUT, "train.update_freq=4", "train.max_tokens=100"]),
                               tmp_path / "single"))
     single.run()
-    state = single.model.state_dict()
+    state = single.parts.model.state_dict()
     assert sharded.keys() == state.keys() == saved["model"].keys()
     for name in state:
         assert torch.allclose(sharded[name], state[name], atol=1e-5, rtol=1e-4), name

@@ -4,6 +4,7 @@ value, as fairseq and Joey NMT build them outside their trainers."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -265,7 +266,7 @@ def training_data(recipe: Recipe, task: Task, data_dir: Path, rundir: RunDir, wo
             else:
                 prepare_new(recipe, folder, lambda: _nonempty(recipe, examples))
             rundir.copy_tokenizers(recipe, folder / TOKENIZERS)
-        world.barrier()
+        _await_prepared(folder, world)
     else:  # the tokenizer files come from elsewhere: the ids are keyed by their bytes
         _tokenizers_in(rundir, recipe, world, examples, resume, tokenizers_from)
         tokenizers = rundir.load_tokenizers(recipe)
@@ -277,10 +278,19 @@ def training_data(recipe: Recipe, task: Task, data_dir: Path, rundir: RunDir, wo
                 console.print(f"train: read the tokenized pairs from the cache {folder}")
             else:
                 write_dataset(folder, _nonempty(recipe, examples), tokenizers, recipe)
-        world.barrier()
+        _await_prepared(folder, world)
     pairs, meta = binarized.open_dataset(folder, verify=not is_main)  # rank 0 checked it above
     _report_kept(len(pairs), sum(meta.get("dropped", {}).values()), is_main and reused)
     return pairs
+
+
+def _await_prepared(folder: Path, world: distributed.World) -> None:
+    """The other ranks wait for rank 0's dataset by its folder, not in a collective: preparing a large corpus
+    outlasts [train] collective_timeout (a rank 0 that fails ends the world under torchrun)."""
+    if world.world_size > 1 and world.rank != 0:
+        while not binarized.exists(folder):
+            time.sleep(1.0)
+    world.barrier()
 
 
 def _report_kept(kept: int, skipped: int, is_main: bool) -> None:
