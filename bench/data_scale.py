@@ -208,7 +208,15 @@ def one_size(pairs: int, work: Path, sample: int) -> dict:
     row.update(first_step_s=one["first_step_s"], private=one["private"], model_private=base["private"],
                data_private=one["private"] - base["private"], pss_two_ranks=sum(r["pss"] for r in two),
                first_step_two_ranks_s=max(r["first_step_s"] for r in two))
+    row.update(two_rank_baseline(root, env))
     return row
+
+
+def two_rank_baseline(root: Path, env: dict[str, str]) -> dict[str, int]:
+    """The PSS of two ranks training the small corpus with the same tokenizer and model: what the two ranks' PSS
+    holds besides the data (the libraries' shared pages count half in each rank's PSS, as the data's do)."""
+    two = _train(root / "small.toml", root / "run-2-small", env, ranks=2, tokenizers_from=root / "run")
+    return {"pss_two_ranks_model": sum(r["pss"] for r in two)}
 
 
 def main() -> None:
@@ -216,6 +224,8 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000, 4_500_000])
     parser.add_argument("--work", type=Path, default=Path("/tmp/data-scale"))
     parser.add_argument("--sample", type=int, default=200_000, help="sentences the tokenizer trains on")
+    parser.add_argument("--pss-baseline", action="store_true",
+                        help="only the two-rank baseline of sizes already run in --work")
     parser.add_argument("--worker", nargs=4, metavar=("RECIPE", "OUT", "REPORT", "TOKENIZERS_FROM"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -224,6 +234,11 @@ def main() -> None:
         worker(Path(recipe), Path(out), Path(report), tokenizers_from or None)
         return
     for pairs in args.sizes:
+        if args.pss_baseline:
+            root = args.work / f"{pairs}"
+            print(json.dumps({"pairs": pairs, **two_rank_baseline(root, {**os.environ,
+                                                                          "SEQXDUCE_CACHE": str(root / "cache")})}))
+            continue
         row = one_size(pairs, args.work, args.sample)
         row["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                        cwd=REPO).stdout.strip()
