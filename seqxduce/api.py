@@ -160,6 +160,11 @@ class Task(abc.ABC):
     def examples(self, split: str, data_dir: Path) -> list[Example]:
         """Return the examples of one split."""
 
+    def data_files(self, split: str, data_dir: Path) -> list[Path] | None:
+        """The files a split's examples are read from, if the task reads files: a prepared training set is then
+        known by their names, sizes and times without reading them (None: by the text of the examples)."""
+        return None
+
     def postprocess(self, hypothesis: str, source: str) -> Postprocessed:
         """Turn decoded target text into the task's output format (e.g. a linearized tree into a tree)."""
         return Postprocessed(hypothesis)
@@ -220,6 +225,11 @@ class Tokenizer(abc.ABC):
     @abc.abstractmethod
     def encode(self, text: str) -> list[int]:
         """Text to ids, without bos/eos."""
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """encode() of each text, the same ids: a tokenizer whose library encodes a list faster overrides it
+        (preparing a large corpus calls it on shards of thousands of texts, one process per core)."""
+        return [self.encode(text) for text in texts]
 
     @abc.abstractmethod
     def decode(self, ids: Sequence[int]) -> str:

@@ -117,11 +117,18 @@ def recipe_info(ctx: click.Context, file: Path, overrides: tuple[str, ...]) -> N
 @cli.command()
 @click.argument("recipe_file", metavar="RECIPE", type=click.Path(path_type=Path))
 @click.option("--set", "overrides", multiple=True, help=SET_HELP)
+@click.option("--again", is_flag=True, help="prepare the training data anew, replacing what is there (a damaged "
+              "dataset)")
+@click.option("--workers", type=click.IntRange(1), help="processes that encode the corpus (default: every core)")
+@click.option("--data-only", is_flag=True, help="only download or build the task's data; no tokenizer, no ids")
 @click.pass_context
-def prepare(ctx: click.Context, recipe_file: Path, overrides: tuple[str, ...]) -> None:
-    """Download and prepare the recipe's data (training does this too)."""
+def prepare(ctx: click.Context, recipe_file: Path, overrides: tuple[str, ...], again: bool, workers: int | None,
+            data_only: bool) -> None:
+    """Download the recipe's data, train its tokenizer and encode its training split into a binarized dataset
+    that every run of the recipe maps (training does this when it was not done; a cluster job need not)."""
     _registry(ctx)
-    where = engine.prepare(engine.load_recipe(recipe_file, overrides))
+    where = engine.prepare(engine.load_recipe(recipe_file, overrides), training_data=not data_only, again=again,
+                           workers=workers)
     click.echo(f"data ready in {where}")
 
 

@@ -109,6 +109,40 @@ class TrainProgress:
             self.progress.console.print(message, markup=False)
 
 
+class PairsProgress:
+    """A long step over pairs on the console: what it is doing, pairs done (of total), pairs/s, elapsed and ETA
+    (total None: a step whose progress cannot be counted, shown with its elapsed time)."""
+
+    def __init__(self, what: str, total: int | None, enabled: bool = True, out: Console | None = None):
+        out = out or console
+        fixed = Column(no_wrap=True)
+        counted = [
+            BarColumn(bar_width=24, table_column=fixed),
+            TextColumn("{task.completed:,.0f}/{task.total:,.0f} pairs", table_column=fixed),
+            TextColumn("{task.fields[rate]}", table_column=fixed),
+            TextColumn("eta", table_column=fixed),
+            TimeRemainingColumn(table_column=fixed),
+        ] if total is not None else []
+        self.progress = Progress(TextColumn(f"[bold]{what}[/]", table_column=fixed), *counted,
+                                 TimeElapsedColumn(table_column=fixed), console=out,
+                                 disable=not enabled or not out.is_terminal)
+        self.task = self.progress.add_task(what, total=total, rate="")
+        self.started = time.perf_counter()
+        self.done = 0
+
+    def __enter__(self) -> PairsProgress:
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.__exit__(*exc)
+
+    def advance(self, pairs: int) -> None:
+        self.done += pairs
+        rate = self.done / max(time.perf_counter() - self.started, 1e-9)
+        self.progress.update(self.task, completed=self.done, rate=f"{rate:,.0f} pairs/s")
+
+
 def _fmt(value: float | str) -> str:
     if isinstance(value, str):
         return value

@@ -127,10 +127,11 @@ class TrainSettings(Settings):
                                         min=0.0, min_exclusive=True)
     average_last: int = setting(0, help="at the end, average the last N checkpoints into average.pt (0 = off)",
                                 min=0)
-    token_cache: bool = setting(True, help="keep the tokenized training pairs on disk, keyed by the data and the "
-                                           "tokenizer files, so that --resume or another run with the same data "
-                                           "and tokenizer reads them instead of tokenizing again; the folder is "
-                                           "$SEQXDUCE_CACHE, else ~/.cache/seqxduce")
+    token_cache: bool = setting(True, help="train from the prepared training data (`seqxduce prepare`: the "
+                                           "tokenizer and the binarized ids on disk, keyed by the data, the "
+                                           "tokenizer and the limits, memory-mapped by every run and rank); the "
+                                           "folder is $SEQXDUCE_CACHE, else ~/.cache/seqxduce; false: every "
+                                           "process encodes the split in memory")
     fsdp: bool = setting(False, help="with several processes (torchrun): shard parameters, gradients and Adam's "
                                      "state over them (FSDP2 fully_shard of the whole model: gradients and Adam's "
                                      "state stay sharded, parameters are gathered for forward and backward) "

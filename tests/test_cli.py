@@ -167,7 +167,7 @@ def test_prepare_command_builds_the_data_relative_to_the_recipe_once(cli, tmp_pa
         result = invoke(cli, "prepare", recipe)
         assert result.exit_code == 0, result.output
         data = tmp_path / "data" / "pairs.txt"
-        where = result.output.removeprefix("data ready in ").rstrip("\n")
+        where = result.output.splitlines()[-1].removeprefix("data ready in ")
         assert Path(where).resolve() == data.parent.resolve(), result.output
         assert data.read_text(encoding="utf-8") == "1 2\t2 1\n"
         data.write_text("3\t3\n", encoding="utf-8")  # a second prepare must keep what is there

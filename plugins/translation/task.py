@@ -65,6 +65,11 @@ class TranslationTask(Task):
                                   tokenized_bleu=self.settings.tokenized_bleu,
                                   literature_bleu=self.settings.literature_bleu, more_references=references[1:])
 
+    def data_files(self, split: str, data_dir: Path) -> list[Path] | None:
+        """The split's source and target files: a prepared training set is known by them without reading them."""
+        self.prepare(data_dir)
+        return list(self.dataset.files(split, Path(data_dir)))
+
     def score(self, hypotheses: list[str], references: list[str], sources: list[str] | None = None) -> Report:
         """sacreBLEU (primary) and chrF, plus tokenized BLEU when [task] tokenized_bleu = true and the Multi30k
         literature's BLEU when [task] literature_bleu = true."""

@@ -4,6 +4,7 @@ value, as fairseq and Joey NMT build them outside their trainers."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,19 +16,27 @@ from seqxduce import components
 from seqxduce.api import Example, Settings, Task, UserError
 from seqxduce.components import Tokenizers
 from seqxduce.console import console
-from seqxduce.data import Pair, encode_pairs
+from seqxduce.data import Pair, PairArrays, encode_pairs
 from seqxduce.device import resolve_device
 from seqxduce.recipe import Recipe
 from seqxduce.rundir import RunDir, locate
-from seqxduce.training import distributed
+from seqxduce.training import binarized, distributed
 from seqxduce.training.early_stopping import EarlyStopping
 from seqxduce.training.metrics_log import MetricsLog
 from seqxduce.training.optim import build_optimizer, build_scaler, restore_optimizer
+from seqxduce.training.prepare import (
+    TOKENIZERS,
+    Examples,
+    data_fingerprint,
+    prepare_new,
+    prepared_folder,
+    tokens_folder,
+    write_dataset,
+)
 from seqxduce.training.sampled_epochs import EpochEncoder
 from seqxduce.training.state import TrainState, restore
 from seqxduce.training.step_plan import StepPlan
 from seqxduce.training.tensorboard_log import TENSORBOARD_DIR, summary_writer_class
-from seqxduce.training.token_cache import encode_pairs_cached
 from seqxduce.training.validation import Validator
 
 
@@ -80,6 +89,15 @@ def compiled(model: torch.nn.Module, setting: str, device: torch.device) -> torc
     return torch.compile(model, dynamic=True)
 
 
+@dataclass(frozen=True)
+class FineTuningSource:
+    """What --init-from names: the run directory, the checkpoint in it and the checkpoint's contents."""
+
+    run_dir: Path
+    checkpoint: Path
+    saved: dict
+
+
 def assemble(recipe: Recipe, run_dir: Path, resume: bool = False, overwrite: bool = False,
              tokenizers_from: Path | None = None, init_from: Path | None = None,
              keep_optimizer: bool = False) -> TrainingRun:
@@ -91,7 +109,7 @@ def assemble(recipe: Recipe, run_dir: Path, resume: bool = False, overwrite: boo
     # read before any heavy work, so that a model that does not match is one line at once
     init = fine_tuning_source(recipe, init_from, resume, tokenizers_from, keep_optimizer) if init_from else None
     if init is not None:
-        tokenizers_from = init[0]
+        tokenizers_from = init.run_dir
     world = distributed.setup(s.device, s.collective_timeout)
     if s.fsdp:  # before the data and the model are built
         world.require_shards()
@@ -110,17 +128,15 @@ def assemble(recipe: Recipe, run_dir: Path, resume: bool = False, overwrite: boo
     if is_main:
         task.prepare(data_dir)
     world.barrier()
-    train_examples = task.examples("train", data_dir)
-    if not train_examples:
-        raise UserError(f"[task] name = {recipe.task.core.name!r} read no training examples from "
-                        f"{data_dir}: the training file is empty")
+    train_examples = Examples(task, data_dir)  # read only when the training data are not prepared yet
+    train_pairs = training_data(recipe, task, data_dir, rundir, world, train_examples, resume, tokenizers_from)
+    train_examples.release()  # the run keeps the mapped ids, not the text
     valid_examples = task.examples("valid", data_dir) if "valid" in task.splits else []
-    _tokenizers_in(rundir, recipe, world, train_examples, resume, tokenizers_from)
     torch.manual_seed(s.seed)
     built = rundir.components(recipe, task)
     tokenizers = built.tokenizers
-    train_pairs = encode(recipe, tokenizers, train_examples, "train", rundir, is_main)
     valid_pairs = encode(recipe, tokenizers, valid_examples, "valid", rundir, is_main) if valid_examples else []
+    # reads the training text again only if a tokenizer samples (subword regularization)
     sampler = EpochEncoder(train_examples, tokenizers.src, tokenizers.tgt, s.max_source_len, s.max_target_len,
                            s.max_tokens, s.seed)
     model = built.model.to(device)
@@ -128,17 +144,17 @@ def assemble(recipe: Recipe, run_dir: Path, resume: bool = False, overwrite: boo
         ckpt.load_weights(model, resume_from[1]["model"], f"--resume: {resume_from[0]}",
                           "resume without changing [model] or [tokenizer]")
     elif init is not None:
-        ckpt.load_weights(model, init[2]["model"], f"--init-from {init[1]}",
+        ckpt.load_weights(model, init.saved["model"], f"--init-from {init.checkpoint}",
                           "fine-tune with the [model] and [tokenizer] of the run it comes from")
     wrapped = compiled(world.wrap(model, fsdp=s.fsdp), s.compile, device)
     optimizer, fused = build_optimizer(model, s, model.schedule_width)
     scaler = build_scaler(s, device)
     if init is not None:
         if keep_optimizer:  # Adam's moments go on; the schedule starts again at step 1 of the new run
-            restore_optimizer(optimizer, init[2]["optimizer"], fused)
+            restore_optimizer(optimizer, init.saved["optimizer"], fused)
         if is_main:
             kept = "its optimizer state kept" if keep_optimizer else "a fresh optimizer"
-            console.print(f"initialised from {init[1]} (step {init[2].get('step', '?')}), {kept}")
+            console.print(f"initialised from {init.checkpoint} (step {init.saved.get('step', '?')}), {kept}")
     run = TrainingRun(
         recipe=recipe, world=world, device=device, task=task, tokenizers=tokenizers, model=model, wrapped=wrapped,
         optimizer=optimizer, fused=fused, scaler=scaler,
@@ -161,8 +177,8 @@ def assemble(recipe: Recipe, run_dir: Path, resume: bool = False, overwrite: boo
 
 
 def fine_tuning_source(recipe: Recipe, init_from: Path, resume: bool, tokenizers_from: Path | None,
-                       keep_optimizer: bool) -> tuple[Path, Path, dict]:
-    """(run directory, checkpoint, its contents) that --init-from names, refused in one line when the recipe's
+                       keep_optimizer: bool) -> FineTuningSource:
+    """The run directory, checkpoint and its contents that --init-from names, refused in one line when the recipe's
     architecture or vocabulary differs from that run's: [model] and [tokenizer] must match, [train] may change."""
     if resume:
         raise UserError("train: --init-from starts a new run from another's weights, --resume continues this one; "
@@ -190,7 +206,7 @@ def fine_tuning_source(recipe: Recipe, init_from: Path, resume: bool, tokenizers
                         "only); name a step checkpoint, or leave out --keep-optimizer")
     if keep_optimizer and recipe.train.fsdp:
         raise UserError("--keep-optimizer: not with [train] fsdp = true; fine-tune with a fresh optimizer")
-    return source.path, path, saved
+    return FineTuningSource(source.path, path, saved)
 
 
 def _open_run_dir(rundir: RunDir, world: distributed.World, resume: bool, overwrite: bool) -> None:
@@ -201,7 +217,7 @@ def _open_run_dir(rundir: RunDir, world: distributed.World, resume: bool, overwr
     world.barrier()
 
 
-def _tokenizers_in(rundir: RunDir, recipe: Recipe, world: distributed.World, examples: list[Example],
+def _tokenizers_in(rundir: RunDir, recipe: Recipe, world: distributed.World, examples: Examples,
                    resume: bool, tokenizers_from: Path | None) -> None:
     """A resumed run keeps the tokenizers its checkpoints were trained with; a new run trains its own (or
     copies tokenizers_from's), replacing any left in the run directory by an earlier attempt (they may come
@@ -210,25 +226,86 @@ def _tokenizers_in(rundir: RunDir, recipe: Recipe, world: distributed.World, exa
         if tokenizers_from is not None:
             rundir.copy_tokenizers(recipe, tokenizers_from)
         else:
-            rundir.train_tokenizers(recipe, examples)
+            rundir.train_tokenizers(recipe, _nonempty(recipe, examples))
     world.barrier()
     if not rundir.has_tokenizers(recipe):
         raise UserError(f"--resume: {rundir.path} holds no tokenizer files; train into a new --out")
 
 
+def _nonempty(recipe: Recipe, examples: Examples) -> list[Example]:
+    train = examples()
+    if not train:
+        raise UserError(f"[task] name = {recipe.task.core.name!r} read no training examples from "
+                        f"{examples.data_dir}: the training file is empty")
+    return train
+
+
+def training_data(recipe: Recipe, task: Task, data_dir: Path, rundir: RunDir, world: distributed.World,
+                  examples: Examples, resume: bool, tokenizers_from: Path | None) -> PairArrays:
+    """The run's tokenizer files into its directory and its training pairs, mapped from the prepared dataset:
+    rank 0 prepares what is not prepared yet (training.prepare), the others wait, then every rank maps the same
+    files. With [train] token_cache = false, every rank encodes in memory and nothing is written."""
+    s = recipe.train
+    is_main = world.rank == 0
+    limits = (s.max_source_len, s.max_target_len)
+    if not s.token_cache:
+        _tokenizers_in(rundir, recipe, world, examples, resume, tokenizers_from)
+        tokenizers = rundir.load_tokenizers(recipe)
+        listed, skipped = encode_pairs(_nonempty(recipe, examples), tokenizers.src, tokenizers.tgt, *limits)
+        _report_kept(len(listed), skipped, is_main)
+        return PairArrays.from_pairs(listed)
+    fingerprint = data_fingerprint(task, data_dir, lambda: _nonempty(recipe, examples))
+    reused = False  # the data were prepared before (else preparing them printed what it kept)
+    if not resume and tokenizers_from is None:  # a new run: tokenizers and ids from the prepared folder
+        folder = prepared_folder(recipe, fingerprint)
+        if is_main:
+            if binarized.exists(folder):
+                binarized.open_dataset(folder)  # a damaged one is refused here, before anything is copied
+                reused = True
+                console.print(f"train: the training data were prepared already: {folder}")
+            else:
+                prepare_new(recipe, folder, lambda: _nonempty(recipe, examples))
+            rundir.copy_tokenizers(recipe, folder / TOKENIZERS)
+        _await_prepared(folder, world)
+    else:  # the tokenizer files come from elsewhere: the ids are keyed by their bytes
+        _tokenizers_in(rundir, recipe, world, examples, resume, tokenizers_from)
+        tokenizers = rundir.load_tokenizers(recipe)
+        folder = tokens_folder(recipe, fingerprint, rundir.tokenizer_files(recipe), tokenizers)
+        if is_main:
+            if binarized.exists(folder):
+                binarized.open_dataset(folder)
+                reused = True
+                console.print(f"train: read the tokenized pairs from the cache {folder}")
+            else:
+                write_dataset(folder, _nonempty(recipe, examples), tokenizers, recipe)
+        _await_prepared(folder, world)
+    pairs, meta = binarized.open_dataset(folder, verify=not is_main)  # rank 0 checked it above
+    _report_kept(len(pairs), sum(meta.get("dropped", {}).values()), is_main and reused)
+    return pairs
+
+
+def _await_prepared(folder: Path, world: distributed.World) -> None:
+    """The other ranks wait for rank 0's dataset by its folder, not in a collective: preparing a large corpus
+    outlasts [train] collective_timeout (a rank 0 that fails ends the world under torchrun)."""
+    if world.world_size > 1 and world.rank != 0:
+        while not binarized.exists(folder):
+            time.sleep(1.0)
+    world.barrier()
+
+
+def _report_kept(kept: int, skipped: int, is_main: bool) -> None:
+    if skipped and is_main:
+        console.print(f"train: skipped {skipped} of {kept + skipped} pairs over max_source_len/max_target_len")
+    if not kept:
+        raise UserError("train: no pairs left after the length limits; raise [train] max_source_len/max_target_len")
+
+
 def encode(recipe: Recipe, tokenizers: Tokenizers, examples: list[Example], split: str,
            rundir: RunDir | None = None, is_main: bool = True) -> list[Pair]:
-    """A split's examples encoded into pairs within the length limits (the training split through the token
-    cache when the run directory holds the tokenizer files it is keyed by)."""
+    """A split's examples encoded into pairs within the length limits, in memory (the training split of a run
+    comes from its prepared dataset: training_data)."""
     s = recipe.train
-    limits = (s.max_source_len, s.max_target_len)
-    if split == "train" and s.token_cache and rundir is not None:
-        files = rundir.tokenizer_files(recipe)
-        pairs, skipped, cached = encode_pairs_cached(examples, tokenizers.src, tokenizers.tgt, *limits, files)
-        if cached is not None and is_main:
-            console.print(f"{split}: read {len(pairs)} tokenized pairs from the cache {cached}")
-    else:
-        pairs, skipped = encode_pairs(examples, tokenizers.src, tokenizers.tgt, *limits)
+    pairs, skipped = encode_pairs(examples, tokenizers.src, tokenizers.tgt, s.max_source_len, s.max_target_len)
     if skipped and is_main:
         console.print(f"{split}: skipped {skipped} of {len(examples)} pairs over max_source_len/max_target_len")
     if not pairs:

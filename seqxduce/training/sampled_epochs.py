@@ -9,10 +9,10 @@ sampling read.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from seqxduce.api import Example, Tokenizer
-from seqxduce.data import Pair, encode_source, within_limits
+from seqxduce.data import Pair, PairArrays, encode_source, within_limits
 
 
 def sampling_seed(seed: int, epoch: int, side: int) -> int:
@@ -29,19 +29,31 @@ class EpochEncoder:
     is short enough. A side whose tokenizer does not sample keeps its deterministic ids, computed once.
     """
 
-    def __init__(self, examples: Sequence[Example], src_tok: Tokenizer, tgt_tok: Tokenizer, max_src: int,
-                 max_tgt: int, max_tokens: int, seed: int):
-        self.examples = examples
+    def __init__(self, examples: Sequence[Example] | Callable[[], Sequence[Example]], src_tok: Tokenizer,
+                 tgt_tok: Tokenizer, max_src: int, max_tgt: int, max_tokens: int, seed: int):
+        # a callable reads the examples only when a tokenizer samples: a run that does not keeps no text
+        self._examples = examples
         self.src_tok, self.tgt_tok = src_tok, tgt_tok
         self.max_src, self.max_tgt, self.max_tokens = max_src, max_tgt, max_tokens
         self.seed = seed
         self.samples: bool | None = None  # unknown until the first epoch asks
         self._fixed: dict[int, list[list[int]]] = {}  # deterministic ids of a side that does not sample
 
-    def pairs(self, epoch: int) -> list[Pair] | None:
+    @property
+    def examples(self) -> Sequence[Example]:
+        if callable(self._examples):
+            self._examples = self._examples()
+        return self._examples
+
+    def pairs(self, epoch: int) -> PairArrays | None:
         """This epoch's training pairs, or None when neither tokenizer samples (the deterministic pairs train)."""
         if self.samples is False:
             return None
+        if self.samples is None and callable(self._examples):
+            # asked of one text before the corpus is read: a tokenizer that does not sample returns None for any
+            self.samples = any(tok.encode_sampled(["a"], 0) is not None for tok in (self.src_tok, self.tgt_tok))
+            if not self.samples:
+                return None
         texts = ([ex.source for ex in self.examples], [ex.target for ex in self.examples])
         toks = (self.src_tok, self.tgt_tok)
         sampled = [tok.encode_sampled(texts[side], sampling_seed(self.seed, epoch, side))
@@ -65,7 +77,7 @@ class EpochEncoder:
                 if not self._fits(src, tgt, None):
                     continue
             pairs.append(Pair(src, tgt))
-        return pairs
+        return PairArrays.from_pairs(pairs)
 
     def _fits(self, src: list[int], tgt: list[int], max_tokens: int | None) -> bool:
         """Within the length caps (data.within_limits) and, if given, max_tokens."""

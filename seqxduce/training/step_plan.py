@@ -4,11 +4,11 @@ position in training alone, so that a --resume and every rank plan the same step
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from seqxduce.api import UserError, VocabInfo
-from seqxduce.data import Batch, Pair, collate_indices, token_batches
+from seqxduce.data import Batch, EpochBatches, Pair, PairArrays, length_batches
 from seqxduce.settings import TrainSettings
 from seqxduce.training.sampled_epochs import EpochEncoder
 from seqxduce.training.state import TrainState
@@ -33,7 +33,7 @@ def steps_in_epoch(num_batches: int, world_size: int, update_freq: int) -> int:
     return num_batches // (world_size * update_freq)
 
 
-def batches_for_step(batches: list[list[int]], step_in_epoch: int, rank: int, world_size: int,
+def batches_for_step(batches: Sequence[list[int]], step_in_epoch: int, rank: int, world_size: int,
                      update_freq: int) -> list[list[int]]:
     """The update_freq batches this rank accumulates for one optimizer step.
 
@@ -47,32 +47,35 @@ def batches_for_step(batches: list[list[int]], step_in_epoch: int, rank: int, wo
 @dataclass
 class PlannedStep:
     """One optimizer step as the plan has it: the data position, this rank's batches (pair indices) and
-    the target tokens of all ranks' batches (the gradient's normaliser), and the pairs the batches index."""
+    the target tokens of all ranks' batches (the gradient's normaliser), and the pairs the batches index (arrays,
+    memory-mapped for a prepared dataset: the batches gather their rows from them)."""
 
     epoch: int
     step_in_epoch: int
     batch_indices: list[list[int]]  # this rank's batches of the step, as indices into pairs
     global_tokens: int
-    pairs: list[Pair]  # the epoch's training pairs, which group indexes (sampled anew per epoch, or the fixed ones)
+    pairs: PairArrays  # the epoch's training pairs, which group indexes (sampled anew per epoch, or the fixed ones)
 
     def batches(self, vocab: VocabInfo) -> list[Batch]:
         """This rank's batches of the step, padded (host tensors)."""
-        return [collate_indices(self.pairs, indices, vocab) for indices in self.batch_indices]
+        return [self.pairs.collate(indices, vocab) for indices in self.batch_indices]
 
 
 class StepPlan:
     """The batches of every step from a training position on, for one rank of a world."""
 
-    def __init__(self, settings: TrainSettings, train_pairs: list[Pair], sampler: EpochEncoder | None,
+    def __init__(self, settings: TrainSettings, train_pairs: PairArrays | Sequence[Pair], sampler: EpochEncoder | None,
                  rank: int = 0, world_size: int = 1):
         self.settings = settings
-        self.train_pairs = train_pairs
+        # arrays, whatever the caller holds: the plan works on lengths and indices, a batch gathers its rows
+        self.train_pairs = train_pairs if isinstance(train_pairs, PairArrays) else PairArrays.from_pairs(train_pairs)
         self.sampler = sampler
         self.rank, self.world_size = rank, world_size
         # the curriculum's longest source is the deterministic encoding's; a longer sampled one waits for its end
-        self.longest_source = max(len(p.src) for p in train_pairs)
-        self._sampled: tuple[int | None, list[Pair]] = (None, [])
-        self._last_batches: tuple[tuple[int, int | None] | None, list[Pair], list[list[int]]] = (None, [], [])
+        self.longest_source = int(self.train_pairs.src_lengths.max())
+        self._sampled: tuple[int | None, PairArrays | None] = (None, None)
+        self._last_batches: tuple[tuple[int, int | None] | None, PairArrays | None, EpochBatches | None] = (
+            None, None, None)
 
     def source_cap(self, step: int) -> int | None:
         """The length curriculum's source cap at `step` (None: every pair trains)."""
@@ -80,26 +83,29 @@ class StepPlan:
         return curriculum_cap(step, s.curriculum_start_len, s.curriculum_steps, self.longest_source,
                               s.curriculum_hold_steps)
 
-    def epoch_pairs(self, epoch: int) -> list[Pair]:
+    def epoch_pairs(self, epoch: int) -> PairArrays:
         """The training pairs of an epoch: encoded anew from ([train] seed, epoch) when a tokenizer samples
         (subword regularization), else the deterministic ones; every rank and a --resume get the same."""
         if self._sampled[0] != epoch:
             sampled = self.sampler.pairs(epoch) if self.sampler is not None else None
             self._sampled = (epoch, self.train_pairs if sampled is None else sampled)
+        assert self._sampled[1] is not None
         return self._sampled[1]
 
-    def epoch_batches(self, epoch: int, cap: int | None) -> tuple[list[Pair], list[list[int]]]:
+    def epoch_batches(self, epoch: int, cap: int | None) -> tuple[PairArrays, EpochBatches]:
         """The epoch's pairs and their batches (lists of indices into those pairs)."""
         # a function of (epoch, cap) only, so --resume rebuilds the same batches; the last one is kept because
         # the run's checks and its plan both start from it
         if self._last_batches[0] != (epoch, cap):
             pairs = self.epoch_pairs(epoch)
-            self._last_batches = ((epoch, cap), pairs, token_batches(pairs, self.settings.max_tokens,
-                                                                     self.settings.seed, epoch, max_source=cap,
-                                                                     bucket_width=self.settings.bucket_width))
-        return self._last_batches[1], self._last_batches[2]
+            batches = length_batches(pairs.src_lengths, pairs.tgt_lengths, self.settings.max_tokens,
+                                     self.settings.seed, epoch, max_source=cap, bucket_width=self.settings.bucket_width)
+            self._last_batches = ((epoch, cap), pairs, batches)
+        pairs, batches = self._last_batches[1], self._last_batches[2]
+        assert pairs is not None and batches is not None
+        return pairs, batches
 
-    def _per_epoch(self, batches: list[list[int]]) -> int:
+    def _per_epoch(self, batches: Sequence[list[int]]) -> int:
         return steps_in_epoch(len(batches), self.world_size, self.settings.update_freq)
 
     def steps_per_epoch(self, state: TrainState) -> int:
@@ -110,7 +116,7 @@ class StepPlan:
         per_epoch = self._per_epoch(batches)
         if per_epoch == 0 and cap is not None:
             raise UserError(f"[train] curriculum_start_len = {s.curriculum_start_len} leaves no training pair "
-                            f"(sources here have at least {min(len(p.src) for p in self.train_pairs)} tokens, "
+                            f"(sources here have at least {int(self.train_pairs.src_lengths.min())} tokens, "
                             "eos included); raise it")
         if per_epoch == 0:
             raise UserError(
@@ -147,7 +153,8 @@ class StepPlan:
             group = batches_for_step(batches, step_in_epoch, self.rank, world, s.update_freq)
             # the target tokens of every rank's batches (eos included, as the loss counts), known here without
             # asking the other ranks
-            every_rank = batches_for_step(batches, step_in_epoch, 0, 1, world * s.update_freq)
-            tokens = sum(len(pairs[i].tgt) + 1 for batch in every_rank for i in batch)
+            first = step_in_epoch * world * s.update_freq
+            every_rank = [batches.indices(k) for k in range(first, first + world * s.update_freq)]
+            tokens = sum(int(pairs.tgt_lengths[batch].sum()) + len(batch) for batch in every_rank)
             yield PlannedStep(epoch, step_in_epoch, group, tokens, pairs)
             step, step_in_epoch = step + 1, step_in_epoch + 1

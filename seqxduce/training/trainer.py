@@ -23,7 +23,7 @@ from seqxduce.training.figures import NonfiniteRun, Window, batch_stats
 from seqxduce.training.loss import label_smoothed_nll
 from seqxduce.training.optim import clip_gradients, learning_rate, optimizer_step, set_learning_rate
 from seqxduce.training.run import TrainingRun, assemble
-from seqxduce.training.signals import StopRequest, signal_name, stop_on_signals
+from seqxduce.training.signals import Abandoned, StopRequest, signal_name, stop_on_signals
 from seqxduce.training.state import (
     TrainResult,
     TrainState,
@@ -46,6 +46,7 @@ class Trainer:
         self.settings = parts.recipe.train
         self.stop = StopRequest()
         self.nonfinite = NonfiniteRun(self.settings.max_nonfinite_steps)
+        self._in_step = False  # inside an optimizer step (what a second signal cuts short)
 
     @property
     def state(self) -> TrainState:
@@ -55,8 +56,9 @@ class Trainer:
     # ------------------------------------------------------------ the loop
 
     def run(self) -> TrainResult:
-        """Train to max_steps. A first Ctrl-C or SIGTERM finishes the current step and saves it, so that --resume
-        continues it; a second one stops at once, keeping the checkpoints already written (TrainingStopped).
+        """Train to max_steps. A first Ctrl-C, SIGTERM or SIGUSR1 finishes the current step (or abandons the
+        validation or averaging under way) and saves the last step done, so that --resume continues it; a second one
+        stops at once, keeping the checkpoints already written (TrainingStopped).
         Another process that dies or hangs stops this one after [train] collective_timeout, with an error."""
         with stop_on_signals(self.stop):
             try:
@@ -64,8 +66,10 @@ class Trainer:
             except KeyboardInterrupt:
                 saved = self._rundir().step_checkpoints()
                 kept = f"the last checkpoint is {saved[-1]}" if saved else "no checkpoint was written"
-                raise TrainingStopped(f"interrupted during step {self.state.step + 1}; {kept}; continue with "
-                                      "--resume", self.stop.exit_code) from None
+                where = (f"during step {self.state.step + 1}" if self._in_step
+                         else f"after step {self.state.step}, before it was saved")
+                raise TrainingStopped(f"interrupted {where}; {kept}; continue with --resume",
+                                      self.stop.exit_code) from None
             except RuntimeError as err:
                 if self.parts.world.world_size == 1 or not distributed.is_collective_failure(err):
                     raise
@@ -96,9 +100,11 @@ class Trainer:
                 Prefetcher(self.parts.plan.steps(self.state), self._collated, depth=2) as planned:
             for plan, batches in planned:
                 self.state.epoch, self.state.step_in_epoch = plan.epoch, plan.step_in_epoch
+                self._in_step = True
                 figures = self.train_step(batches, plan.global_tokens)
                 self.state.step += 1
                 self.state.step_in_epoch += 1
+                self._in_step = False
                 window.add(figures)
                 step = self.state.step
                 self.nonfinite.add(step, figures["skipped_updates"])
@@ -122,6 +128,9 @@ class Trainer:
                     raise self._interrupted(signum)
                 if validating:
                     last_metrics = self.validate(progress)
+                    signum = self._stop_now()  # a signal during validation abandoned it: save the step now
+                    if signum:
+                        raise self._interrupted(signum, "its validation abandoned")
                     if stopping.spent(self.state):
                         self.parts.log.write("stopped", step=step, reason="patience", best_step=self.state.best_step,
                                              best=self.state.best_value)
@@ -133,9 +142,19 @@ class Trainer:
         # the last validation comes before the last checkpoint, so that it holds early stopping's record of it
         if self.parts.validator is not None and not stopping.spent(self.state):
             last_metrics = self.validate(progress)
+        signum = self._stop_now()
+        if signum:
+            raise self._interrupted(signum, "the run's last, its final validation abandoned",
+                                    "--resume writes what the end of the run writes")
         self.save()
         if self.parts.is_main:
-            settle_average(rundir, s)
+            try:
+                with self.stop.abandonable():
+                    settle_average(rundir, s)
+            except Abandoned:  # every step is saved: a --resume of the finished run writes the average
+                raise TrainingStopped(f"{signal_name(self.stop.signal)}: stopped at step {self.state.step}, the "
+                                      f"run's last, while averaging; saved {rundir.step_path(self.state.step)}; "
+                                      "--resume writes the average", self.stop.exit_code) from None
         self.parts.world.barrier()
         return TrainResult(rundir.path, self.state.step, last_metrics)
 
@@ -149,11 +168,12 @@ class Trainer:
         flag = torch.tensor([float(self.stop.signal)], dtype=torch.float64)
         return int(self.parts.world.all_reduce_max(flag)[0])
 
-    def _interrupted(self, signum: int) -> TrainingStopped:
+    def _interrupted(self, signum: int, how: str = "", then: str = "continue with --resume") -> TrainingStopped:
         self.stop.signal = self.stop.signal or signum
         path = self.save()
-        return TrainingStopped(f"{signal_name(signum)}: interrupted at step {self.state.step}; saved {path}; "
-                               "continue with --resume", self.stop.exit_code)
+        how = f" ({how})" if how else ""
+        return TrainingStopped(f"{signal_name(signum)}: interrupted at step {self.state.step}{how}; saved {path}; "
+                               f"{then}", self.stop.exit_code)
 
     def _check_nonfinite(self) -> None:
         """Read the run of skipped updates (a device value: at log, validation and checkpoint time only); too
@@ -231,7 +251,14 @@ class Trainer:
         metrics: dict[str, float | str] = {}
         model = self._eval_model() if self.parts.validator is not None else None
         if self.parts.is_main and self.parts.validator is not None:
-            metrics = self.parts.validator.scores(model)
+            try:
+                # a signal drops the validation where it is: it changes no training state, and decoding a
+                # large valid set can outlast the seconds a scheduler gives before it kills the job
+                with self.stop.abandonable():
+                    metrics = self.parts.validator.scores(model)
+            except Abandoned:
+                self.parts.early_stopping.share(self.state, self.parts.world)
+                return {}
             self.parts.log.write("valid", step=self.state.step, **metrics, **self.parts.validator.primary(metrics))
             if progress is not None:
                 progress.print(f"valid step {self.state.step} | " + format_figures(metrics))

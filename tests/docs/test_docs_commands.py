@@ -120,7 +120,7 @@ def runnable(command: list[str]) -> bool:
 
 
 def tiny(args: list[str], cwd: Path) -> list[str]:
-    """A `train` command's arguments with the TINY_* overrides its recipe has keys for."""
+    """A `train` (or `prepare`) command's arguments with the TINY_* overrides its recipe has keys for."""
     recipe_file = Path(args[1]) if Path(args[1]).is_absolute() else cwd / args[1]
     given = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--set"]
     recipe = load_recipe(recipe_file, given)
@@ -181,7 +181,7 @@ def run(command: list[str], cwd: Path, where: Block) -> None:
     from seqxduce.cli import add_plugin_commands
 
     args = command[1:]
-    if command[0] == "seqxduce" and args and args[0] == "train":
+    if command[0] == "seqxduce" and args and args[0] in ("train", "prepare"):  # prepare: the tokenizer train keys
         args = tiny(args, cwd)
     previous = Path.cwd()
     os.chdir(cwd)

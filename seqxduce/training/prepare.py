@@ -1,0 +1,252 @@
+"""Preparing a run's training data once: the tokenizer trained on the training text, then the whole split
+encoded on every core, cleaned by the length limits and written as a binarized dataset (training.binarized) that
+every run with the same key maps and every rank of a run shares.
+
+Two keys name a dataset's folder under the cache root ($SEQXDUCE_CACHE, else ~/.cache/seqxduce):
+- `prepared-KEY` (a new run's: the data, the [task] and [tokenizer] settings and the length limits) holds the
+  trained tokenizer files too, so that `seqxduce prepare RECIPE` does the work ahead of `seqxduce train`, and a
+  second run of the recipe takes the same tokenizers (their training is seeded: the files are those it would train);
+- `tokens-KEY` (a run whose tokenizer files come from elsewhere: --resume, --tokenizers-from, --init-from, an
+  ensemble's members: the data, the tokenizer files' bytes and the limits) holds the ids alone.
+The data enter a key by their files' names, sizes and times when the task names its files (Task.data_files),
+else by the text of their examples."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from itertools import chain
+from pathlib import Path
+
+import numpy as np
+
+from seqxduce import components
+from seqxduce.api import Example, Task, Tokenizer, UserError
+from seqxduce.console import PairsProgress, console
+from seqxduce.data import PairArrays
+from seqxduce.recipe import Recipe
+from seqxduce.rundir import RunDir
+from seqxduce.training import binarized
+from seqxduce.training.token_cache import cache_root
+
+TOKENIZERS = "tokenizers"  # the folder of a prepared dataset's tokenizer files
+SHARD = 20_000  # pairs a worker encodes at a time: the progress moves by this much
+IN_PROCESS = 50_000  # below this many pairs, one process encodes (starting workers would cost more)
+
+
+class Examples:
+    """A split's examples, read from the task on the first call and kept until release()."""
+
+    def __init__(self, task: Task, data_dir: Path, split: str = "train"):
+        self.task, self.data_dir, self.split = task, data_dir, split
+        self._examples: list[Example] | None = None
+
+    def __call__(self) -> list[Example]:
+        if self._examples is None:
+            self._examples = self.task.examples(self.split, self.data_dir)
+        return self._examples
+
+    def release(self) -> None:
+        self._examples = None
+
+
+def data_fingerprint(task: Task, data_dir: Path, examples: Callable[[], Sequence[Example]]) -> str:
+    """What the training split's content enters a key as: its files' paths, sizes and modification times when the
+    task names them (no text is read), else a digest of its examples' text."""
+    digest = hashlib.sha256(b"data\0")
+    files = task.data_files("train", data_dir)
+    if files:
+        for path in files:
+            stat = Path(path).stat()
+            digest.update(f"{Path(path).resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+        return digest.hexdigest()
+    for ex in examples():
+        digest.update(ex.source.encode() + b"\0" + ex.target.encode() + b"\n")
+    return digest.hexdigest()
+
+
+def _key(*parts: object) -> str:
+    digest = hashlib.sha256(binarized.FORMAT.encode())
+    for part in parts:
+        digest.update(b"\0" + json.dumps(part, sort_keys=True, default=str).encode())
+    return digest.hexdigest()[:32]
+
+
+def limits(recipe: Recipe) -> tuple[int, int]:
+    return recipe.train.max_source_len, recipe.train.max_target_len
+
+
+def prepared_folder(recipe: Recipe, fingerprint: str, root: Path | None = None) -> Path:
+    """The folder of a new run's dataset and tokenizers: keyed by the data, [task], [tokenizer] and the limits."""
+    resolved = recipe.resolved()
+    key = _key(fingerprint, resolved["task"], resolved["tokenizer"], limits(recipe))
+    return (root or cache_root()) / f"prepared-{key}"
+
+
+def tokens_folder(recipe: Recipe, fingerprint: str, tokenizer_files: Sequence[Path], tokenizers: components.Tokenizers,
+                  root: Path | None = None) -> Path:
+    """The folder of the ids of a run whose tokenizer files come from elsewhere: keyed by the data, those files'
+    bytes, the tokenizer classes, [task] and the limits."""
+    digest = hashlib.sha256()
+    for path in sorted(tokenizer_files, key=lambda p: p.name):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    classes = [f"{type(t).__module__}.{type(t).__qualname__}" for t in (tokenizers.src, tokenizers.tgt)]
+    key = _key(fingerprint, digest.hexdigest(), classes, recipe.resolved()["task"], limits(recipe))
+    return (root or cache_root()) / f"tokens-{key}"
+
+
+# ---------------------------------------------------------------- encoding on every core
+
+@dataclass
+class _Job:
+    examples: Sequence[Example]
+    src_tok: Tokenizer
+    tgt_tok: Tokenizer
+    max_src: int
+    max_tgt: int
+    dtype: np.dtype
+
+
+_JOB: _Job | None = None  # what forked workers inherit: the examples and tokenizers are not pickled to them
+
+
+def _encode_shard(bounds: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """Encode examples[a:b] as data.encode_pairs does (source + eos, pairs over the limits dropped): each side's
+    ids end to end and the lengths, and how many were dropped."""
+    job = _JOB
+    assert job is not None
+    shard = job.examples[bounds[0]:bounds[1]]
+    sources = _encode_batch(job.src_tok, [ex.source for ex in shard])
+    targets = _encode_batch(job.tgt_tok, [ex.target for ex in shard])
+    eos = job.src_tok.eos_id
+    src_lengths = np.fromiter((len(s) + 1 for s in sources), dtype=np.int64, count=len(sources))
+    tgt_lengths = np.fromiter((len(t) for t in targets), dtype=np.int64, count=len(targets))
+    # within_limits: the source with its eos, the target with the eos the loss adds
+    keep = (src_lengths <= job.max_src) & (tgt_lengths + 1 <= job.max_tgt)
+    kept = np.flatnonzero(keep).tolist()
+    src_ids = np.fromiter(chain.from_iterable(chain(sources[i], (eos,)) for i in kept), dtype=job.dtype,
+                          count=int(src_lengths[keep].sum()))
+    tgt_ids = np.fromiter(chain.from_iterable(targets[i] for i in kept), dtype=job.dtype,
+                          count=int(tgt_lengths[keep].sum()))
+    return src_ids, src_lengths[keep], tgt_ids, tgt_lengths[keep], len(shard) - len(kept)
+
+
+def _encode_batch(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
+    # a stand-in that is not a Tokenizer subclass (tests) may lack encode_batch
+    batch = getattr(tok, "encode_batch", None)
+    return batch(texts) if batch is not None else [tok.encode(text) for text in texts]
+
+
+def available_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def encode_into(writer: binarized.DatasetWriter, examples: Sequence[Example], tokenizers: components.Tokenizers,
+                max_src: int, max_tgt: int, workers: int | None = None, show: bool = True) -> int:
+    """Encode the examples into writer in corpus order, on `workers` processes (default: every core); returns how
+    many pairs the limits dropped. Each worker encodes shards of SHARD pairs; measured against sentencepiece's own
+    threaded batch encoding in bench/data_scale.py."""
+    global _JOB
+    workers = workers or available_cores()
+    shards = [(a, min(a + SHARD, len(examples))) for a in range(0, len(examples), SHARD)]
+    _JOB = _Job(examples, tokenizers.src, tokenizers.tgt, max_src, max_tgt, writer.dtype)
+    dropped = 0
+    try:
+        if workers > 1 and len(examples) >= IN_PROCESS:
+            # fork: the workers inherit the examples and tokenizers instead of receiving them pickled; started
+            # before the progress display's thread, which a fork must not copy mid-lock
+            with multiprocessing.get_context("fork").Pool(workers) as pool, \
+                    PairsProgress("encoding", len(examples), enabled=show) as progress:
+                for done, result in zip(shards, pool.imap(_encode_shard, shards)):
+                    writer.add(*result[:4])
+                    dropped += result[4]
+                    progress.advance(done[1] - done[0])
+        else:
+            with PairsProgress("encoding", len(examples), enabled=show) as progress:
+                for done in shards:
+                    result = _encode_shard(done)
+                    writer.add(*result[:4])
+                    dropped += result[4]
+                    progress.advance(done[1] - done[0])
+    finally:
+        _JOB = None
+    return dropped
+
+
+# ---------------------------------------------------------------- the two kinds of folder
+
+def write_dataset(folder: Path, examples: Sequence[Example], tokenizers: components.Tokenizers, recipe: Recipe,
+                  tokenizer_folder: Path | None = None, workers: int | None = None, show: bool = True) -> Path:
+    """Encode the examples into a dataset at folder (with a copy of tokenizer_folder's files, for a prepared
+    folder), atomically, and print what was done in one line."""
+    started = time.perf_counter()
+    if not examples:
+        raise UserError(f"[task] name = {recipe.task.core.name!r} read no training examples: the training file is "
+                        "empty")
+    vocab_size = max(tokenizers.src.vocab_size, tokenizers.tgt.vocab_size)
+    with binarized.DatasetWriter(folder, vocab_size) as writer:
+        dropped = encode_into(writer, examples, tokenizers, *limits(recipe), workers=workers, show=show)
+        if tokenizer_folder is not None:
+            shutil.copytree(tokenizer_folder, writer.work / TOKENIZERS)
+        writer.extra.update({"read": len(examples), "dropped": {"over max_source_len/max_target_len": dropped}})
+        kept = writer.pairs
+        writer.close()
+    if kept == 0:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise UserError("train: no pairs left after the length limits; raise [train] max_source_len/max_target_len")
+    seconds = time.perf_counter() - started
+    if show:
+        console.print(f"prepared {kept} training pairs of {len(examples)} in {seconds:.1f} s "
+                      f"({len(examples) / max(seconds, 1e-9):,.0f} pairs/s); dropped {dropped} over "
+                      f"max_source_len/max_target_len; {folder} ({_size(binarized.size_on_disk(folder))})")
+    return folder
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 1e9:.2f} GB" if nbytes >= 1e8 else f"{nbytes / 1e6:.1f} MB"
+
+
+def prepare_new(recipe: Recipe, folder: Path, examples: Callable[[], list[Example]], workers: int | None = None,
+                show: bool = True) -> Path:
+    """A new run's prepared folder: the tokenizer(s) trained on the examples, then the dataset with them."""
+    train = examples()
+    if not train:
+        raise UserError(f"[task] name = {recipe.task.core.name!r} read no training examples: the training file is "
+                        "empty")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{folder.name}-tok-", dir=folder.parent) as work:
+        tokenizer_dir = Path(work) / TOKENIZERS
+        started = time.perf_counter()
+        with PairsProgress("training the tokenizer", None, enabled=show):
+            RunDir(tokenizer_dir).train_tokenizers(recipe, train)
+        if show:
+            console.print(f"trained the tokenizer on {len(train)} training pairs in "
+                          f"{time.perf_counter() - started:.1f} s")
+        tokenizers = RunDir(tokenizer_dir).load_tokenizers(recipe)
+        return write_dataset(folder, train, tokenizers, recipe, tokenizer_dir, workers=workers, show=show)
+
+
+def open_prepared(folder: Path) -> PairArrays:
+    """A prepared dataset's pairs, mapped; a damaged one refused in one line."""
+    return binarized.open_dataset(folder)[0]
+
+
+def prepare_training_data(recipe: Recipe, task: Task, data_dir: Path, again: bool = False,
+                          workers: int | None = None) -> Path:
+    """`seqxduce prepare`: a new run's prepared folder for the recipe, made unless it is there (again: made anew,
+    replacing one that is damaged); returns it."""
+    examples = Examples(task, data_dir)
+    folder = prepared_folder(recipe, data_fingerprint(task, data_dir, examples))
+    if binarized.exists(folder) and not again:
+        pairs, meta = binarized.open_dataset(folder)  # a damaged one is refused: --again replaces it
+        console.print(f"the training data were prepared already: {len(pairs)} pairs in {folder} "
+                      f"({_size(binarized.size_on_disk(folder))}); --again prepares them anew")
+        return folder
+    return prepare_new(recipe, folder, examples, workers=workers)
