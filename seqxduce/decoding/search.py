@@ -48,36 +48,89 @@ def _forbid_specials(logprobs: torch.Tensor, request: DecodeRequest) -> None:
 
 
 def _force_length(logprobs: torch.Tensor, step: int, limits: torch.Tensor, eos: int, min_len: int,
-                  shortest: int) -> None:
+                  shortest: int, norm: torch.Tensor | None = None) -> None:
     """Only eos where a row reached its maximum length; never eos before min_len.
 
     `shortest` is a lower bound of the rows' limits (shortest_limit): before it no row is at its limit and the
     (N, V) mask, a pass over the whole log-probs, is skipped; from it on every row is masked, at its limit or
-    not, so that the host never asks the device whether any row is there."""
+    not, so that the host never asks the device whether any row is there. With `norm` (N, 1) the scores are
+    logits whose log-probs are scores - norm (see _StepScores)."""
     if step < min_len:
         logprobs[:, eos] = float("-inf")
     if step < shortest:
         return
     at_limit = limits <= step  # (N,)
     eos_scores = logprobs[:, eos].clone()
-    # a row at its limit always has a way out, even if a constraint forbade eos
-    way_out = torch.where(torch.isinf(eos_scores), torch.zeros_like(eos_scores), eos_scores)
+    # a row at its limit always has a way out (log-prob 0), even if a constraint forbade eos
+    zero = torch.zeros_like(eos_scores) if norm is None else norm[:, 0]
+    way_out = torch.where(torch.isinf(eos_scores), zero, eos_scores)
     logprobs.masked_fill_(at_limit.unsqueeze(1), float("-inf"))
     logprobs[:, eos] = torch.where(at_limit, way_out, eos_scores)
 
 
+class _StepScores:
+    """One step's scores of every (row, token): log-probs (N, V), or logits with norm (N, 1) their logsumexp,
+    log-prob = logit - norm. Ranking within a row needs no normalization, so from logits the search reads the
+    vocabulary-wide row twice (logsumexp, top-k) instead of three times (log-softmax's two passes and its write,
+    then top-k); only the candidates kept are normalized. `share` > 1: one row of scores stands for `share`
+    search rows (beam search's first step, when a source's beams are all its one bos row)."""
+
+    def __init__(self, values: torch.Tensor, norm: torch.Tensor | None, share: int = 1):
+        self.values, self.norm, self.share = values, norm, share
+
+    def _rows(self, rows: torch.Tensor) -> torch.Tensor:
+        return rows if self.share == 1 else torch.div(rows, self.share, rounding_mode="floor")
+
+    def at(self, rows: torch.Tensor, tokens: torch.Tensor | int) -> torch.Tensor:
+        """Log-probs of tokens (or one token id) at search rows `rows`, shape of rows."""
+        rows = self._rows(rows)
+        got = self.values[rows, tokens]
+        return got if self.norm is None else got - self.norm[rows, 0]
+
+    def topk(self, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The best `width` log-probs (N, width) of each search row and their tokens."""
+        scores, tokens = self.values.topk(width, dim=1)
+        if self.norm is not None:
+            scores = scores - self.norm
+        if self.share > 1:
+            scores, tokens = scores.repeat_interleave(self.share, 0), tokens.repeat_interleave(self.share, 0)
+        return scores, tokens
+
+    def best(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The best log-prob of each row and its token."""
+        best, choice = self.values.max(dim=-1)
+        return (best if self.norm is None else best - self.norm[:, 0]), choice
+
+    def logprobs(self) -> torch.Tensor:
+        """Every log-prob (N, V) (a sampling decoder's choose reads them all)."""
+        return self.values if self.norm is None else self.values - self.norm
+
+
+def _fast(model: Model, constraint: StepConstraint | None) -> bool:
+    """Whether a search may rank logits (Model.step_logits overridden) instead of log-probs: not with a
+    constraint, whose mask() takes log-probs."""
+    return constraint is None and type(model).step_logits is not Model.step_logits
+
+
 def _next_logprobs(model: Model, last: torch.Tensor, memory, cache, request: DecodeRequest,
                    constraint: StepConstraint | None, step: int, limits: torch.Tensor, min_len: int,
-                   shortest: int):
-    """One decoder step: float32 log-probs (N, V) with the constraint, specials and length limits applied
-    (`shortest`: see _force_length)."""
+                   shortest: int, fast: bool = False, share: int = 1):
+    """One decoder step: its scores (_StepScores: float32 log-probs (N, V), or with `fast` logits and their
+    norm) with the constraint, specials and length limits applied (`shortest`: see _force_length)."""
+    if fast:
+        logits, cache = model.step_logits(last, memory, cache)
+        logits = logits.float()
+        norm = torch.logsumexp(logits, dim=1, keepdim=True)  # (N, 1), of the model's whole distribution
+        _forbid_specials(logits, request)
+        _force_length(logits, step, limits, request.eos_id, min_len, shortest, norm)
+        return _StepScores(logits, norm, share), cache
     logprobs, cache = model.step(last, memory, cache)
     logprobs = logprobs.float()
     if constraint is not None:
         logprobs = constraint.mask(logprobs)
     _forbid_specials(logprobs, request)
     _force_length(logprobs, step, limits, request.eos_id, min_len, shortest)
-    return logprobs, cache
+    return _StepScores(logprobs, None, share), cache
 
 
 @torch.no_grad()
@@ -87,7 +140,11 @@ def greedy_search(model: Model, request: DecodeRequest, settings: SearchSettings
     """Pick the most probable token at each step until eos or the length limit.
 
     choose, if given, picks the token instead: log-probs (N, V) -> token ids (N,) (sampling decoders pass one);
-    a hypothesis's score is still the model's log-probability of the tokens chosen."""
+    a hypothesis's score is still the model's log-probability of the tokens chosen.
+
+    Rows that end leave the batch (the model's reorder keeps the others) once they are an eighth of it, so a
+    batch of unequal lengths stops computing its short outputs; the host reads one number per step, as before.
+    """
     settings = settings or SearchSettings()
     min_len = settings.min_len
     batch = request.src.size(0)
@@ -99,26 +156,43 @@ def greedy_search(model: Model, request: DecodeRequest, settings: SearchSettings
     rows = torch.arange(batch, device=device)
     if constraint is not None:
         constraint.start(request, rows)
+    fast = choose is None and _fast(model, constraint)
     last = torch.full((batch,), request.bos_id, dtype=torch.long, device=device)
-    done = torch.zeros(batch, dtype=torch.bool, device=device)
+    done = torch.zeros(batch, dtype=torch.bool, device=device)  # of the rows in the batch
+    where = rows  # (n,) the source of each row still in the batch
     chosen, scores, alive = [], [], []  # per step: (B,) token, its log-prob, whether the row was still going
     step = 0
-    while not bool(done.all()):
-        logprobs, cache = _next_logprobs(model, last, memory, cache, request, constraint, step, limits, min_len,
-                                         shortest)
+    n_rows, n_done = batch, 0
+    while n_done < n_rows:
+        found, cache = _next_logprobs(model, last, memory, cache, request, constraint, step, limits, min_len,
+                                      shortest, fast)
         if choose is None:
-            best, choice = logprobs.max(dim=-1)
+            best, choice = found.best()
         else:
-            choice = choose(logprobs)
-            best = logprobs.gather(1, choice.unsqueeze(1)).squeeze(1)
-        chosen.append(choice)
-        scores.append(best)
-        alive.append(~done)
+            choice = choose(found.logprobs())
+            best = found.at(torch.arange(choice.numel(), device=device), choice)
+        if n_rows == batch:
+            chosen.append(choice)
+            scores.append(best)
+            alive.append(~done)
+        else:  # rows that left stay eos, not alive, in the per-source records
+            chosen.append(torch.full((batch,), request.eos_id, device=device).index_copy(0, where, choice))
+            scores.append(torch.zeros(batch, device=device).index_copy(0, where, best.float()))
+            alive.append(torch.zeros(batch, dtype=torch.bool, device=device).index_copy(0, where, ~done))
         done = done | (choice == request.eos_id)
-        if constraint is not None:
-            constraint.advance(rows, choice)
         last = torch.where(done, torch.full_like(choice, request.eos_id), choice)
         step += 1
+        n_done = int(done.sum())  # the step's one host read
+        leave = n_done < n_rows and n_done >= max(1, n_rows // 8)
+        # the rows still going, in their order (a sort, not nonzero(): the host knows their count already)
+        keep = (torch.argsort(done.to(torch.uint8), stable=True)[: n_rows - n_done] if leave
+                else torch.arange(n_rows, device=device))
+        if constraint is not None:  # new row i continues row keep[i]
+            constraint.advance(keep, choice[keep] if leave else choice)
+        if leave:
+            memory, cache = model.reorder(memory, cache, keep)
+            where, last, limits, done = where[keep], last[keep], limits[keep], done[keep]
+            n_rows, n_done = keep.numel(), 0
     tokens = torch.stack(chosen, dim=1).tolist()  # (B, steps)
     logps = torch.stack(scores, dim=1).tolist()
     live = torch.stack(alive, dim=1).sum(dim=1).tolist()  # steps each row took, eos included
@@ -155,11 +229,16 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
     # row r of the search batch belongs to source alive[r // beam]
     alive = torch.arange(batch, device=device)
     expand = alive.repeat_interleave(beam)
-    memory, _ = model.reorder(memory, None, expand)
+    fast = _fast(model, constraint)
+    # at step 0 a source's beams are all its one bos row: without a constraint (which keeps per-row state) the
+    # model computes that row once per source, and the first reorder expands the cache to `beam` rows
+    share = beam if constraint is None else 1
+    if share == 1:
+        memory, _ = model.reorder(memory, None, expand)
     cache = model.init_cache(memory)
     if constraint is not None:
         constraint.start(request, expand)
-    last = torch.full((batch * beam,), request.bos_id, dtype=torch.long, device=device)
+    last = torch.full((batch * beam // share,), request.bos_id, dtype=torch.long, device=device)
     history = _History()
     # only the first beam of each source is live at step 0, so the others never duplicate it
     scores = torch.full((batch, beam), float("-inf"), device=device)
@@ -170,16 +249,17 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
     step = 0
     n_alive = batch
     while n_alive > 0:
-        row_limits = src_limits.unsqueeze(1).expand(n_alive, beam).reshape(-1)
-        logprobs, cache = _next_logprobs(model, last, memory, cache, request, constraint, step, row_limits, min_len,
-                                         shortest)
-        vocab = logprobs.size(-1)
+        rows_per_source = beam // share if step == 0 else beam
+        row_limits = src_limits.unsqueeze(1).expand(n_alive, rows_per_source).reshape(-1)
+        found, cache = _next_logprobs(model, last, memory, cache, request, constraint, step, row_limits, min_len,
+                                      shortest, fast, share if step == 0 else 1)
+        vocab = found.values.size(-1)
         # 2*beam candidates always hold at least beam that do not end in eos (one eos per row at most). No
         # row gives more than 2*beam of a source's best 2*beam, so each row's best 2*beam tokens are taken
         # first and the source's best among those beam * 2*beam: the same candidates as a top-k over all
         # beam * vocab sums, without adding the scores to every (row, token)
         width = min(2 * beam, vocab)
-        row_scores, row_tokens = logprobs.topk(width, dim=1)  # (N, width)
+        row_scores, row_tokens = found.topk(width)  # (N, width)
         candidates = (scores.view(-1, 1) + row_scores).view(n_alive, beam * width)
         top_scores, top_index = candidates.topk(min(2 * beam, beam * vocab), dim=1)
         top_beam = torch.div(top_index, width, rounding_mode="floor")
@@ -189,7 +269,7 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
 
         # eos candidates ranked within the first `beam` of their source are offered to its n-best list
         from_rows = torch.arange(n_alive, device=device).unsqueeze(1) * beam + top_beam[:, :beam]  # (n_alive, beam)
-        finished.offer(step, from_rows, top_scores[:, :beam], logprobs[:, request.eos_id][from_rows],
+        finished.offer(step, from_rows, top_scores[:, :beam], found.at(from_rows, request.eos_id),
                        (is_eos & finite)[:, :beam], penalties[step + 1:step + 2], request.eos_id)
 
         # the first `beam` live (non-eos) candidates continue
@@ -200,7 +280,7 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
         new_beam = top_beam.gather(1, keep)
         new_token = top_token.gather(1, keep).view(-1)
         origin = (torch.arange(n_alive, device=device).unsqueeze(1) * beam + new_beam).view(-1)
-        new_logprob = logprobs[origin, new_token]
+        new_logprob = found.at(origin, new_token)
 
         if early_stop:
             full = finished.full()
@@ -225,7 +305,9 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
             history.append(origin, new_token, new_logprob)
             if constraint is not None:
                 constraint.advance(origin, new_token)
-            memory, cache = model.reorder(memory, cache, origin)
+            # at step 0 the model's rows are the sources' (share > 1): row r of the search came from r // share
+            parents = torch.div(origin, share, rounding_mode="floor") if step == 0 and share > 1 else origin
+            memory, cache = model.reorder(memory, cache, parents)
             last = new_token
         step += 1
 
