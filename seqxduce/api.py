@@ -265,13 +265,6 @@ class Model(abc.ABC):
     def reorder(self, memory: Any, cache: Any, index: torch.Tensor) -> tuple[Any, Any]:
         """Select batch rows (beam search keeps, duplicates and drops hypotheses)."""
 
-    def step_logits(self, tokens: torch.Tensor, memory: Any, cache: Any) -> tuple[torch.Tensor, Any]:
-        """As step(), but the scores (B, V) before their log-softmax, float32: a search without a constraint then
-        ranks a row by its logits and normalizes only the candidates it keeps (one pass over the vocabulary-wide
-        row less per step). Optional: the default returns step()'s log-probabilities, and a search that sees it
-        not overridden calls step() itself."""
-        return self.step(tokens, memory, cache)
-
     def annotate(self, src: torch.Tensor, tgt_in: torch.Tensor) -> dict[str, torch.Tensor]:
         """Per-position figures of decoded pairs (e.g. ACT ponder counts), for `seqxduce decode --annotations`.
 

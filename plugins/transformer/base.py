@@ -8,7 +8,6 @@ created, initialised and listed (state_dict keys, optimizer order) exactly as be
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from seqxduce.api import ExportRequest, Model, VocabInfo
@@ -47,12 +46,6 @@ class EncoderDecoderBase(nn.Module, Model):
     def schedule_width(self) -> int:
         """d_model, for the learning-rate schedule."""
         return self.settings.d_model
-
-    def step(self, tokens: torch.Tensor, memory: Memory, cache: DecoderCache) -> tuple[torch.Tensor, DecoderCache]:
-        """tokens (B,) at position cache.position -> log-probs (B, V) float32 for the next one, new cache: the
-        log-softmax of step_logits() (the searches call step_logits() and normalize only what they keep)."""
-        logits, cache = self.step_logits(tokens, memory, cache)
-        return F.log_softmax(logits, dim=-1), cache
 
     def reorder(self, memory: Memory, cache: DecoderCache | None,
                 index: torch.Tensor) -> tuple[Memory, DecoderCache | None]:

@@ -26,6 +26,7 @@ to its eos (position 0, plus the offset), in training and decoding alike.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from seqxduce.api import AttentionWeights, ModelOutput, VocabInfo
@@ -105,17 +106,16 @@ class Transformer(EncoderDecoderBase):
             window=self.settings.attention_window,
         )
 
-    def step_logits(self, tokens: torch.Tensor, memory: Memory,
-                    cache: DecoderCache) -> tuple[torch.Tensor, DecoderCache]:
-        """tokens (B,) at position cache.position -> logits (B, V) float32 for the next one, new cache (step(),
-        their log-softmax, is in base.py)."""
+    def step(self, tokens: torch.Tensor, memory: Memory, cache: DecoderCache) -> tuple[torch.Tensor, DecoderCache]:
+        """tokens (B,) at position cache.position -> log-probs (B, V) float32 for the next one, new cache."""
         x = self._embed(self.embeddings.embed_target(tokens.unsqueeze(1)), offset=cache.position)  # (B, 1, C)
         states = []
         for layer, state, cross in zip(self.decoder, cache.layers, cache.cross):
             x, state = layer.step(x, state, cross, memory.mask, memory.group)
             states.append(state)
         logits = self.embeddings.logits(self.decoder_norm(x[:, 0]))  # (B, V)
-        return logits.float(), DecoderCache(states, cache.cross, cache.position + 1, cache.window)
+        return (F.log_softmax(logits.float(), dim=-1),
+                DecoderCache(states, cache.cross, cache.position + 1, cache.window))
 
     def forward_flops_per_token(self) -> tuple[int, int]:
         """Forward FLOPs per source and per target token (see flops.py for what is counted)."""

@@ -47,6 +47,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from seqxduce.api import AttentionWeights, ModelOutput, VocabInfo
@@ -195,10 +196,8 @@ class UniversalTransformer(EncoderDecoderBase):
             window=self.settings.attention_window,
         )
 
-    def step_logits(self, tokens: torch.Tensor, memory: Memory,
-                    cache: DecoderCache) -> tuple[torch.Tensor, DecoderCache]:
-        """tokens (B,) at position cache.position -> logits (B, V) float32 for the next one, new cache (step(),
-        their log-softmax, is in base.py)."""
+    def step(self, tokens: torch.Tensor, memory: Memory, cache: DecoderCache) -> tuple[torch.Tensor, DecoderCache]:
+        """tokens (B,) at position cache.position -> log-probs (B, V) float32 for the next one, new cache."""
         x = self.embed_drop(self.embeddings.embed_target(tokens.unsqueeze(1)))  # (B, 1, C)
         states: list[LayerState] = []
 
@@ -211,7 +210,8 @@ class UniversalTransformer(EncoderDecoderBase):
         pad = torch.zeros(x.shape[:2], dtype=torch.bool, device=x.device)  # (B, 1)
         x, _ = self._recur(x, pad, run, self.decoder_halting, offset=cache.position, stop_early=False)
         logits = self.embeddings.logits(self.decoder_norm(x[:, 0]))  # (B, V)
-        return logits.float(), DecoderCache(states, cache.cross, cache.position + 1, cache.window)
+        return (F.log_softmax(logits.float(), dim=-1),
+                DecoderCache(states, cache.cross, cache.position + 1, cache.window))
 
     def forward_flops_per_token(self) -> tuple[int, int]:
         """Forward FLOPs per source and per target token at the full depth (with ACT an upper bound; flops.py)."""

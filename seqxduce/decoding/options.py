@@ -69,6 +69,4 @@ def compile_step(model: Model, backend: str = "inductor") -> Model:
     finish and the cache grows every step, which must not recompile each time). The first calls compile."""
     original = model.step
     model.step = torch.compile(original, dynamic=True, backend=backend)  # an instance attribute: forward() as is
-    if type(model).step_logits is not Model.step_logits:  # what the searches call when the model offers it
-        model.step_logits = torch.compile(model.step_logits, dynamic=True, backend=backend)
     return model
