@@ -198,6 +198,10 @@ def import_command(ctx: click.Context, source: Path, importer: str, out: Path, o
 @click.option("--batch-tokens", type=click.IntRange(min=1),
               help="batch up to N padded source tokens instead of decode.batch_size sentences (decode.batch_tokens)")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), help="decode on this device (the recipe's train.device)")
+@click.option("--precision", type=click.Choice(["fp32", "bf16", "fp16", "int8"]),
+              help="compute in fp32, bf16 or fp16 (autocast; fp16 on CUDA only) or int8 (dynamically quantized "
+                   "Linear layers, CPU only; with --engine ctranslate2 its compute type); default the recipe's "
+                   "(decode.precision)")
 @click.option("--set", "overrides", multiple=True,
               help="override any other recipe value: section.key=value (repeatable), e.g. --set decode.max_len_b=50, "
                    "or --set model.steps=N for a Universal Transformer's depth (only the model keys its plugin "
@@ -222,9 +226,9 @@ def import_command(ctx: click.Context, source: Path, importer: str, out: Path, o
 @click.pass_context
 def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | None, output: Path | None,
            checkpoint: str | None, beam: int | None, nbest: int | None, batch_tokens: int | None,
-           device: str | None, overrides: tuple[str, ...], examples: int, annotations: Path | None,
-           allow_errors: bool, ensemble: tuple[Path, ...], alignments: Path | None, engine_name: str,
-           prefix_file: Path | None) -> None:
+           device: str | None, precision: str | None, overrides: tuple[str, ...], examples: int,
+           annotations: Path | None, allow_errors: bool, ensemble: tuple[Path, ...], alignments: Path | None,
+           engine_name: str, prefix_file: Path | None) -> None:
     """Decode sources with a trained run: RUN is a run directory (or one checkpoint file in it). A run trained
     with [train] members = N decodes with the ensemble of its members.
 
@@ -242,7 +246,7 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
     for option, path in (("--output", output), ("--annotations", annotations), ("--alignments", alignments)):
         if path is not None:  # before any work: a decode must not be lost for want of a place to write it
             engine.check_writable(path, f"{option} {path}")
-    changes = flag_changes(beam=beam, nbest=nbest, batch_tokens=batch_tokens, device=device)
+    changes = flag_changes(beam=beam, nbest=nbest, batch_tokens=batch_tokens, device=device, precision=precision)
     if engine_name == "ctranslate2":  # an exported model, through the same tokenizers and metric
         _decode_with_ctranslate2(ctx, run, input_file, split, output, checkpoint, overrides, changes, ensemble,
                                  annotations, alignments, allow_errors)

@@ -36,6 +36,10 @@ class DecodeCore(Settings):
     quantize: str = setting("none", help="int8 = decode with every nn.Linear dynamically quantized to int8 "
                                          "(CPU only; faster, outputs may differ slightly); none = as trained",
                             choices=("none", "int8"))
+    precision: str = setting("recipe", help="what decoding computes in: fp32, bf16 (autocast), fp16 (autocast, "
+                                            "CUDA only), int8 (dynamically quantized Linear layers, CPU only), or "
+                                            "recipe = int8 with quantize = \"int8\", else [train] precision",
+                             choices=("recipe", "fp32", "bf16", "fp16", "int8"))
     compile: bool = setting(False, help="torch.compile the model's decoding step (the first batches pay the "
                                         "compilation; off by default: measure with bench/decode_speed.py)")
     # fairseq's --print-alignment reads the last layer; Garg et al. 2019 (fairseq's alignment models) found the

@@ -77,3 +77,25 @@ def test_a_compiled_step_decodes_exactly_as_the_plain_one(run_dir):
     for want, got in zip(expected_beam + expected_greedy, got_beam + got_greedy):
         assert [h.tokens for h in want] == [h.tokens for h in got]
         assert [h.score for h in want] == pytest.approx([h.score for h in got], abs=1e-5)
+
+
+def test_decode_precision_int8_quantizes_through_the_flag_road(run_dir):
+    from seqxduce.decoding.changes import flag_changes
+
+    loaded = load_run(run_dir, changes=flag_changes(precision="int8"))
+    assert not any(type(m) is nn.Linear for m in loaded.model.modules())
+    fp32 = load_run(run_dir, ["decode.quantize=int8"], changes=flag_changes(precision="fp32"))
+    assert any(type(m) is nn.Linear for m in fp32.model.modules())  # the flag wins over the recipe's quantize
+
+
+def test_decode_precision_the_device_cannot_run_is_one_line(run_dir):
+    from click.testing import CliRunner
+
+    from seqxduce.cli import cli
+
+    result = CliRunner().invoke(cli, ["decode", str(run_dir), "--input", "-", "--precision", "fp16",
+                                      "--device", "cpu"], input="3 1 4\n")
+    assert result.exit_code != 0 and "fp16 needs a CUDA device" in result.output, result.output
+    assert "Traceback" not in result.output
+    result = CliRunner().invoke(cli, ["decode", str(run_dir), "--input", "-", "--precision", "bf16"], input="3 1 4\n")
+    assert result.exit_code == 0, result.output

@@ -46,6 +46,18 @@ def encoder_self_mask(pad: torch.Tensor, window: int) -> torch.Tensor:
     return keep.unsqueeze(1)
 
 
+def one_query_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d_k)) v for one query per row: query (B, H, 1, d_k), key/value (B, H, t, d) (views
+    of a cache are fine) -> (B, H, 1, d_v).
+
+    Why not SDPA here: torch's CPU flash kernel tiles for many queries and, with one, runs a small GEMM and its
+    own exp per (row, head) block; two batched matmuls and a softmax over (B, H, 1, t) did the same work 1.0-1.3x
+    faster on a decoding step's shapes (256 rows, 4 heads, 15-30 keys; 2026-11-26 log), and read a cache view as
+    fast as a contiguous copy. Results differ from SDPA's in the last bits (about 5e-7), which parity allows."""
+    scores = torch.matmul(query, key.transpose(-2, -1)) * query.size(-1) ** -0.5  # (B, H, 1, t)
+    return torch.matmul(scores.softmax(dim=-1), value)
+
+
 class MultiHeadAttention(nn.Module):
     """Scaled dot-product attention with `heads` heads of query/key width d_k and value width d_v
     (paper, sec. 3.2.2; d_k = d_v = d_model / heads unless given, as Table 3 rows A and B vary them).
@@ -89,6 +101,8 @@ class MultiHeadAttention(nn.Module):
         query = self._split(self.query(x), self.d_k)  # (B, H, Lq, d_k)
         if self.recorded is not None:
             out = self._attend_recording(query, key, value, mask, is_causal)
+        elif length == 1 and mask is None and not self.training:
+            out = one_query_attention(query, key, value)  # a decoding step's self-attention
         else:
             out = F.scaled_dot_product_attention(
                 query, key, value, attn_mask=mask, is_causal=is_causal,

@@ -1,5 +1,6 @@
-"""One road for changing how a run decodes: decode's flags (--beam, --nbest, --batch-tokens, --device), serve's
-per-request fields and the interactive commands' --nbest all change the recipe's decode settings here.
+"""One road for changing how a run decodes: decode's flags (--beam, --nbest, --batch-tokens, --device,
+--precision), serve's per-request fields and the interactive commands' --nbest all change the recipe's decode
+settings here.
 
 Each change carries the name the user gave it by (`--beam`, or a request's field `beam`), so that a value out of
 its declared range is refused naming that, from the setting's own check (SettingError keeps the key), never by
@@ -21,7 +22,7 @@ from seqxduce.settings_check import SettingError
 
 # the keys of the recipe's [decode] section (the core's) and [train] that decoding may be given; every other key
 # of a change is the decoder plugin's
-CORE_KEYS = ("batch_size", "batch_tokens")
+CORE_KEYS = ("batch_size", "batch_tokens", "precision")
 TRAIN_KEYS = ("device",)
 
 

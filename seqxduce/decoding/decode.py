@@ -25,7 +25,7 @@ from seqxduce.api import (
 )
 from seqxduce.data import encode_source, pad_sources
 from seqxduce.decoding.changes import Change, with_changes
-from seqxduce.decoding.options import compile_step, quantize_for_decoding
+from seqxduce.decoding.options import check_precision, compile_step, decode_precision, quantize_for_decoding
 from seqxduce.device import autocast_context, resolve_device
 from seqxduce.members import member_checkpoints, member_dir
 from seqxduce.recipe import Recipe, split_override
@@ -75,8 +75,9 @@ def decode_sources(run: DecodeParts, examples: Sequence[Example] | Sequence[str]
                    prefixes: Sequence[list[int]] | None = None) -> list[Output]:
     """Run the model over sources (Examples or plain source strings) with the run's decoder (or `decoder`),
     batched by length as [decode] says (at most batch_size sources, or with batch_tokens > 0 at most that many
-    padded source tokens) under its [train] precision, and give the task's outputs in input order; prefixes
-    (target ids per source, encode_prefixes) start each output."""
+    padded source tokens) in its decode precision (decoding.options.decode_precision: [decode] precision, or the
+    recipe's [train] precision), and give the task's outputs in input order; prefixes (target ids per source,
+    encode_prefixes) start each output."""
     model, tokenizers, device, decode = run.model, run.tokenizers, run.device, run.recipe.decode.core
     decoder = decoder if decoder is not None else run.decoder
     sources = [ex.source if isinstance(ex, Example) else ex for ex in examples]
@@ -84,6 +85,8 @@ def decode_sources(run: DecodeParts, examples: Sequence[Example] | Sequence[str]
     encoded = [encode_source(tokenizers.src, s) for s in sources]
     order = sorted(range(len(sources)), key=lambda i: len(encoded[i]))
     results: list[Output | None] = [None] * len(sources)
+    precision = decode_precision(run.recipe)
+    autocast = precision if precision in ("bf16", "fp16") else "fp32"  # int8 is in the model's Linear layers
     was_training = model.training
     model.eval()
     try:
@@ -93,7 +96,7 @@ def decode_sources(run: DecodeParts, examples: Sequence[Example] | Sequence[str]
                 sources=[sources[i] for i in chunk], bos_id=tgt.bos_id, eos_id=tgt.eos_id, pad_id=tgt.pad_id,
                 prefixes=None if prefixes is None else [list(prefixes[i]) for i in chunk],
             )
-            with torch.no_grad(), autocast_context(device, run.recipe.train.precision):
+            with torch.no_grad(), autocast_context(device, autocast):
                 nbests = decoder.decode(model, request)
             for i, hyps in zip(chunk, nbests):
                 texts = [(tgt.decode(h.tokens), h) for h in hyps]
@@ -172,7 +175,9 @@ def load_run(path: Path, overrides: Sequence[str] = (), ensemble: Sequence[Path]
     if members:
         model_overrides = [o for o in overrides if split_override(o)[0] == "model"]
         model = EnsembleModel([model, *load_members(run, members, device, model_overrides)])
-    model = quantize_for_decoding(model, recipe.decode.core.quantize)
+    precision = decode_precision(recipe)
+    check_precision(precision, device)
+    model = quantize_for_decoding(model, "int8" if precision == "int8" else "none")
     if recipe.decode.core.compile:
         model = compile_step(model)
     decoder = components.build_decoder(recipe, built.tokenizers)

@@ -10,13 +10,38 @@ from __future__ import annotations
 
 import copy
 import warnings
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from seqxduce.api import Model, UserError
 
+if TYPE_CHECKING:
+    from seqxduce.recipe import Recipe
+
 QUANTIZE_CHOICES = ("none", "int8")
+
+
+def decode_precision(recipe: Recipe) -> str:
+    """What a run decodes in: [decode] precision (`decode --precision`), or for "recipe" int8 when [decode]
+    quantize = "int8", else [train] precision (bf16 and fp16 as autocast, as the run was trained)."""
+    chosen = recipe.decode.core.precision
+    if chosen != "recipe":
+        return chosen
+    return "int8" if recipe.decode.core.quantize == "int8" else recipe.train.precision
+
+
+def check_precision(precision: str, device: torch.device) -> None:
+    """Refuse, in one line, a decode precision the device cannot run."""
+    if precision == "int8" and device.type != "cpu":
+        raise UserError(f"decode precision int8 runs on the CPU only (torch's dynamic int8 kernels), and this run "
+                        f"decodes on {device}; decode with --device cpu, or --precision fp32 / bf16")
+    if precision == "fp16" and device.type != "cuda":
+        raise UserError(f"decode precision fp16 needs a CUDA device, and this run decodes on {device}; use "
+                        "--precision bf16 or fp32 (or --device cuda)")
+    if precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise UserError(f"decode precision bf16: {device} has no bf16 support; use --precision fp16 or fp32")
 
 
 def quantize_for_decoding(model: Model, kind: str) -> Model:

@@ -32,6 +32,8 @@ from seqxduce.recipe import Recipe
 from seqxduce.rundir import RunDir
 
 SEARCHES = ("greedy", "beam")
+# decode --precision as a CTranslate2 compute type
+CT2_COMPUTE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
 
 
 @dataclass
@@ -63,6 +65,8 @@ def load_export(path: Path | str, overrides: Sequence[str] = (), work: Path | No
     device = "cuda" if recipe.train.device.startswith("cuda") else "cpu"
     if recipe.train.device == "auto" and ct2.get_cuda_device_count() > 0:
         device = "cuda"
+    if recipe.decode.core.precision != "recipe":  # decode --precision: CTranslate2's own compute type
+        compute_type = CT2_COMPUTE[recipe.decode.core.precision]
     translator = ct2.Translator(str(path), device=device, compute_type=compute_type)
     return ExportedRun(recipe, path, components.build_task(recipe), exported.load_tokenizers(recipe), translator)
 
