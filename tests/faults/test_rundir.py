@@ -16,6 +16,7 @@ from seqxduce import engine
 from seqxduce.api import UserError
 from seqxduce.cli import add_plugin_commands
 from tests.fault_tools import QUIET, read_only, run
+from tests.tiny import FIXTURES
 from tests.tiny import TINY_RECIPE as TINY
 
 FAST = ["train.validate_every=0", "train.valid_decode_examples=0"]
@@ -218,11 +219,13 @@ def test_an_empty_training_file_is_named(cli, tmp_path):
 
 
 def test_a_task_giving_no_training_examples_is_named(tmp_path, monkeypatch):
-    from seqxduce_algorithmic.task import AlgorithmicTask
+    """A task plugin whose training split is empty: the third-party sort task of tests/plugins, made to give
+    none (the tests' own plugin, not a built-in one's code)."""
+    from seqxduce_sort import SortTask
 
-    monkeypatch.setattr(AlgorithmicTask, "examples", lambda self, split, data_dir: [])
+    monkeypatch.setattr(SortTask, "examples", lambda self, split, data_dir: [])
     with pytest.raises(UserError, match="read no training examples from .*: the training file is empty"):
-        engine.train(TINY, tmp_path / "run", overrides=FAST)
+        engine.train(FIXTURES / "sort.toml", tmp_path / "run", overrides=FAST)
 
 
 def test_decode_output_into_a_missing_folder_is_refused_before_decoding(cli, finished, tmp_path):
