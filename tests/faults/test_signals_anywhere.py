@@ -8,7 +8,8 @@ import signal
 
 import torch
 
-from tests.fault_tools import TINY, run, start, wait_for
+from tests.fault_tools import run, start, wait_for
+from tests.tiny import TINY_RECIPE as TINY
 
 # a valid split whose validation (loss, then decoding every example) lasts far longer than a signal takes to
 # stop it; the training steps stay the tiny recipe's

@@ -16,7 +16,8 @@ import pytest
 from seqxduce.api import Example
 from seqxduce.data import Pair, PairArrays, encode_pairs, length_batches, token_batches
 from seqxduce.training import binarized, prepare
-from tests.fault_tools import REPO, TINY, command, env
+from tests.fault_tools import REPO, command, env
+from tests.tiny import TINY_RECIPE as TINY
 
 QUIET = ("--set", "train.validate_every=0", "--set", "train.valid_decode_examples=0", "--set", "train.max_steps=2")
 
