@@ -255,11 +255,16 @@ def annotate_outputs(run: LoadedRun, outputs: Sequence[Output]) -> None:
                 o.annotations[name] = values[row, :length].tolist()
 
 
+def split_examples(task: Task, recipe: Recipe, split: str) -> list[Example]:
+    """The examples of one of the task's splits, from the recipe's data folder; an unknown split in one line."""
+    if split not in task.splits:
+        raise UserError(f"--split {split!r}: the task has splits {', '.join(task.splits)}")
+    return task.examples(split, components.data_dir(recipe))
+
+
 def decode_split(run: LoadedRun, split: str, annotate: bool = False) -> tuple[list[Output], Report]:
     """Decode one of the task's splits and score it with the task's metric."""
-    if split not in run.task.splits:
-        raise UserError(f"--split {split!r}: the task has splits {', '.join(run.task.splits)}")
-    examples = run.task.examples(split, components.data_dir(run.recipe))
+    examples = split_examples(run.task, run.recipe, split)
     outputs = decode_sources(run, examples)
     for o, ex in zip(outputs, examples):
         o.reference = ex.ref

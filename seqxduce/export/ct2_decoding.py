@@ -25,7 +25,7 @@ from typing import Any
 from seqxduce import components
 from seqxduce.api import Example, Hypothesis, Report, Task, UserError
 from seqxduce.decoding.changes import Change, SearchShape, with_changes
-from seqxduce.decoding.decode import Output, score_outputs
+from seqxduce.decoding.decode import Output, score_outputs, split_examples
 from seqxduce.decoding.search import length_penalty
 from seqxduce.export.exporting import export_run, is_export, require_ctranslate2
 from seqxduce.recipe import Recipe
@@ -131,9 +131,7 @@ def decode_split(path: Path | str, split: str, overrides: Sequence[str] = (),
     """Decode one of the task's splits with CTranslate2 and score it with the task's metric."""
     with tempfile.TemporaryDirectory(prefix="seqxduce-ct2-") as work:
         run = load_export(path, overrides, Path(work), changes=changes)
-        if split not in run.task.splits:
-            raise UserError(f"--split {split!r}: the task has splits {', '.join(run.task.splits)}")
-        examples = run.task.examples(split, components.data_dir(run.recipe))
+        examples = split_examples(run.task, run.recipe, split)
         outputs = decode_sources(run, examples)
     for o, ex in zip(outputs, examples):
         o.reference = ex.ref
