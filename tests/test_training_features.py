@@ -197,14 +197,14 @@ def test_validation_decodes_in_the_batches_decode_would_use(tmp_path, monkeypatc
     seen = []
     real = decoding.decode_sources
 
-    def spy(*args, **kwargs):
-        seen.append(args[8:] or kwargs.get("batch_tokens"))  # its batch_tokens (after batch_size)
-        return real(*args, **kwargs)
+    def spy(run, *args, **kwargs):
+        seen.append(run.recipe.decode.core.batch_tokens)  # what decode_sources batches by
+        return real(run, *args, **kwargs)
 
     monkeypatch.setattr(decoding, "decode_sources", spy)
     engine.train(RECIPE, tmp_path / "run", overrides=["train.max_steps=2", "train.validate_every=2",
                                                        "train.valid_decode_examples=3", "decode.batch_tokens=40"])
-    assert seen and all(given == (40,) or given == 40 for given in seen), seen
+    assert seen and all(given == 40 for given in seen), seen
 
 
 def test_init_from_refuses_a_run_of_several_members_and_a_recipe_of_several(tiny_run, tmp_path, cli):
