@@ -60,7 +60,8 @@ def _free_port() -> int:
 
 
 def _post(url: str, body: object) -> tuple[int, dict]:
-    request = urllib.request.Request(url, data=json.dumps(body).encode("utf-8"), method="POST")
+    request = urllib.request.Request(url, data=json.dumps(body).encode("utf-8"), method="POST",
+                                     headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=120) as answer:
             return answer.status, json.loads(answer.read())
