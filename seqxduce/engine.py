@@ -380,7 +380,7 @@ def check_one_member(checkpoints: Sequence[Path]) -> None:
 def import_model(source: str | Path, name: str, out: str | Path, overwrite: bool = False) -> tuple[Path, list[str]]:
     """Make a run directory of another toolkit's model folder with the importer plugin `name` (`seqxduce import`);
     returns the run directory and the importer's notes."""
-    from seqxduce.importing import import_model as run_import
+    from seqxduce.export.importing import import_model as run_import
 
     return run_import(source, name, out, overwrite=overwrite)
 
