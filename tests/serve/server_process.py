@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,28 +117,37 @@ def env() -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def serving(run: Path, tmp: Path, *options: str) -> Iterator[Server]:
-    """A `seqxduce serve` process on a free port, answering /health; killed at the end if still running."""
+def serve_process(run: Path, tmp: Path, *options: str, log_level: str = "info",
+                  environment: dict[str, str] | None = None) -> Iterator[tuple[int, subprocess.Popen, Path]]:
+    """(port, process, log file) of a `seqxduce serve` process on a free port, once it answers /health 200;
+    killed at the end if still running."""
     port = free_port()
     log = tmp / f"server-{port}.log"
     with open(log, "w") as out:
         process = subprocess.Popen([sys.executable, "-m", "seqxduce", "serve", str(run), "--port", str(port),
-                                    "--log-level", "info", *options], stdout=out, stderr=subprocess.STDOUT,
-                                   env=env())
-    server = Server(port, process, log)
+                                    "--log-level", log_level, *options], stdout=out, stderr=subprocess.STDOUT,
+                                   env=environment)
     try:
         deadline = time.monotonic() + STARTUP_S
         while True:
             assert process.poll() is None, log.read_text()
             try:
-                if server.get("/health").status == 200:
-                    break
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=30) as answer:
+                    if answer.status == 200:
+                        break
             except OSError:
                 pass
             assert time.monotonic() < deadline, f"no /health after {STARTUP_S} s: {log.read_text()}"
             time.sleep(0.2)
-        yield server
+        yield port, process, log
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+@contextlib.contextmanager
+def serving(run: Path, tmp: Path, *options: str) -> Iterator[Server]:
+    """A `seqxduce serve` process (one thread) on a free port, answering /health; killed at the end."""
+    with serve_process(run, tmp, *options, environment=env()) as (port, process, log):
+        yield Server(port, process, log)

@@ -28,6 +28,7 @@ import pytest
 from click.testing import CliRunner
 
 from seqxduce.cli import add_plugin_commands
+from tests.serve.server_process import STARTUP_S, serve_process
 from tests.tiny import TINY_RECIPE
 
 pytest.importorskip("starlette", reason="the serve extra is not installed (pip install -e '.[serve]')")
@@ -39,7 +40,6 @@ SORT_RECIPE = TESTS / "fixtures" / "sort.toml"
 REVERSE = ["train.max_steps=40", "train.max_tokens=2000", "train.warmup_steps=10", "train.validate_every=0",
            "train.checkpoint_every=40", "train.log_every=40", "model.dropout=0.0"]
 SOURCES = ["1 2 3", "4 5 6 7 8", "9", "3 3 1 2", "7 6", "2 8 4 1 9 5", "5 5", "6 1 7 3 2"]
-STARTUP_S = 120  # a loaded machine imports torch slowly
 
 
 @pytest.fixture(scope="module")
@@ -58,12 +58,6 @@ def decode_cli(run: Path, sources: list[str], tmp: Path, *options: str) -> list[
     result = CliRunner().invoke(add_plugin_commands(), ["decode", str(run), "--input", str(given), *options])
     assert result.exit_code == 0, result.output
     return result.stdout.splitlines()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @dataclass
@@ -89,28 +83,8 @@ class Server:
 @contextlib.contextmanager
 def serving(run: Path, tmp: Path, *options: str) -> Iterator[Server]:
     """A `seqxduce serve` process on a free port, answering /health; killed at the end if still running."""
-    port = free_port()
-    log = tmp / f"server-{port}.log"
-    with open(log, "w") as out:
-        process = subprocess.Popen([sys.executable, "-m", "seqxduce", "serve", str(run), "--port", str(port),
-                                    "--log-level", "warning", *options], stdout=out, stderr=subprocess.STDOUT)
-    server = Server(f"http://127.0.0.1:{port}", port, process, log)
-    try:
-        deadline = time.monotonic() + STARTUP_S
-        while True:
-            assert process.poll() is None, log.read_text()
-            try:
-                if call(server, "/health")[0] == 200:
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, f"no /health after {STARTUP_S} s: {log.read_text()}"
-            time.sleep(0.2)
-        yield server
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+    with serve_process(run, tmp, *options, log_level="warning") as (port, process, log):
+        yield Server(f"http://127.0.0.1:{port}", port, process, log)
 
 
 def call(server: Server, path: str, body: object = None, raw: bytes | None = None,
