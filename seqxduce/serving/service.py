@@ -41,7 +41,6 @@ class Service:
     def __init__(self, run: LoadedRun):
         self.run = run
         self.settings = run.recipe.decode.settings
-        self.fields = {f.name for f in dataclasses.fields(self.settings)} if self.settings is not None else set()
         self.decoders: OrderedDict[Hashable, Decoder] = OrderedDict()
         self.lock = threading.Lock()  # the event loop checks a request's decoder while the worker uses another
 
