@@ -9,7 +9,7 @@ without torch: `seqxduce --help` and `seqxduce plugins` read it. Tensor types ar
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -159,6 +159,12 @@ class Task(abc.ABC):
     @abc.abstractmethod
     def examples(self, split: str, data_dir: Path) -> list[Example]:
         """Return the examples of one split."""
+
+    def stream(self, split: str, data_dir: Path) -> Iterator[Example]:
+        """The split's examples one at a time, as examples() returns them: preparing a run's training data reads
+        the training split this way (twice: the tokenizer's training, then the encoding), so a task that reads
+        files line by line here never holds a corpus of millions of pairs. The default yields examples()."""
+        yield from self.examples(split, data_dir)
 
     def data_files(self, split: str, data_dir: Path) -> list[Path] | None:
         """The files a split's examples are read from, if the task reads files: a prepared training set is then

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,17 +48,19 @@ def new_tokenizer(recipe: Recipe) -> Tokenizer:
     return recipe.tokenizer.component.build(recipe.tokenizer.settings)
 
 
-def train_tokenizers(recipe: Recipe, examples: list[Example], work: Path) -> Tokenizers:
-    """Train the recipe's tokenizer(s) on training text (one on both sides when the vocabulary is shared)."""
+def train_tokenizers(recipe: Recipe, examples: Iterable[Example], work: Path) -> Tokenizers:
+    """Train the recipe's tokenizer(s) on training text (one on both sides when the vocabulary is shared). The
+    text reaches Tokenizer.train as a stream: examples is iterated once per tokenizer (a list, or a stream that
+    reads its files anew), and a tokenizer that needs the text twice keeps its own copy."""
     src = new_tokenizer(recipe)
     if recipe.tokenizer.core.shared:
-        src.train([t for ex in examples for t in (ex.source, ex.target)], work)
+        src.train((t for ex in examples for t in (ex.source, ex.target)), work)
         tokenizers = Tokenizers(src, src)
     else:
         tgt = new_tokenizer(recipe)
         src.side, tgt.side = "source", "target"
-        src.train([ex.source for ex in examples], work)
-        tgt.train([ex.target for ex in examples], work)
+        src.train((ex.source for ex in examples), work)
+        tgt.train((ex.target for ex in examples), work)
         tokenizers = Tokenizers(src, tgt)
     check_special_ids(recipe, tokenizers)
     return tokenizers

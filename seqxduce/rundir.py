@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -293,7 +293,7 @@ class RunDir:
         prefixes = set(tokenizer_prefixes(recipe.tokenizer.core.shared))
         return sorted(p for p in self.path.iterdir() if p.is_file() and p.name.startswith(tuple(prefixes)))
 
-    def train_tokenizers(self, recipe: Recipe, examples: list[Example]) -> None:
+    def train_tokenizers(self, recipe: Recipe, examples: Iterable[Example]) -> None:
         """Train the tokenizer(s) on training text and save them here.
 
         The tokenizer plugin saves into a staging folder whose files are then renamed into the run directory,

@@ -94,11 +94,10 @@ def drop_reason(src: str, tgt: str, rules: CleanRules) -> str:
     return ""
 
 
-def load_parallel(source: Path, target: Path, rules: CleanRules | None = None,
-                  quiet: bool = False) -> tuple[list[tuple[str, str]], CorpusStats]:
-    """Read a checked parallel corpus, drop pairs by rules (None: keep all), and log the counts."""
-    stats = CorpusStats(str(source), str(target))
-    pairs: list[tuple[str, str]] = []
+def stream_parallel(source: Path, target: Path, rules: CleanRules | None, stats: CorpusStats
+                    ) -> Iterator[tuple[str, str]]:
+    """Yield the checked pairs that rules keep (None: all), one at a time, counting into stats as it goes: a corpus
+    of millions of pairs is never held whole."""
     for src, tgt in read_parallel(source, target):
         stats.read += 1
         if not src.strip() or not tgt.strip():
@@ -108,8 +107,15 @@ def load_parallel(source: Path, target: Path, rules: CleanRules | None = None,
             field = "empty_dropped" if reason == "empty" else reason
             setattr(stats, field, getattr(stats, field) + 1)
             continue
-        pairs.append((src, tgt))
-    stats.kept = len(pairs)
+        stats.kept += 1
+        yield src, tgt
+
+
+def load_parallel(source: Path, target: Path, rules: CleanRules | None = None,
+                  quiet: bool = False) -> tuple[list[tuple[str, str]], CorpusStats]:
+    """Read a checked parallel corpus, drop pairs by rules (None: keep all), and log the counts."""
+    stats = CorpusStats(str(source), str(target))
+    pairs = list(stream_parallel(source, target, rules, stats))
     if not quiet:
         log(stats.summary())
     return pairs, stats

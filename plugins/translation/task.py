@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 from seqxduce.api import Example, Report, Task, UserError, read_lines
 
-from .corpus import CleanRules, CorpusStats, load_parallel
+from .corpus import CleanRules, CorpusStats, load_parallel, stream_parallel
 from .datasets import make_dataset
+from .download import log
 from .metrics import score_translations
 from .settings import TranslationSettings
 
@@ -28,20 +30,41 @@ class TranslationTask(Task):
 
     def examples(self, split: str, data_dir: Path) -> list[Example]:
         """The split's pairs; training pairs are cleaned (empty, too long, length ratio), others kept whole."""
-        if split not in self.splits:
-            raise UserError(f"unknown split {split!r}; the translation task has {', '.join(self.splits)}")
-        self.prepare(data_dir)
-        source, target = self.dataset.files(split, Path(data_dir))
-        rules = None
-        if split == "train":
-            rules = CleanRules(drop_empty=True, max_len=self.settings.max_len, max_ratio=self.settings.max_ratio)
-        pairs, self.stats[split] = load_parallel(source, target, rules)
-        if split == "train" and not self.stats[split].read:
-            raise UserError(f"{source}: the training file is empty; put the training text there, or point [task] "
-                            "data_dir and train_prefix at it")
+        source, target = self._files(split, Path(data_dir))
+        pairs, self.stats[split] = load_parallel(source, target, self._rules(split))
+        self._check_read(split, source)
         more = self._more_references(split, Path(data_dir), len(pairs))
         return [Example(source=src, target=tgt, more_references=tuple(refs))
                 for (src, tgt), refs in zip(pairs, more or [[] for _ in pairs])]
+
+    def stream(self, split: str, data_dir: Path) -> Iterator[Example]:
+        """The split's pairs as examples() gives them, read line by line (preparing millions of training pairs);
+        the counts are logged when the files are read to their end."""
+        if split == "test" and self.settings.more_references:
+            yield from self.examples(split, data_dir)  # a test set is small; its extra references are aligned
+            return
+        source, target = self._files(split, Path(data_dir))
+        self.stats[split] = stats = CorpusStats(str(source), str(target))
+        for src, tgt in stream_parallel(source, target, self._rules(split), stats):
+            yield Example(source=src, target=tgt)
+        self._check_read(split, source)
+        log(stats.summary())
+
+    def _files(self, split: str, data_dir: Path) -> tuple[Path, Path]:
+        if split not in self.splits:
+            raise UserError(f"unknown split {split!r}; the translation task has {', '.join(self.splits)}")
+        self.prepare(data_dir)
+        return self.dataset.files(split, data_dir)
+
+    def _rules(self, split: str) -> CleanRules | None:
+        if split != "train":
+            return None
+        return CleanRules(drop_empty=True, max_len=self.settings.max_len, max_ratio=self.settings.max_ratio)
+
+    def _check_read(self, split: str, source: Path) -> None:
+        if split == "train" and not self.stats[split].read:
+            raise UserError(f"{source}: the training file is empty; put the training text there, or point [task] "
+                            "data_dir and train_prefix at it")
 
     def _more_references(self, split: str, data_dir: Path, count: int) -> list[list[str]] | None:
         """[task] more_references of the test split: per example its further references (files dataset)."""

@@ -20,9 +20,11 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, islice
+from multiprocessing.pool import AsyncResult, Pool
 from pathlib import Path
 
 import numpy as np
@@ -42,7 +44,9 @@ IN_PROCESS = 50_000  # below this many pairs, one process encodes (starting work
 
 
 class Examples:
-    """A split's examples, read from the task on the first call and kept until release()."""
+    """A split's examples: iterated, they stream from the task (Task.stream) and are read anew each time, so that
+    preparing a corpus never holds it as Python strings; called, they are read into a list once and kept until
+    release() (the in-memory encodings: [train] token_cache = false, subword sampling)."""
 
     def __init__(self, task: Task, data_dir: Path, split: str = "train"):
         self.task, self.data_dir, self.split = task, data_dir, split
@@ -53,11 +57,47 @@ class Examples:
             self._examples = self.task.examples(self.split, self.data_dir)
         return self._examples
 
+    def __iter__(self) -> Iterator[Example]:
+        return iter(self._examples) if self._examples is not None else self.task.stream(self.split, self.data_dir)
+
     def release(self) -> None:
         self._examples = None
 
+    def lines_hint(self) -> int | None:
+        """How many lines the split's first file holds, when the task names its files (a progress bar's total:
+        the pairs before the task's cleaning); counted at disk speed, no text decoded."""
+        files = self.task.data_files(self.split, self.data_dir)
+        if not files:
+            return None
+        count = 0
+        with open(files[0], "rb") as f:
+            while chunk := f.read(1 << 24):
+                count += chunk.count(b"\n")
+        return count
 
-def data_fingerprint(task: Task, data_dir: Path, examples: Callable[[], Sequence[Example]]) -> str:
+
+def nonempty(recipe: Recipe, examples: Iterable[Example]) -> Iterable[Example]:
+    """examples, refused in one line when they hold none (only the first is read)."""
+    if next(iter(examples), None) is None:
+        where = f" from {examples.data_dir}" if isinstance(examples, Examples) else ""
+        raise UserError(f"[task] name = {recipe.task.core.name!r} read no training examples{where}: the training "
+                        "file is empty")
+    return examples
+
+
+class Counted:
+    """Examples iterated once, counting them as they pass."""
+
+    def __init__(self, examples: Iterable[Example]):
+        self.examples, self.count = examples, 0
+
+    def __iter__(self) -> Iterator[Example]:
+        for example in self.examples:
+            self.count += 1
+            yield example
+
+
+def data_fingerprint(task: Task, data_dir: Path, examples: Iterable[Example]) -> str:
     """What the training split's content enters a key as: its files' paths, sizes and modification times when the
     task names them (no text is read), else a digest of its examples' text."""
     digest = hashlib.sha256(b"data\0")
@@ -67,7 +107,7 @@ def data_fingerprint(task: Task, data_dir: Path, examples: Callable[[], Sequence
             stat = Path(path).stat()
             digest.update(f"{Path(path).resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
         return digest.hexdigest()
-    for ex in examples():
+    for ex in examples:
         digest.update(ex.source.encode() + b"\0" + ex.target.encode() + b"\n")
     return digest.hexdigest()
 
@@ -106,7 +146,6 @@ def tokens_folder(recipe: Recipe, fingerprint: str, tokenizer_files: Sequence[Pa
 
 @dataclass
 class _Job:
-    examples: Sequence[Example]
     src_tok: Tokenizer
     tgt_tok: Tokenizer
     max_src: int
@@ -114,17 +153,18 @@ class _Job:
     dtype: np.dtype
 
 
-_JOB: _Job | None = None  # what forked workers inherit: the examples and tokenizers are not pickled to them
+_JOB: _Job | None = None  # what forked workers inherit: the tokenizers are not pickled to them
+
+Shard = tuple[list[str], list[str]]  # SHARD pairs' source and target texts
 
 
-def _encode_shard(bounds: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
-    """Encode examples[a:b] as data.encode_pairs does (source + eos, pairs over the limits dropped): each side's
-    ids end to end and the lengths, and how many were dropped."""
+def _encode_shard(shard: Shard) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int]:
+    """Encode a shard's pairs as data.encode_pairs does (source + eos, pairs over the limits dropped): each side's
+    ids end to end and the lengths, how many pairs were dropped and how many were read."""
     job = _JOB
     assert job is not None
-    shard = job.examples[bounds[0]:bounds[1]]
-    sources = _encode_batch(job.src_tok, [ex.source for ex in shard])
-    targets = _encode_batch(job.tgt_tok, [ex.target for ex in shard])
+    sources = _encode_batch(job.src_tok, shard[0])
+    targets = _encode_batch(job.tgt_tok, shard[1])
     eos = job.src_tok.eos_id
     src_lengths = np.fromiter((len(s) + 1 for s in sources), dtype=np.int64, count=len(sources))
     tgt_lengths = np.fromiter((len(t) for t in targets), dtype=np.int64, count=len(targets))
@@ -135,7 +175,7 @@ def _encode_shard(bounds: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.n
                           count=int(src_lengths[keep].sum()))
     tgt_ids = np.fromiter(chain.from_iterable(targets[i] for i in kept), dtype=job.dtype,
                           count=int(tgt_lengths[keep].sum()))
-    return src_ids, src_lengths[keep], tgt_ids, tgt_lengths[keep], len(shard) - len(kept)
+    return src_ids, src_lengths[keep], tgt_ids, tgt_lengths[keep], len(sources) - len(kept), len(sources)
 
 
 def _encode_batch(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
@@ -144,58 +184,87 @@ def _encode_batch(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
     return batch(texts) if batch is not None else [tok.encode(text) for text in texts]
 
 
+def _shards(examples: Iterable[Example]) -> Iterator[Shard]:
+    sources: list[str] = []
+    targets: list[str] = []
+    for ex in examples:
+        sources.append(ex.source)
+        targets.append(ex.target)
+        if len(sources) == SHARD:
+            yield sources, targets
+            sources, targets = [], []
+    if sources:
+        yield sources, targets
+
+
+def _in_order(pool: Pool, shards: Iterable[Shard], window: int) -> Iterator[tuple]:
+    """The shards encoded by the pool, in corpus order, with at most `window` of them read and not yet written
+    (Pool.imap would read the whole corpus ahead of its workers)."""
+    pending: deque[AsyncResult] = deque()
+    for shard in shards:
+        pending.append(pool.apply_async(_encode_shard, (shard,)))
+        if len(pending) >= window:
+            yield pending.popleft().get()
+    while pending:
+        yield pending.popleft().get()
+
+
 def available_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def encode_into(writer: binarized.DatasetWriter, examples: Sequence[Example], tokenizers: components.Tokenizers,
-                max_src: int, max_tgt: int, workers: int | None = None, show: bool = True) -> int:
-    """Encode the examples into writer in corpus order, on `workers` processes (default: every core); returns how
-    many pairs the limits dropped. Each worker encodes shards of SHARD pairs; measured against sentencepiece's own
-    threaded batch encoding in bench/data_scale.py."""
+def encode_into(writer: binarized.DatasetWriter, examples: Iterable[Example], tokenizers: components.Tokenizers,
+                max_src: int, max_tgt: int, workers: int | None = None, show: bool = True,
+                total: int | None = None) -> int:
+    """Encode the examples into writer in corpus order, on `workers` processes (default: every core), reading them
+    as a stream of SHARD-pair shards; returns how many pairs the limits dropped. total (optional) is the progress
+    bar's. Measured against sentencepiece's own threaded batch encoding in bench/data_scale.py."""
     global _JOB
     workers = workers or available_cores()
-    shards = [(a, min(a + SHARD, len(examples))) for a in range(0, len(examples), SHARD)]
-    _JOB = _Job(examples, tokenizers.src, tokenizers.tgt, max_src, max_tgt, writer.dtype)
-    dropped = 0
+    shards = _shards(examples)
+    head = list(islice(shards, -(-IN_PROCESS // SHARD)))  # enough to tell a small corpus from a large one
+    pooled = workers > 1 and sum(len(shard[0]) for shard in head) >= IN_PROCESS
+    _JOB = _Job(tokenizers.src, tokenizers.tgt, max_src, max_tgt, writer.dtype)
     try:
-        if workers > 1 and len(examples) >= IN_PROCESS:
-            # fork: the workers inherit the examples and tokenizers instead of receiving them pickled; started
-            # before the progress display's thread, which a fork must not copy mid-lock
+        if pooled:
+            # fork: the workers inherit the tokenizers instead of receiving them pickled; started before the
+            # progress display's thread, which a fork must not copy mid-lock
             with multiprocessing.get_context("fork").Pool(workers) as pool, \
-                    PairsProgress("encoding", len(examples), enabled=show) as progress:
-                for done, result in zip(shards, pool.imap(_encode_shard, shards)):
-                    writer.add(*result[:4])
-                    dropped += result[4]
-                    progress.advance(done[1] - done[0])
-        else:
-            with PairsProgress("encoding", len(examples), enabled=show) as progress:
-                for done in shards:
-                    result = _encode_shard(done)
-                    writer.add(*result[:4])
-                    dropped += result[4]
-                    progress.advance(done[1] - done[0])
+                    PairsProgress("encoding", total, enabled=show) as progress:
+                return _write(writer, _in_order(pool, chain(head, shards), 2 * workers), progress)
+        with PairsProgress("encoding", total, enabled=show) as progress:
+            return _write(writer, map(_encode_shard, chain(head, shards)), progress)
     finally:
         _JOB = None
+
+
+def _write(writer: binarized.DatasetWriter, results: Iterable[tuple], progress: PairsProgress) -> int:
+    dropped = 0
+    for result in results:
+        writer.add(*result[:4])
+        dropped += result[4]
+        progress.advance(result[5])
     return dropped
 
 
 # ---------------------------------------------------------------- the two kinds of folder
 
-def write_dataset(folder: Path, examples: Sequence[Example], tokenizers: components.Tokenizers, recipe: Recipe,
-                  tokenizer_folder: Path | None = None, workers: int | None = None, show: bool = True) -> Path:
-    """Encode the examples into a dataset at folder (with a copy of tokenizer_folder's files, for a prepared
-    folder), atomically, and print what was done in one line."""
+def write_dataset(folder: Path, examples: Iterable[Example], tokenizers: components.Tokenizers, recipe: Recipe,
+                  tokenizer_folder: Path | None = None, workers: int | None = None, show: bool = True,
+                  total: int | None = None) -> Path:
+    """Encode the examples (iterated once) into a dataset at folder (with a copy of tokenizer_folder's files, for a
+    prepared folder), atomically, and print what was done in one line."""
     started = time.perf_counter()
-    if not examples:
-        raise UserError(f"[task] name = {recipe.task.core.name!r} read no training examples: the training file is "
-                        "empty")
     vocab_size = max(tokenizers.src.vocab_size, tokenizers.tgt.vocab_size)
+    read = Counted(examples)
     with binarized.DatasetWriter(folder, vocab_size) as writer:
-        dropped = encode_into(writer, examples, tokenizers, *limits(recipe), workers=workers, show=show)
+        dropped = encode_into(writer, read, tokenizers, *limits(recipe), workers=workers, show=show, total=total)
+        if not read.count:
+            raise UserError(f"[task] name = {recipe.task.core.name!r} read no training examples: the training "
+                            "file is empty")
         if tokenizer_folder is not None:
             shutil.copytree(tokenizer_folder, writer.work / TOKENIZERS)
-        writer.extra.update({"read": len(examples), "dropped": {"over max_source_len/max_target_len": dropped}})
+        writer.extra.update({"read": read.count, "dropped": {"over max_source_len/max_target_len": dropped}})
         kept = writer.pairs
         writer.close()
     if kept == 0:
@@ -203,8 +272,8 @@ def write_dataset(folder: Path, examples: Sequence[Example], tokenizers: compone
         raise UserError("train: no pairs left after the length limits; raise [train] max_source_len/max_target_len")
     seconds = time.perf_counter() - started
     if show:
-        console.print(f"prepared {kept} training pairs of {len(examples)} in {seconds:.1f} s "
-                      f"({len(examples) / max(seconds, 1e-9):,.0f} pairs/s); dropped {dropped} over "
+        console.print(f"prepared {kept} training pairs of {read.count} in {seconds:.1f} s "
+                      f"({read.count / max(seconds, 1e-9):,.0f} pairs/s); dropped {dropped} over "
                       f"max_source_len/max_target_len; {folder} ({_size(binarized.size_on_disk(folder))})")
     return folder
 
@@ -213,24 +282,22 @@ def _size(nbytes: int) -> str:
     return f"{nbytes / 1e9:.2f} GB" if nbytes >= 1e8 else f"{nbytes / 1e6:.1f} MB"
 
 
-def prepare_new(recipe: Recipe, folder: Path, examples: Callable[[], list[Example]], workers: int | None = None,
-                show: bool = True) -> Path:
-    """A new run's prepared folder: the tokenizer(s) trained on the examples, then the dataset with them."""
-    train = examples()
-    if not train:
-        raise UserError(f"[task] name = {recipe.task.core.name!r} read no training examples: the training file is "
-                        "empty")
+def prepare_new(recipe: Recipe, folder: Path, examples: Iterable[Example], workers: int | None = None,
+                show: bool = True, total: int | None = None) -> Path:
+    """A new run's prepared folder: the tokenizer(s) trained on the examples, then the dataset with them. examples
+    is iterated more than once (an Examples stream reads its files anew each time)."""
+    nonempty(recipe, examples)
     folder.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{folder.name}-tok-", dir=folder.parent) as work:
         tokenizer_dir = Path(work) / TOKENIZERS
         started = time.perf_counter()
         with PairsProgress("training the tokenizer", None, enabled=show):
-            RunDir(tokenizer_dir).train_tokenizers(recipe, train)
+            RunDir(tokenizer_dir).train_tokenizers(recipe, examples)
         if show:
-            console.print(f"trained the tokenizer on {len(train)} training pairs in "
-                          f"{time.perf_counter() - started:.1f} s")
+            console.print(f"trained the tokenizer in {time.perf_counter() - started:.1f} s")
         tokenizers = RunDir(tokenizer_dir).load_tokenizers(recipe)
-        return write_dataset(folder, train, tokenizers, recipe, tokenizer_dir, workers=workers, show=show)
+        return write_dataset(folder, examples, tokenizers, recipe, tokenizer_dir, workers=workers, show=show,
+                             total=total)
 
 
 def open_prepared(folder: Path) -> PairArrays:
@@ -249,4 +316,4 @@ def prepare_training_data(recipe: Recipe, task: Task, data_dir: Path, again: boo
         console.print(f"the training data were prepared already: {len(pairs)} pairs in {folder} "
                       f"({_size(binarized.size_on_disk(folder))}); --again prepares them anew")
         return folder
-    return prepare_new(recipe, folder, examples, workers=workers)
+    return prepare_new(recipe, folder, examples, workers=workers, total=examples.lines_hint())

@@ -28,6 +28,7 @@ from seqxduce.training.prepare import (
     TOKENIZERS,
     Examples,
     data_fingerprint,
+    nonempty,
     prepare_new,
     prepared_folder,
     tokens_folder,
@@ -226,18 +227,10 @@ def _tokenizers_in(rundir: RunDir, recipe: Recipe, world: distributed.World, exa
         if tokenizers_from is not None:
             rundir.copy_tokenizers(recipe, tokenizers_from)
         else:
-            rundir.train_tokenizers(recipe, _nonempty(recipe, examples))
+            rundir.train_tokenizers(recipe, nonempty(recipe, examples))
     world.barrier()
     if not rundir.has_tokenizers(recipe):
         raise UserError(f"--resume: {rundir.path} holds no tokenizer files; train into a new --out")
-
-
-def _nonempty(recipe: Recipe, examples: Examples) -> list[Example]:
-    train = examples()
-    if not train:
-        raise UserError(f"[task] name = {recipe.task.core.name!r} read no training examples from "
-                        f"{examples.data_dir}: the training file is empty")
-    return train
 
 
 def training_data(recipe: Recipe, task: Task, data_dir: Path, rundir: RunDir, world: distributed.World,
@@ -251,10 +244,10 @@ def training_data(recipe: Recipe, task: Task, data_dir: Path, rundir: RunDir, wo
     if not s.token_cache:
         _tokenizers_in(rundir, recipe, world, examples, resume, tokenizers_from)
         tokenizers = rundir.load_tokenizers(recipe)
-        listed, skipped = encode_pairs(_nonempty(recipe, examples), tokenizers.src, tokenizers.tgt, *limits)
+        listed, skipped = encode_pairs(list(nonempty(recipe, examples)), tokenizers.src, tokenizers.tgt, *limits)
         _report_kept(len(listed), skipped, is_main)
         return PairArrays.from_pairs(listed)
-    fingerprint = data_fingerprint(task, data_dir, lambda: _nonempty(recipe, examples))
+    fingerprint = data_fingerprint(task, data_dir, examples)
     reused = False  # the data were prepared before (else preparing them printed what it kept)
     if not resume and tokenizers_from is None:  # a new run: tokenizers and ids from the prepared folder
         folder = prepared_folder(recipe, fingerprint)
@@ -264,7 +257,7 @@ def training_data(recipe: Recipe, task: Task, data_dir: Path, rundir: RunDir, wo
                 reused = True
                 console.print(f"train: the training data were prepared already: {folder}")
             else:
-                prepare_new(recipe, folder, lambda: _nonempty(recipe, examples))
+                prepare_new(recipe, folder, examples, total=examples.lines_hint())
             rundir.copy_tokenizers(recipe, folder / TOKENIZERS)
         _await_prepared(folder, world)
     else:  # the tokenizer files come from elsewhere: the ids are keyed by their bytes
@@ -277,7 +270,7 @@ def training_data(recipe: Recipe, task: Task, data_dir: Path, rundir: RunDir, wo
                 reused = True
                 console.print(f"train: read the tokenized pairs from the cache {folder}")
             else:
-                write_dataset(folder, _nonempty(recipe, examples), tokenizers, recipe)
+                write_dataset(folder, nonempty(recipe, examples), tokenizers, recipe, total=examples.lines_hint())
         _await_prepared(folder, world)
     pairs, meta = binarized.open_dataset(folder, verify=not is_main)  # rank 0 checked it above
     _report_kept(len(pairs), sum(meta.get("dropped", {}).values()), is_main and reused)

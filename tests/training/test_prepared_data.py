@@ -104,6 +104,35 @@ def test_several_processes_encode_what_one_encodes_in_corpus_order(tmp_path, mon
     assert list(binarized.open_dataset(tmp_path / "data")[0]) == want
 
 
+def test_encoding_reads_the_corpus_as_a_stream_a_few_shards_ahead_of_the_writer(tmp_path, monkeypatch):
+    """The examples come from a generator (Task.stream reading files): the encoding holds at most its window of
+    shards, never the corpus."""
+    monkeypatch.setattr(prepare, "SHARD", 5)
+    monkeypatch.setattr(prepare, "IN_PROCESS", 10)
+    read = 0
+
+    def stream():
+        nonlocal read
+        for i in range(400):
+            read += 1
+            yield Example(" ".join(["a"] * (i % 6 + 1)), "bb cc")
+
+    ahead = []
+
+    class Watching(binarized.DatasetWriter):
+        def add(self, *arrays):
+            super().add(*arrays)
+            ahead.append(read - self.pairs)  # pairs read from the stream and not yet written
+
+    tok = WordLengths()
+    tokenizers = type("Tokenizers", (), {"src": tok, "tgt": tok})()
+    with Watching(tmp_path / "data", tok.vocab_size) as writer:
+        assert prepare.encode_into(writer, stream(), tokenizers, 50, 50, workers=2, show=False) == 0
+        writer.close()
+    assert len(ahead) == 80 and max(ahead) <= 2 * 2 * 5  # two shards in flight per worker
+    assert list(binarized.open_dataset(tmp_path / "data")[0]) == encode_pairs(list(stream()), tok, tok, 50, 50)[0]
+
+
 def _cli(*args: object, cache: Path) -> subprocess.CompletedProcess:
     return subprocess.run(command(*args), capture_output=True, text=True, env={**env(), "SEQXDUCE_CACHE": str(cache)},
                           cwd=REPO, timeout=300)

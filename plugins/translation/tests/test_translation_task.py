@@ -105,6 +105,54 @@ def test_files_dataset_cleans_train_only(tmp_path):
         t.examples("dev", tmp_path)
 
 
+def test_the_stream_gives_what_examples_gives_one_pair_at_a_time(tmp_path, capsys):
+    (tmp_path / "train.en").write_text("a b\n\n" + "w " * 300 + "\nc d\n")
+    (tmp_path / "train.de").write_text("A B\nleer\nW\nC D\n")
+    (tmp_path / "valid.en").write_text("x\n\n")
+    (tmp_path / "valid.de").write_text("X\nY\n")
+    t = task()
+    stream = t.stream("train", tmp_path)
+    assert next(stream) == Example("a b", "A B") and t.stats["train"].read == 1  # read as it goes
+    assert list(stream) == [Example("c d", "C D")]
+    assert (t.stats["train"].read, t.stats["train"].kept, t.stats["train"].too_long) == (4, 2, 1)
+    assert "4 pairs read, 2 kept; dropped 1 empty, 1 too long" in capsys.readouterr().err
+    assert list(t.stream("valid", tmp_path)) == t.examples("valid", tmp_path)
+    (tmp_path / "train.en").write_text("")
+    (tmp_path / "train.de").write_text("")
+    with pytest.raises(UserError, match="train.en: the training file is empty"):
+        list(t.stream("train", tmp_path))
+
+
+def test_preparing_a_corpus_never_lists_its_training_split(tmp_path, monkeypatch):
+    """`seqxduce prepare` reads the training pairs through Task.stream (twice: the tokenizer, the encoding)."""
+    from seqxduce_translation.task import TranslationTask
+
+    from seqxduce import components
+    from seqxduce.recipe import load_recipe
+    from seqxduce.training import binarized, prepare
+
+    words = "the a cat dog sat ran on under mat rug".split()
+    for side in ("en", "de"):
+        lines = [" ".join(words[(i + k) % 10] for k in range(i % 7 + 1)) for i in range(300)]
+        (tmp_path / f"train.{side}").write_text("\n".join(lines) + "\n")
+    recipe_file = tmp_path / "r.toml"
+    recipe_file.write_text('[task]\nname = "translation"\ndataset = "files"\ndata_dir = "."\nsrc_lang = "en"\n'
+                           'tgt_lang = "de"\n[tokenizer]\nname = "word"\n[model]\nname = "transformer"\n')
+    listed = TranslationTask.examples
+
+    def refuse_train(self, split, data_dir):
+        assert split != "train", "the training split was read into a list"
+        return listed(self, split, data_dir)
+
+    monkeypatch.setattr(TranslationTask, "examples", refuse_train)
+    monkeypatch.setenv("SEQXDUCE_CACHE", str(tmp_path / "cache"))
+    recipe = load_recipe(recipe_file)
+    task = components.build_task(recipe)
+    folder = prepare.prepare_training_data(recipe, task, components.data_dir(recipe))
+    pairs, meta = binarized.open_dataset(folder)
+    assert len(pairs) == meta["read"] == task.stats["train"].kept == 300
+
+
 def test_multi30k_from_the_shared_plain_files(multi30k):
     t = task(dataset="multi30k", src_lang="en", tgt_lang="de", download=False)
     valid = t.examples("valid", multi30k)
