@@ -114,7 +114,9 @@ def _length_batches(src_lengths: np.ndarray, tgt_lengths: np.ndarray, max_tokens
     batch_order = list(range(len(starts)))
     if shuffle:
         rng.shuffle(batch_order)
-    return EpochBatches(order, bounds, np.array(batch_order, dtype=np.int64))
+    # int32 indices: half the bytes a pair of int64 (the order is the one array per pair a rank holds alone)
+    index_type = np.int32 if len(src_lengths) < 2**31 else np.int64
+    return EpochBatches(order.astype(index_type), bounds, np.array(batch_order, dtype=np.int64))
 
 
 def release_freed_memory() -> None:
@@ -205,12 +207,14 @@ class PairArrays(Sequence[Pair]):
     dataset): a batch gathers its rows from them, and nothing per pair lives as a Python object. Indexing gives
     a Pair, for code and tests that read a few."""
 
-    def __init__(self, src_ids: np.ndarray, src_offsets: np.ndarray, tgt_ids: np.ndarray, tgt_offsets: np.ndarray):
+    def __init__(self, src_ids: np.ndarray, src_offsets: np.ndarray, tgt_ids: np.ndarray, tgt_offsets: np.ndarray,
+                 src_lengths: np.ndarray | None = None, tgt_lengths: np.ndarray | None = None):
         self.src_ids, self.src_offsets = src_ids, src_offsets
         self.tgt_ids, self.tgt_offsets = tgt_ids, tgt_offsets
-        # the lengths are what batching reads for every pair: in memory, 4 bytes a side a pair
-        self.src_lengths = np.diff(src_offsets).astype(np.int32)
-        self.tgt_lengths = np.diff(tgt_offsets).astype(np.int32)
+        # the lengths are what batching reads for every pair: a prepared dataset maps its own (shared by the
+        # ranks), else they are computed here (4 bytes a side a pair)
+        self.src_lengths = np.diff(src_offsets).astype(np.int32) if src_lengths is None else src_lengths
+        self.tgt_lengths = np.diff(tgt_offsets).astype(np.int32) if tgt_lengths is None else tgt_lengths
 
     @classmethod
     def from_pairs(cls, pairs: Sequence[Pair]) -> PairArrays:

@@ -1,9 +1,10 @@
 """The binarized training split on disk: per side the token ids of every pair end to end (`src.ids`, `tgt.ids`,
 in the smallest unsigned integer type that holds the vocabulary) and where each pair starts (`src.offsets`,
-`tgt.offsets`, int64, one more than the pairs), with `meta.json` holding the counts, the type, each file's
-size and BLAKE2 digest. Read memory-mapped: a training process holds the lengths, not the corpus, and every
-process that maps the same files shares their pages (fairseq's MMapIndexedDataset keeps one index file and one
-data file per side; here the offsets are the index, the lengths follow from them).
+`tgt.offsets`, int64, one more than the pairs) and each pair's length (`src.lengths`, `tgt.lengths`, int16 or
+int32), with `meta.json` holding the counts, the types, each file's size and BLAKE2 digest. Read memory-mapped:
+a training process holds no array per pair of its own but its share of the epoch's order, and every process
+that maps the same files shares their pages, the lengths that batching reads included (fairseq's
+MMapIndexedDataset keeps one index file of sizes and offsets and one data file per side).
 
 A dataset is written into a temporary folder beside its own and renamed into place: a reader sees all of it or
 none. One that is truncated or damaged after that is refused in one line, never read."""
@@ -14,6 +15,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,10 +24,12 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from seqxduce.api import UserError
+from seqxduce.console import console
 from seqxduce.data import PairArrays
 
-FORMAT = "binarized-v1"  # a change of the layout changes this
+FORMAT = "binarized-v2"  # a change of the layout changes this (v2: the lengths files)
 META = "meta.json"
+OWNER = ".owner"  # in a work folder: "HOST PID" of the process writing it
 SIDES = ("src", "tgt")
 CHUNK = 1 << 24  # bytes read at a time when checking a digest
 
@@ -38,11 +42,17 @@ def ids_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.int64)
 
 
+def lengths_dtype(lengths: np.ndarray) -> np.dtype:
+    """int16 when every length fits (sentences of up to 32,767 tokens), else int32: signed, so that arithmetic on
+    lengths never wraps."""
+    return np.dtype(np.int16 if not len(lengths) or int(lengths.max()) < 2**15 else np.int32)
+
+
 @dataclass
 class _Side:
     handle: BinaryIO
     digest: Any = field(default_factory=lambda: hashlib.blake2b(digest_size=16))
-    lengths: list[np.ndarray] = field(default_factory=list)
+    lengths: list[np.ndarray] = field(default_factory=list)  # int32 per chunk, until close()
     size: int = 0
 
 
@@ -55,8 +65,7 @@ class DatasetWriter:
         self.dtype = ids_dtype(vocab_size)
         self.vocab_size = vocab_size
         self.extra = dict(extra or {})
-        self.folder.parent.mkdir(parents=True, exist_ok=True)
-        self.work = Path(tempfile.mkdtemp(prefix=f".{self.folder.name}-", dir=self.folder.parent))
+        self.work = work_folder(self.folder)
         self.sides = {side: _Side((self.work / f"{side}.ids").open("wb")) for side in SIDES}
         self.pairs = 0
 
@@ -68,22 +77,23 @@ class DatasetWriter:
             part.handle.write(data)
             part.digest.update(data)
             part.size += len(data)
-            part.lengths.append(np.asarray(lengths, dtype=np.int64))
+            part.lengths.append(np.asarray(lengths, dtype=np.int32))
         self.pairs += len(src_lengths)
 
     def close(self) -> Path:
         """Write the offsets and meta.json, then move the folder into place; returns it."""
         files: dict[str, dict[str, Any]] = {}
+        (self.work / OWNER).unlink()
         for side, part in self.sides.items():
             part.handle.close()
             files[f"{side}.ids"] = {"bytes": part.size, "blake2b": part.digest.hexdigest()}
-            lengths = np.concatenate(part.lengths) if part.lengths else np.zeros(0, dtype=np.int64)
+            lengths = np.concatenate(part.lengths) if part.lengths else np.zeros(0, dtype=np.int32)
+            part.lengths = []
             offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
             np.cumsum(lengths, out=offsets[1:])
-            data = offsets.tobytes()
-            (self.work / f"{side}.offsets").write_bytes(data)
-            digest = hashlib.blake2b(data, digest_size=16).hexdigest()
-            files[f"{side}.offsets"] = {"bytes": len(data), "blake2b": digest}
+            files[f"{side}.offsets"] = self._write(f"{side}.offsets", offsets)
+            del offsets
+            files[f"{side}.lengths"] = self._write(f"{side}.lengths", lengths.astype(lengths_dtype(lengths)))
         for path in sorted(self.work.rglob("*")):  # files added beside the ids (a prepared folder's tokenizers)
             name = path.relative_to(self.work).as_posix()
             if path.is_file() and name not in files:
@@ -100,6 +110,12 @@ class DatasetWriter:
         os.replace(self.work, self.folder)
         return self.folder
 
+    def _write(self, name: str, array: np.ndarray) -> dict[str, Any]:
+        data = array.tobytes()
+        (self.work / name).write_bytes(data)
+        return {"bytes": len(data), "blake2b": hashlib.blake2b(data, digest_size=16).hexdigest(),
+                "dtype": array.dtype.name}
+
     def abort(self) -> None:
         for part in self.sides.values():
             part.handle.close()
@@ -111,6 +127,38 @@ class DatasetWriter:
     def __exit__(self, kind: object, *rest: object) -> None:
         if kind is not None:
             self.abort()
+
+
+def work_folder(folder: Path, tag: str = "") -> Path:
+    """A new work folder beside `folder` (`.NAME-TAG...`, renamed into place or removed when done), marked with
+    its owner; the work folders of `folder` that a process of this host left when it was killed outright
+    (SIGKILL, the OOM killer: no cleanup ran) are removed first."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    _remove_orphans(folder)
+    work = Path(tempfile.mkdtemp(prefix=f".{folder.name}-{tag}", dir=folder.parent))
+    (work / OWNER).write_text(f"{socket.gethostname()} {os.getpid()}\n")
+    return work
+
+
+def _remove_orphans(folder: Path) -> None:
+    for work in folder.parent.glob(f".{folder.name}-*"):
+        try:
+            host, pid = (work / OWNER).read_text().split()
+        except (OSError, ValueError):
+            continue  # not marked (yet): another process may have just made it
+        if host == socket.gethostname() and not _alive(int(pid)):
+            shutil.rmtree(work, ignore_errors=True)
+            console.print(f"removed {work}, left unfinished by process {pid}, which is gone")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def exists(folder: Path) -> bool:
@@ -157,8 +205,12 @@ def open_dataset(folder: Path, verify: bool = True) -> tuple[PairArrays, dict[st
         offsets = _map(folder / f"{side}.offsets", np.dtype(np.int64))
         if len(offsets) != meta["pairs"] + 1 or (len(offsets) and int(offsets[-1]) != len(ids)):
             raise damaged(folder, f"{side}.offsets does not fit {side}.ids")
-        arrays[side] = (ids, offsets)
-    return PairArrays(*arrays["src"], *arrays["tgt"]), meta
+        lengths = _map(folder / f"{side}.lengths", np.dtype(meta["files"][f"{side}.lengths"]["dtype"]))
+        if len(lengths) != meta["pairs"]:
+            raise damaged(folder, f"{side}.lengths does not fit {side}.offsets")
+        arrays[side] = (ids, offsets, lengths)
+    (src_ids, src_offsets, src_lengths), (tgt_ids, tgt_offsets, tgt_lengths) = arrays["src"], arrays["tgt"]
+    return PairArrays(src_ids, src_offsets, tgt_ids, tgt_offsets, src_lengths, tgt_lengths), meta
 
 
 def _map(path: Path, dtype: np.dtype) -> np.ndarray:

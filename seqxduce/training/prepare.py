@@ -18,7 +18,6 @@ import json
 import multiprocessing
 import os
 import shutil
-import tempfile
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
@@ -36,6 +35,7 @@ from seqxduce.data import PairArrays
 from seqxduce.recipe import Recipe
 from seqxduce.rundir import RunDir
 from seqxduce.training import binarized
+from seqxduce.training.signals import preparing_stopped, signals_held, stop_while_preparing, worker_defaults
 from seqxduce.training.token_cache import cache_root
 
 TOKENIZERS = "tokenizers"  # the folder of a prepared dataset's tokenizer files
@@ -229,8 +229,9 @@ def encode_into(writer: binarized.DatasetWriter, examples: Iterable[Example], to
         if pooled:
             # fork: the workers inherit the tokenizers instead of receiving them pickled; started before the
             # progress display's thread, which a fork must not copy mid-lock
-            with multiprocessing.get_context("fork").Pool(workers) as pool, \
-                    PairsProgress("encoding", total, enabled=show) as progress:
+            with signals_held():
+                pool = multiprocessing.get_context("fork").Pool(workers, initializer=worker_defaults)
+            with pool, PairsProgress("encoding", total, enabled=show) as progress:
                 return _write(writer, _in_order(pool, chain(head, shards), 2 * workers), progress)
         with PairsProgress("encoding", total, enabled=show) as progress:
             return _write(writer, map(_encode_shard, chain(head, shards)), progress)
@@ -241,6 +242,7 @@ def encode_into(writer: binarized.DatasetWriter, examples: Iterable[Example], to
 def _write(writer: binarized.DatasetWriter, results: Iterable[tuple], progress: PairsProgress) -> int:
     dropped = 0
     for result in results:
+        preparing_stopped()
         writer.add(*result[:4])
         dropped += result[4]
         progress.advance(result[5])
@@ -287,17 +289,20 @@ def prepare_new(recipe: Recipe, folder: Path, examples: Iterable[Example], worke
     """A new run's prepared folder: the tokenizer(s) trained on the examples, then the dataset with them. examples
     is iterated more than once (an Examples stream reads its files anew each time)."""
     nonempty(recipe, examples)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{folder.name}-tok-", dir=folder.parent) as work:
-        tokenizer_dir = Path(work) / TOKENIZERS
+    work = binarized.work_folder(folder, "tok-")
+    try:
+        tokenizer_dir = work / TOKENIZERS
         started = time.perf_counter()
         with PairsProgress("training the tokenizer", None, enabled=show):
             RunDir(tokenizer_dir).train_tokenizers(recipe, examples)
+        preparing_stopped()
         if show:
             console.print(f"trained the tokenizer in {time.perf_counter() - started:.1f} s")
         tokenizers = RunDir(tokenizer_dir).load_tokenizers(recipe)
         return write_dataset(folder, examples, tokenizers, recipe, tokenizer_dir, workers=workers, show=show,
                              total=total)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def open_prepared(folder: Path) -> PairArrays:
@@ -310,10 +315,11 @@ def prepare_training_data(recipe: Recipe, task: Task, data_dir: Path, again: boo
     """`seqxduce prepare`: a new run's prepared folder for the recipe, made unless it is there (again: made anew,
     replacing one that is damaged); returns it."""
     examples = Examples(task, data_dir)
-    folder = prepared_folder(recipe, data_fingerprint(task, data_dir, examples))
-    if binarized.exists(folder) and not again:
-        pairs, meta = binarized.open_dataset(folder)  # a damaged one is refused: --again replaces it
-        console.print(f"the training data were prepared already: {len(pairs)} pairs in {folder} "
-                      f"({_size(binarized.size_on_disk(folder))}); --again prepares them anew")
-        return folder
-    return prepare_new(recipe, folder, examples, workers=workers, total=examples.lines_hint())
+    with stop_while_preparing("preparing the training data"):
+        folder = prepared_folder(recipe, data_fingerprint(task, data_dir, examples))
+        if binarized.exists(folder) and not again:
+            pairs, meta = binarized.open_dataset(folder)  # a damaged one is refused: --again replaces it
+            console.print(f"the training data were prepared already: {len(pairs)} pairs in {folder} "
+                          f"({_size(binarized.size_on_disk(folder))}); --again prepares them anew")
+            return folder
+        return prepare_new(recipe, folder, examples, workers=workers, total=examples.lines_hint())

@@ -35,6 +35,7 @@ from seqxduce.training.prepare import (
     write_dataset,
 )
 from seqxduce.training.sampled_epochs import EpochEncoder
+from seqxduce.training.signals import stop_while_preparing
 from seqxduce.training.state import TrainState, restore
 from seqxduce.training.step_plan import StepPlan
 from seqxduce.training.tensorboard_log import TENSORBOARD_DIR, summary_writer_class
@@ -130,7 +131,8 @@ def assemble(recipe: Recipe, run_dir: Path, resume: bool = False, overwrite: boo
         task.prepare(data_dir)
     world.barrier()
     train_examples = Examples(task, data_dir)  # read only when the training data are not prepared yet
-    train_pairs = training_data(recipe, task, data_dir, rundir, world, train_examples, resume, tokenizers_from)
+    with stop_while_preparing("preparing the training data, before the first step"):
+        train_pairs = training_data(recipe, task, data_dir, rundir, world, train_examples, resume, tokenizers_from)
     train_examples.release()  # the run keeps the mapped ids, not the text
     valid_examples = task.examples("valid", data_dir) if "valid" in task.splits else []
     torch.manual_seed(s.seed)

@@ -1,7 +1,8 @@
 """Stopping training on request: Ctrl-C (SIGINT), SIGTERM (sent by schedulers, `timeout`, `docker stop`,
 systemd) and SIGUSR1 (SLURM's `--signal=USR1@90`, sent ahead of a time limit) ask the trainer to finish its step
 and save it; work that can be dropped without losing a step (validation, the final average) is abandoned at once;
-a second signal stops at once."""
+a second signal stops at once. Preparing the training data, which keeps nothing until it is done, stops at once
+(stop_while_preparing)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
+
+from seqxduce.errors import TrainingStopped
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
 
@@ -87,3 +90,75 @@ def stop_on_signals(request: StopRequest) -> Iterator[StopRequest]:
     finally:
         for number, handler_before in previous.items():
             signal.signal(number, handler_before)
+
+
+class Interrupted(BaseException):
+    """Raised by stop_while_preparing's handler where the signal arrives (a BaseException: no `except Exception`
+    on the way swallows it, and every `with` on the way cleans up)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+_PREPARING: list[int] = []  # the signal that came while preparing (stop_while_preparing), if any
+
+
+@contextlib.contextmanager
+def stop_while_preparing(what: str) -> Iterator[None]:
+    """Work that keeps nothing until it finishes and may take many minutes (the tokenizer's training, encoding a
+    corpus): a signal stops it where it is, the work folders are removed on the way out (training.binarized's
+    writer, the tokenizer's temporary folder, the encoding's workers), and the command ends in one line with 128 +
+    the signal's number. Where Python drops what a handler raises (inside an at-fork hook, a library's callback),
+    the next preparing_stopped() check raises it again; inside a library's own loop (sentencepiece training its
+    model) the stop comes when that returns."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        _PREPARING.append(signum)
+        raise Interrupted(signum)
+
+    previous = {number: signal.signal(number, handler) for number in SIGNALS}
+    try:
+        yield
+    except Interrupted as stop:
+        raise TrainingStopped(f"{signal_name(stop.signum)}: stopped while {what}; nothing of it was kept (its "
+                              "work folders were removed), so the next run prepares it anew",
+                              exit_code=128 + stop.signum) from None
+    finally:
+        came = list(_PREPARING)
+        _PREPARING.clear()
+        for number, handler_before in previous.items():
+            signal.signal(number, handler_before)
+    if came:  # its raise was dropped and no check came after it: the work is done and kept, the stop stands
+        raise TrainingStopped(f"{signal_name(came[0])}: stopped after {what} (done and kept for the next run)",
+                              exit_code=128 + came[0])
+
+
+def preparing_stopped() -> None:
+    """Raise Interrupted if a signal came while preparing (its own raise may have been dropped)."""
+    if _PREPARING:
+        raise Interrupted(_PREPARING[0])
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold the stop signals (delivered when this ends): around a fork, whose at-fork hooks drop what a handler
+    raises (with a printed traceback) and whose children start with the parent's handlers."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
+
+
+def worker_defaults() -> None:
+    """A forked worker's signals (a Pool initializer): Ctrl-C, which reaches every process of the terminal, is
+    left to the parent, which stops the pool; SIGTERM and SIGUSR1 end the worker quietly (the parent's handler,
+    copied by the fork, would raise in it)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for number in (signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(number, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)  # forked inside signals_held()

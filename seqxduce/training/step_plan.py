@@ -7,8 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from seqxduce.api import UserError, VocabInfo
-from seqxduce.data import Batch, EpochBatches, Pair, PairArrays, length_batches
+from seqxduce.data import Batch, EpochBatches, Pair, PairArrays, length_batches, release_freed_memory
 from seqxduce.settings import TrainSettings
 from seqxduce.training.sampled_epochs import EpochEncoder
 from seqxduce.training.state import TrainState
@@ -44,6 +46,51 @@ def batches_for_step(batches: Sequence[list[int]], step_in_epoch: int, rank: int
     return batches[start:start + update_freq]
 
 
+class RankEpoch(Sequence[list[int]]):
+    """One rank's share of an epoch's batches: the pair indices of the batches this rank takes and no others (a
+    rank of a world of W holds 1/W of the epoch's order, so the ranks together hold what one process would), and
+    per step the target tokens of every rank's batches (the gradient's normaliser, known without asking them).
+    Indexing gives this rank's k-th batch as a list of pair indices."""
+
+    def __init__(self, batches: EpochBatches, tgt_lengths: np.ndarray, rank: int, world_size: int,
+                 update_freq: int):
+        self.batches_in_epoch = len(batches)
+        self.update_freq = update_freq
+        steps = steps_in_epoch(len(batches), world_size, update_freq)
+        # position k of the epoch's batch order goes to rank (k // update_freq) % world_size (batches_for_step)
+        positions = np.arange(steps * world_size * update_freq).reshape(steps, world_size, update_freq)
+        sizes = np.diff(batches.bounds)
+        # the target tokens of each batch, eos included, as the loss counts them
+        tokens = np.add.reduceat(np.asarray(tgt_lengths, dtype=np.int64)[batches.order] + 1,
+                                 batches.bounds[:-1]) if len(sizes) else np.zeros(0, dtype=np.int64)
+        self.step_tokens = tokens[batches.batch_order[positions.reshape(steps, -1)]].sum(axis=1)
+        mine = batches.batch_order[positions[:, rank, :].ravel()]
+        self.bounds = np.concatenate(([0], np.cumsum(sizes[mine]))).astype(np.int64)
+        self.order = (np.concatenate([batches.order[batches.bounds[b]:batches.bounds[b + 1]] for b in mine])
+                      if len(mine) else np.zeros(0, dtype=batches.order.dtype))
+
+    @property
+    def steps(self) -> int:
+        return len(self.step_tokens)
+
+    def __len__(self) -> int:
+        return len(self.bounds) - 1
+
+    def __getitem__(self, k):  # type: ignore[override]
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        if k < 0:
+            k += len(self)
+        if not 0 <= k < len(self):
+            raise IndexError(k)
+        return self.order[self.bounds[k]:self.bounds[k + 1]].tolist()
+
+    def step(self, step_in_epoch: int) -> list[list[int]]:
+        """This rank's update_freq batches of one step of the epoch."""
+        first = step_in_epoch * self.update_freq
+        return [self[k] for k in range(first, first + self.update_freq)]
+
+
 @dataclass
 class PlannedStep:
     """One optimizer step as the plan has it: the data position, this rank's batches (pair indices) and
@@ -74,7 +121,7 @@ class StepPlan:
         # the curriculum's longest source is the deterministic encoding's; a longer sampled one waits for its end
         self.longest_source = int(self.train_pairs.src_lengths.max())
         self._sampled: tuple[int | None, PairArrays | None] = (None, None)
-        self._last_batches: tuple[tuple[int, int | None] | None, PairArrays | None, EpochBatches | None] = (
+        self._last_batches: tuple[tuple[int, int | None] | None, PairArrays | None, RankEpoch | None] = (
             None, None, None)
 
     def source_cap(self, step: int) -> int | None:
@@ -92,38 +139,38 @@ class StepPlan:
         assert self._sampled[1] is not None
         return self._sampled[1]
 
-    def epoch_batches(self, epoch: int, cap: int | None) -> tuple[PairArrays, EpochBatches]:
-        """The epoch's pairs and their batches (lists of indices into those pairs)."""
+    def epoch_batches(self, epoch: int, cap: int | None) -> tuple[PairArrays, RankEpoch]:
+        """The epoch's pairs and this rank's share of their batches (lists of indices into those pairs)."""
         # a function of (epoch, cap) only, so --resume rebuilds the same batches; the last one is kept because
         # the run's checks and its plan both start from it
         if self._last_batches[0] != (epoch, cap):
             pairs = self.epoch_pairs(epoch)
             batches = length_batches(pairs.src_lengths, pairs.tgt_lengths, self.settings.max_tokens,
                                      self.settings.seed, epoch, max_source=cap, bucket_width=self.settings.bucket_width)
-            self._last_batches = ((epoch, cap), pairs, batches)
-        pairs, batches = self._last_batches[1], self._last_batches[2]
-        assert pairs is not None and batches is not None
-        return pairs, batches
-
-    def _per_epoch(self, batches: Sequence[list[int]]) -> int:
-        return steps_in_epoch(len(batches), self.world_size, self.settings.update_freq)
+            share = RankEpoch(batches, pairs.tgt_lengths, self.rank, self.world_size, self.settings.update_freq)
+            if len(batches.order) >= 100_000:  # the epoch's whole order is freed: its pages go back
+                del batches
+                release_freed_memory()
+            self._last_batches = ((epoch, cap), pairs, share)
+        pairs, share = self._last_batches[1], self._last_batches[2]
+        assert pairs is not None and share is not None
+        return pairs, share
 
     def steps_per_epoch(self, state: TrainState) -> int:
         """Optimizer steps in the current epoch; a plan that holds none is refused in one line."""
         s = self.settings
         cap = self.source_cap(state.step)
-        _, batches = self.epoch_batches(state.epoch, cap)
-        per_epoch = self._per_epoch(batches)
-        if per_epoch == 0 and cap is not None:
+        _, share = self.epoch_batches(state.epoch, cap)
+        if share.steps == 0 and cap is not None:
             raise UserError(f"[train] curriculum_start_len = {s.curriculum_start_len} leaves no training pair "
                             f"(sources here have at least {int(self.train_pairs.src_lengths.min())} tokens, "
                             "eos included); raise it")
-        if per_epoch == 0:
+        if share.steps == 0:
             raise UserError(
-                f"the training data fill {len(batches)} batches, fewer than world_size * update_freq = "
+                f"the training data fill {share.batches_in_epoch} batches, fewer than world_size * update_freq = "
                 f"{self.world_size * s.update_freq}; lower [train] max_tokens or update_freq"
             )
-        return per_epoch
+        return share.steps
 
     def nothing_left(self, state: TrainState) -> bool:
         """Whether training from `state` would take no step: max_steps reached, or the last of max_epochs done."""
@@ -134,27 +181,19 @@ class StepPlan:
     def steps(self, state: TrainState) -> Iterator[PlannedStep]:
         """The steps to train from `state` on, in order, with the batches this rank takes: a function of the
         position alone (not of the training), so that it can run ahead of the training in a thread."""
-        s, world = self.settings, self.world_size
+        s = self.settings
         step, epoch, step_in_epoch = state.step, state.epoch, state.step_in_epoch
         cap = self.source_cap(step)
-        pairs, batches = self.epoch_batches(epoch, cap)
-        per_epoch = self._per_epoch(batches)
+        pairs, share = self.epoch_batches(epoch, cap)
         while step < s.max_steps:
             if self.source_cap(step) != cap:  # the curriculum admits longer sources
                 cap = self.source_cap(step)
-                pairs, batches = self.epoch_batches(epoch, cap)
-                per_epoch = self._per_epoch(batches)
-            if step_in_epoch >= per_epoch:
+                pairs, share = self.epoch_batches(epoch, cap)
+            if step_in_epoch >= share.steps:
                 if s.max_epochs and epoch >= s.max_epochs:
                     return
                 epoch, step_in_epoch = epoch + 1, 0
-                pairs, batches = self.epoch_batches(epoch, cap)
-                per_epoch = self._per_epoch(batches)
-            group = batches_for_step(batches, step_in_epoch, self.rank, world, s.update_freq)
-            # the target tokens of every rank's batches (eos included, as the loss counts), known here without
-            # asking the other ranks
-            first = step_in_epoch * world * s.update_freq
-            every_rank = [batches.indices(k) for k in range(first, first + world * s.update_freq)]
-            tokens = sum(int(pairs.tgt_lengths[batch].sum()) + len(batch) for batch in every_rank)
-            yield PlannedStep(epoch, step_in_epoch, group, tokens, pairs)
+                pairs, share = self.epoch_batches(epoch, cap)
+            yield PlannedStep(epoch, step_in_epoch, share.step(step_in_epoch), int(share.step_tokens[step_in_epoch]),
+                              pairs)
             step, step_in_epoch = step + 1, step_in_epoch + 1

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 
 import torch
 
-from tests.fault_tools import run, start, wait_for
+from tests.fault_tools import REPO, env, run, start, wait_for
 from tests.tiny import TINY_RECIPE as TINY
 
 # a valid split whose validation (loss, then decoding every example) lasts far longer than a signal takes to
@@ -77,3 +79,24 @@ def test_a_signal_during_a_training_step_saves_that_step(tmp_path):
     assert len(saved) == 1
     step = torch.load(saved[0], weights_only=True)["step"]
     assert f"Ctrl-C: interrupted at step {step}; saved {saved[0]}; continue with --resume" in text
+
+
+def test_a_signal_during_the_final_average_abandons_it_and_resume_writes_it(tmp_path):
+    """The average of the last checkpoints is the run's last work: a signal drops it where it is (slowed here by
+    the fault tests' injection so that the signal lands inside it), every step being saved already."""
+    out, log = tmp_path / "run", tmp_path / "log"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.faults.slowed", "averaging", "train", str(TINY), "--out", str(out),
+         "--set", "train.max_steps=4", "--set", "train.checkpoint_every=2", "--set", "train.average_last=2",
+         "--set", "train.validate_every=0", "--set", "train.valid_decode_examples=0"],
+        stdout=log.open("w"), stderr=subprocess.STDOUT, text=True, env=env(), cwd=REPO)
+    wait_for(lambda: "averaging (slowed)" in log.read_text(), process)
+    process.send_signal(signal.SIGTERM)
+    text = _stopped(process, log, 143)  # within the hang guard, not after the 60 s the injection waits
+    saved = out / "checkpoints" / "step_00000004.pt"
+    assert f"SIGTERM: stopped at step 4, the run's last, while averaging; saved {saved}; --resume writes the " \
+           "average" in text
+    assert not (out / "average.pt").exists()
+    again = run("train", TINY, "--out", out, "--resume")
+    assert again.returncode == 0, again.stderr
+    assert (out / "average.pt").is_file()
