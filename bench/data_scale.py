@@ -2,8 +2,9 @@
 trained from memory-mapped ids. Per size it reports the preparation's wall time and pairs/s (the whole
 `seqxduce prepare` on every core; the encoding alone on one and on two processes, beside sentencepiece's own
 multi-threaded batch encoding of the same text), the dataset's size on disk, the time from prepared data to the
-first step, and a training process's private memory at step 10 split into model+optimizer and data, with the
-PSS summed over the two ranks of a torchrun run.
+first step, the preparing process's peak memory (it streams the corpus: what it holds is the tokenizer's
+sample and the shards in flight), and a training process's private memory at step 10 split into
+model+optimizer and data, with the PSS summed over the two ranks of a torchrun run.
 
 The corpus (seeded, numpy's default_rng): a source and a target vocabulary of 60,000 words each (random
 lowercase strings of 2-12 letters), words drawn by Zipf's law (p(rank r) ~ 1/r); source lengths gamma(4, 6.5)
@@ -13,6 +14,9 @@ of --sample sentences) and a small model (2 layers, d_model 256) whose share of 
 on 1,000 pairs with the same tokenizer and model gives the model+optimizer figure, the data's is the difference.
 
     python bench/data_scale.py --sizes 100000 1000000 --work /tmp/data-scale
+
+The encoding's side-by-side figures (ours on 1 and 2 processes, sentencepiece's threads) hold the texts in the
+benchmark's own memory, so they are taken on the first --encode-pairs pairs of a larger corpus (a rate).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -129,11 +134,23 @@ def worker(recipe: Path, out: Path, report: Path, tokenizers_from: str | None) -
 
 
 def _run(*args: object, env: dict[str, str]) -> float:
+    return _run_measured(*args, env=env)[0]
+
+
+def _run_measured(*args: object, env: dict[str, str]) -> tuple[float, int]:
+    """Run a command to its end: its wall seconds and its peak resident set (bytes, from wait4's rusage: the
+    process itself and the children it waited for, the largest of them)."""
     started = time.perf_counter()
-    result = subprocess.run([str(a) for a in args], env=env, cwd=REPO, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise SystemExit(result.stderr[-3000:])
-    return time.perf_counter() - started
+    with tempfile.TemporaryFile("w+") as output:
+        process = subprocess.Popen([str(a) for a in args], env=env, cwd=REPO, stdout=output,
+                                   stderr=subprocess.STDOUT, text=True)
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+        seconds = time.perf_counter() - started
+        if process.returncode != 0:
+            output.seek(0)
+            raise SystemExit(output.read()[-3000:])
+    return seconds, usage.ru_maxrss * 1024
 
 
 def _train(recipe: Path, out: Path, env: dict[str, str], ranks: int = 1, tokenizers_from: Path | None = None
@@ -150,9 +167,11 @@ def _train(recipe: Path, out: Path, env: dict[str, str], ranks: int = 1, tokeniz
 
 # ------------------------------------------------------------------ one size
 
-def encode_figures(recipe_file: Path, folder: Path) -> dict[str, float]:
-    """The encoding of the prepared corpus alone, on one and two processes, and sentencepiece's own threaded batch
-    encoding of the same texts (the tokenizer's training is not in these)."""
+def encode_figures(recipe_file: Path, folder: Path, limit: int) -> dict[str, float]:
+    """The encoding of the prepared corpus's first `limit` pairs alone, on one and two processes, and
+    sentencepiece's own threaded batch encoding of the same texts (the tokenizer's training is not in these)."""
+    from itertools import islice
+
     import sentencepiece as spm
 
     from seqxduce import components
@@ -162,7 +181,7 @@ def encode_figures(recipe_file: Path, folder: Path) -> dict[str, float]:
 
     recipe = load_recipe(recipe_file)
     task = components.build_task(recipe)
-    examples = task.examples("train", components.data_dir(recipe))
+    examples = list(islice(task.stream("train", components.data_dir(recipe)), limit))
     tokenizers = RunDir(folder / prepare.TOKENIZERS).load_tokenizers(recipe)
     figures: dict[str, float] = {"pairs_read": len(examples)}
     for workers in (1, 2):
@@ -179,7 +198,7 @@ def encode_figures(recipe_file: Path, folder: Path) -> dict[str, float]:
     return figures
 
 
-def one_size(pairs: int, work: Path, sample: int) -> dict:
+def one_size(pairs: int, work: Path, sample: int, encode_pairs: int) -> dict:
     root = work / f"{pairs}"
     data, cache = root / "data", root / "cache"
     env = {**os.environ, "SEQXDUCE_CACHE": str(cache)}
@@ -190,13 +209,14 @@ def one_size(pairs: int, work: Path, sample: int) -> dict:
         row["generate_s"] = time.perf_counter() - started
     recipe = root / "recipe.toml"
     recipe.write_text(RECIPE.format(data=data, sample=sample))
-    row["prepare_s"] = _run(sys.executable, "-m", "seqxduce", "prepare", recipe, "--again", env=env)
+    row["prepare_s"], row["prepare_peak_rss"] = _run_measured(sys.executable, "-m", "seqxduce", "prepare", recipe,
+                                                              "--again", env=env)
     (folder,) = [p for p in cache.glob("prepared-*") if p.is_dir()]
     from seqxduce.training import binarized
 
     meta = binarized.read_meta(folder)
     row.update(kept=meta["pairs"], disk_bytes=binarized.size_on_disk(folder))
-    row.update(encode_figures(recipe, folder))
+    row.update(encode_figures(recipe, folder, encode_pairs))
     # the model's share: the same tokenizer and model on 1,000 pairs
     small = root / "small"
     write_corpus(small, 1000, seed=SEED + 1)
@@ -224,6 +244,8 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000, 4_500_000])
     parser.add_argument("--work", type=Path, default=Path("/tmp/data-scale"))
     parser.add_argument("--sample", type=int, default=200_000, help="sentences the tokenizer trains on")
+    parser.add_argument("--encode-pairs", type=int, default=1_000_000,
+                        help="pairs the side-by-side encoding figures are taken on (the first of the corpus)")
     parser.add_argument("--pss-baseline", action="store_true",
                         help="only the two-rank baseline of sizes already run in --work")
     parser.add_argument("--worker", nargs=4, metavar=("RECIPE", "OUT", "REPORT", "TOKENIZERS_FROM"),
@@ -239,7 +261,7 @@ def main() -> None:
             print(json.dumps({"pairs": pairs, **two_rank_baseline(root, {**os.environ,
                                                                           "SEQXDUCE_CACHE": str(root / "cache")})}))
             continue
-        row = one_size(pairs, args.work, args.sample)
+        row = one_size(pairs, args.work, args.sample, args.encode_pairs)
         row["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                        cwd=REPO).stdout.strip()
         row["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
