@@ -9,6 +9,7 @@ A run directory holds:
     average.pt           the average of the last checkpoints (train.average_last), if asked for
     best.pt              the checkpoint of the best validation so far, where the trainer keeps one
     metrics.jsonl        one JSON object per training log line and validation
+    sampled/             the current epoch's training pairs when a tokenizer samples (training.sampled_epochs)
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ BEST_FILE = "best.pt"
 # what `decode --checkpoint` may name besides a file (RunDir.decode_checkpoint)
 CHECKPOINT_CHOICES = ("best", "average", "last")
 METRICS_FILE = "metrics.jsonl"
+SAMPLED_DIR = "sampled"
 STEP_NAME = r"step_(\d+)\.pt"
 STEP_FILE = re.compile(rf"^{STEP_NAME}$")
 TOKENIZER_WORK_PREFIX = ".tokenizer-work-"  # tokenizer files staged before they move into the run
@@ -255,6 +257,7 @@ class RunDir:
             removed = self.run_files() + self._tokenizer_files() + best
             for path in removed:
                 path.unlink()
+            shutil.rmtree(self.path / SAMPLED_DIR, ignore_errors=True)
             if removed:
                 said.append(f"--overwrite: removed the earlier run's {_describe(removed, self.path)}")
         found = [p for folder in (self.path, self.checkpoint_dir) for p in folder.iterdir() if _is_orphan(p)]

@@ -8,11 +8,13 @@ import random
 from functools import partial
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from seqxduce.api import Example
 from seqxduce.data import Pair
 from seqxduce.recipe import load_recipe
+from seqxduce.training import prepare
 from seqxduce.training.run import TrainingRun, assemble
 from seqxduce.training.sampled_epochs import EpochEncoder
 from seqxduce.training.state import TrainState
@@ -25,7 +27,7 @@ SETTINGS = ["task.train_size=20", "train.max_steps=14", "train.max_tokens=60", "
 class Splitting:
     """Ids are word lengths; sampling splits a word into two ids (its length then 0) with probability 1/2."""
 
-    eos_id = 2
+    eos_id, vocab_size = 2, 50
 
     def __init__(self, samples: bool = True) -> None:
         self.samples, self.encoded = samples, 0
@@ -66,12 +68,27 @@ def test_a_tokenizer_that_does_not_sample_costs_nothing_and_trains_the_determini
     assert src.encoded == tgt.encoded == 0
 
 
-def test_the_side_that_does_not_sample_is_encoded_once():
+def test_the_side_that_does_not_sample_keeps_its_deterministic_ids():
     src, tgt = Splitting(samples=False), Splitting()
     one_sided = encoder(src, tgt)
     first, second = one_sided.pairs(1), one_sided.pairs(2)
-    assert src.encoded == len(EXAMPLES) and tgt.encoded == 0
-    assert [p.src for p in first] == [p.src for p in second] and first != second
+    assert [p.src for p in first] == [p.src for p in second] == [src.encode(ex.source) + [2] for ex in EXAMPLES]
+    assert first != second
+
+
+def test_an_epoch_is_the_same_on_any_number_of_processes_and_read_from_mapped_files(tmp_path, monkeypatch):
+    """Each shard samples from its own seed: the processes that encode it do not change the sample."""
+    monkeypatch.setattr(prepare, "SHARD", 7)
+    monkeypatch.setattr(prepare, "IN_PROCESS", 10)
+    alone = encoder().pairs(3)
+    shared = EpochEncoder(EXAMPLES, Splitting(), Splitting(), 100, 100, 1000, 1, folder=tmp_path, workers=2)
+    pooled = shared.pairs(3)
+    assert pooled == alone and isinstance(pooled.src_ids, np.memmap)
+    assert [p.name for p in tmp_path.iterdir()] == ["epoch-000003"]
+    shared.pairs(4)
+    assert [p.name for p in tmp_path.iterdir()] == ["epoch-000004"]  # the epoch before is not read again
+    other_seed = EpochEncoder(EXAMPLES, Splitting(), Splitting(), 100, 100, 1000, 2, folder=tmp_path)
+    assert other_seed.pairs(4) != shared.pairs(4) == encoder().pairs(4)  # not another run's sample
 
 
 def test_the_length_caps_and_max_tokens_hold_for_the_sampled_lengths():

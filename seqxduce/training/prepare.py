@@ -20,7 +20,7 @@ import os
 import shutil
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import chain, islice
 from multiprocessing.pool import AsyncResult, Pool
@@ -144,6 +144,11 @@ def tokens_folder(recipe: Recipe, fingerprint: str, tokenizer_files: Sequence[Pa
 
 # ---------------------------------------------------------------- encoding on every core
 
+Shard = tuple[int, list[str], list[str]]  # a shard's place in the corpus (0, 1, ...) and its pairs' texts
+# a shard's ids by another encoding than the tokenizers' encode_batch (training.sampled_epochs: one epoch's sample)
+ShardEncoding = Callable[[int, list[str], list[str]], tuple[list[list[int]], list[list[int]]]]
+
+
 @dataclass
 class _Job:
     src_tok: Tokenizer
@@ -151,11 +156,10 @@ class _Job:
     max_src: int
     max_tgt: int
     dtype: np.dtype
+    encoding: ShardEncoding | None = None
 
 
 _JOB: _Job | None = None  # what forked workers inherit: the tokenizers are not pickled to them
-
-Shard = tuple[list[str], list[str]]  # SHARD pairs' source and target texts
 
 
 def _encode_shard(shard: Shard) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int]:
@@ -163,8 +167,12 @@ def _encode_shard(shard: Shard) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
     ids end to end and the lengths, how many pairs were dropped and how many were read."""
     job = _JOB
     assert job is not None
-    sources = _encode_batch(job.src_tok, shard[0])
-    targets = _encode_batch(job.tgt_tok, shard[1])
+    index, source_texts, target_texts = shard
+    if job.encoding is not None:
+        sources, targets = job.encoding(index, source_texts, target_texts)
+    else:
+        sources = encode_batch(job.src_tok, source_texts)
+        targets = encode_batch(job.tgt_tok, target_texts)
     eos = job.src_tok.eos_id
     src_lengths = np.fromiter((len(s) + 1 for s in sources), dtype=np.int64, count=len(sources))
     tgt_lengths = np.fromiter((len(t) for t in targets), dtype=np.int64, count=len(targets))
@@ -178,8 +186,8 @@ def _encode_shard(shard: Shard) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
     return src_ids, src_lengths[keep], tgt_ids, tgt_lengths[keep], len(sources) - len(kept), len(sources)
 
 
-def _encode_batch(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
-    # a stand-in that is not a Tokenizer subclass (tests) may lack encode_batch
+def encode_batch(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
+    """tok.encode_batch(texts); a stand-in that is not a Tokenizer subclass (tests) may lack it."""
     batch = getattr(tok, "encode_batch", None)
     return batch(texts) if batch is not None else [tok.encode(text) for text in texts]
 
@@ -187,14 +195,15 @@ def _encode_batch(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
 def _shards(examples: Iterable[Example]) -> Iterator[Shard]:
     sources: list[str] = []
     targets: list[str] = []
+    index = 0
     for ex in examples:
         sources.append(ex.source)
         targets.append(ex.target)
         if len(sources) == SHARD:
-            yield sources, targets
-            sources, targets = [], []
+            yield index, sources, targets
+            sources, targets, index = [], [], index + 1
     if sources:
-        yield sources, targets
+        yield index, sources, targets
 
 
 def _in_order(pool: Pool, shards: Iterable[Shard], window: int) -> Iterator[tuple]:
@@ -215,25 +224,26 @@ def available_cores() -> int:
 
 def encode_into(writer: binarized.DatasetWriter, examples: Iterable[Example], tokenizers: components.Tokenizers,
                 max_src: int, max_tgt: int, workers: int | None = None, show: bool = True,
-                total: int | None = None) -> int:
+                total: int | None = None, encoding: ShardEncoding | None = None, what: str = "encoding") -> int:
     """Encode the examples into writer in corpus order, on `workers` processes (default: every core), reading them
     as a stream of SHARD-pair shards; returns how many pairs the limits dropped. total (optional) is the progress
-    bar's. Measured against sentencepiece's own threaded batch encoding in bench/data_scale.py."""
+    bar's, `what` its label; encoding replaces the tokenizers' own. Measured against sentencepiece's own threaded
+    batch encoding in bench/data_scale.py."""
     global _JOB
     workers = workers or available_cores()
     shards = _shards(examples)
     head = list(islice(shards, -(-IN_PROCESS // SHARD)))  # enough to tell a small corpus from a large one
-    pooled = workers > 1 and sum(len(shard[0]) for shard in head) >= IN_PROCESS
-    _JOB = _Job(tokenizers.src, tokenizers.tgt, max_src, max_tgt, writer.dtype)
+    pooled = workers > 1 and sum(len(shard[1]) for shard in head) >= IN_PROCESS
+    _JOB = _Job(tokenizers.src, tokenizers.tgt, max_src, max_tgt, writer.dtype, encoding)
     try:
         if pooled:
             # fork: the workers inherit the tokenizers instead of receiving them pickled; started before the
             # progress display's thread, which a fork must not copy mid-lock
             with signals_held():
                 pool = multiprocessing.get_context("fork").Pool(workers, initializer=worker_defaults)
-            with pool, PairsProgress("encoding", total, enabled=show) as progress:
+            with pool, PairsProgress(what, total, enabled=show) as progress:
                 return _write(writer, _in_order(pool, chain(head, shards), 2 * workers), progress)
-        with PairsProgress("encoding", total, enabled=show) as progress:
+        with PairsProgress(what, total, enabled=show) as progress:
             return _write(writer, map(_encode_shard, chain(head, shards)), progress)
     finally:
         _JOB = None

@@ -4,11 +4,13 @@ value, as fairseq and Joey NMT build them outside their trainers."""
 
 from __future__ import annotations
 
+import hashlib
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from seqxduce import checkpoint as ckpt
@@ -19,7 +21,7 @@ from seqxduce.console import console
 from seqxduce.data import Pair, PairArrays, encode_pairs
 from seqxduce.device import resolve_device
 from seqxduce.recipe import Recipe
-from seqxduce.rundir import RunDir, locate
+from seqxduce.rundir import SAMPLED_DIR, RunDir, locate
 from seqxduce.training import binarized, distributed
 from seqxduce.training.early_stopping import EarlyStopping
 from seqxduce.training.metrics_log import MetricsLog
@@ -132,16 +134,18 @@ def assemble(recipe: Recipe, run_dir: Path, resume: bool = False, overwrite: boo
     world.barrier()
     train_examples = Examples(task, data_dir)  # read only when the training data are not prepared yet
     with stop_while_preparing("preparing the training data, before the first step"):
-        train_pairs = training_data(recipe, task, data_dir, rundir, world, train_examples, resume, tokenizers_from)
+        train_pairs, data_key = training_data(recipe, task, data_dir, rundir, world, train_examples, resume,
+                                              tokenizers_from)
     train_examples.release()  # the run keeps the mapped ids, not the text
     valid_examples = task.examples("valid", data_dir) if "valid" in task.splits else []
     torch.manual_seed(s.seed)
     built = rundir.components(recipe, task)
     tokenizers = built.tokenizers
     valid_pairs = encode(recipe, tokenizers, valid_examples, "valid", rundir, is_main) if valid_examples else []
-    # reads the training text again only if a tokenizer samples (subword regularization)
+    # reads the training text again only if a tokenizer samples (subword regularization), once an epoch
     sampler = EpochEncoder(train_examples, tokenizers.src, tokenizers.tgt, s.max_source_len, s.max_target_len,
-                           s.max_tokens, s.seed)
+                           s.max_tokens, s.seed, folder=rundir.path / SAMPLED_DIR, rank=world.rank, show=is_main,
+                           key=data_key)
     model = built.model.to(device)
     if resume_from is not None:  # into the plain module, before any sharding
         ckpt.load_weights(model, resume_from[1]["model"], f"--resume: {resume_from[0]}",
@@ -236,7 +240,7 @@ def _tokenizers_in(rundir: RunDir, recipe: Recipe, world: distributed.World, exa
 
 
 def training_data(recipe: Recipe, task: Task, data_dir: Path, rundir: RunDir, world: distributed.World,
-                  examples: Examples, resume: bool, tokenizers_from: Path | None) -> PairArrays:
+                  examples: Examples, resume: bool, tokenizers_from: Path | None) -> tuple[PairArrays, str]:
     """The run's tokenizer files into its directory and its training pairs, mapped from the prepared dataset:
     rank 0 prepares what is not prepared yet (training.prepare), the others wait, then every rank maps the same
     files. With [train] token_cache = false, every rank encodes in memory and nothing is written."""
@@ -248,7 +252,8 @@ def training_data(recipe: Recipe, task: Task, data_dir: Path, rundir: RunDir, wo
         tokenizers = rundir.load_tokenizers(recipe)
         listed, skipped = encode_pairs(list(nonempty(recipe, examples)), tokenizers.src, tokenizers.tgt, *limits)
         _report_kept(len(listed), skipped, is_main)
-        return PairArrays.from_pairs(listed)
+        pairs = PairArrays.from_pairs(listed)
+        return pairs, _digest(pairs)
     fingerprint = data_fingerprint(task, data_dir, examples)
     reused = False  # the data were prepared before (else preparing them printed what it kept)
     if not resume and tokenizers_from is None:  # a new run: tokenizers and ids from the prepared folder
@@ -276,7 +281,15 @@ def training_data(recipe: Recipe, task: Task, data_dir: Path, rundir: RunDir, wo
         _await_prepared(folder, world)
     pairs, meta = binarized.open_dataset(folder, verify=not is_main)  # rank 0 checked it above
     _report_kept(len(pairs), sum(meta.get("dropped", {}).values()), is_main and reused)
-    return pairs
+    return pairs, folder.name  # the dataset's key: its data, tokenizers and limits
+
+
+def _digest(pairs: PairArrays) -> str:
+    """A key of pairs encoded in memory (a small corpus): their ids."""
+    digest = hashlib.sha256()
+    for array in (pairs.src_ids, pairs.src_offsets, pairs.tgt_ids, pairs.tgt_offsets):
+        digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()[:32]
 
 
 def _await_prepared(folder: Path, world: distributed.World) -> None:
