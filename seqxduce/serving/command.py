@@ -5,6 +5,7 @@ Imports only click at module level: the CLI starts without the `serve` extra, an
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -30,25 +31,19 @@ def _server_libraries() -> None:
         raise UserError(EXTRA) from None
 
 
-def model_positions(run: Any) -> int | None:
+def model_positions(model: Any) -> int | None:
     """The sequence length the model was built for (Model.positions_limit), if it declares one."""
-    declared = run.model.positions_limit
+    declared = model.positions_limit
     return int(declared) if declared is not None and declared > 0 else None
 
 
-def source_limit(run: Any, asked: int | None) -> int:
-    """The longest source served: as asked, else the length the model was built for (Model.positions_limit: past
-    learned positions a source fails in the model), else 1024."""
+def served_limit(positions: int | None, asked: int | None) -> int:
+    """The longest source served, or the longest output a request may ask for: as asked, else the length the
+    model was built for (Model.positions_limit: past learned positions a sequence fails in the model), else
+    1024."""
     if asked is not None:
         return asked
-    return model_positions(run) or 1024
-
-
-def output_limit(run: Any, asked: int | None) -> int:
-    """The longest output a request may ask for: as asked, else Model.positions_limit, else 1024."""
-    if asked is not None:
-        return asked
-    return model_positions(run) or 1024
+    return positions or 1024
 
 
 def public_info(info: dict[str, Any], verbose: bool) -> dict[str, Any]:
@@ -129,6 +124,10 @@ def public_info(info: dict[str, Any], verbose: bool) -> dict[str, Any]:
 @click.option("--verbose-info", is_flag=True,
               help="GET /v1/info shows absolute paths and library versions (by default only their last part, "
                    "no versions)")
+@click.option("--engine", "engine_name", type=click.Choice(["seqxduce", "ctranslate2"]), default="seqxduce",
+              show_default=True, help="the decoding engine: seqxduce's own, or CTranslate2 over an export folder "
+              "(seqxduce export; a run directory is exported first): its search settings only, no target prefix "
+              "or /v1/attention")
 @click.option("--batch-delay-ms", type=click.FloatRange(min=0), default=0.0, hidden=True,
               help="sleep before each batch (tests: a slow batch)")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]),
@@ -139,7 +138,8 @@ def serve(run: Path, checkpoint: str | None, host: str, port: int, overrides: tu
           max_source_tokens: int | None, max_output_tokens: int | None, max_work: int, max_queue: int,
           max_request_seconds: float, busy_after_seconds: float, read_timeout_seconds: float,
           keep_alive_seconds: int, max_connections: int, shutdown_grace_seconds: float, allowed_hosts: str,
-          forwarded_allow_ips: str | None, verbose_info: bool, batch_delay_ms: float, log_level: str) -> None:
+          forwarded_allow_ips: str | None, verbose_info: bool, engine_name: str, batch_delay_ms: float,
+          log_level: str) -> None:
     """Serve a trained run over HTTP: POST /v1/decode, POST /v1/attention, GET /health, GET /ready, GET /v1/info,
     and a page to try it at /. Requests are batched together. SIGTERM or Ctrl-C stops accepting, answers what is
     queued 503, stops the running batch at its next step and exits 0 within --shutdown-grace-seconds; a second
@@ -149,31 +149,66 @@ def serve(run: Path, checkpoint: str | None, host: str, port: int, overrides: tu
     from seqxduce.inspection.run_info import run_info
     from seqxduce.serving.app import create_app
     from seqxduce.serving.batching import Batcher
+    from seqxduce.serving.ct2_service import export_facts
     from seqxduce.serving.service import Service
 
-    loaded = load_run(run, overrides, ensemble, checkpoint)  # exactly as `seqxduce decode` loads it
-    click.echo(f"serving {loaded.described()}", err=True)
-    limits = Limits(max_request_bytes=max_request_bytes, max_inputs=max_inputs,
-                    max_source_tokens=source_limit(loaded, max_source_tokens), max_queue=max_queue,
-                    max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms,
-                    max_output_tokens=output_limit(loaded, max_output_tokens), max_work=max_work,
-                    max_request_seconds=max_request_seconds, busy_after_seconds=busy_after_seconds,
-                    read_timeout_seconds=read_timeout_seconds, keep_alive_seconds=keep_alive_seconds,
-                    max_connections=max_connections, shutdown_grace_seconds=shutdown_grace_seconds)
-    service = Service(loaded)
-    batcher = Batcher(service.decode, max_queue=limits.max_queue, max_batch_tokens=limits.max_batch_tokens,
-                      max_batch_sources=loaded.recipe.decode.core.batch_size, max_wait_s=limits.max_wait_ms / 1000,
-                      delay_s=batch_delay_ms / 1000)
-    info = run_info(run).as_dict()
-    info["serve"] = {"checkpoint": str(loaded.checkpoint), "ensemble": [str(p) for p in loaded.members],
-                     "decode": dataclasses.asdict(loaded.recipe.decode.core)
-                     | (dataclasses.asdict(service.settings) if service.settings is not None else {}),
-                     "request_keys": ["inputs", "nbest", *service.decode_keys()],
-                     "limits": dataclasses.asdict(limits)}
-    hosts = [h.strip() for h in allowed_hosts.split(",") if h.strip()]
-    app = create_app(service, batcher, limits, public_info(info, verbose_info), hosts)
-    _log_to_stderr(log_level)
-    run_server(app, batcher, limits, host, port, log_level, forwarded_allow_ips)
+    with contextlib.ExitStack() as stack:
+        if engine_name == "ctranslate2":
+            loaded, service, positions = _exported(run, overrides, ensemble, checkpoint, stack)
+            served = {"engine": "ctranslate2", "export": str(loaded.directory)}
+        else:
+            loaded = load_run(run, overrides, ensemble, checkpoint)  # exactly as `seqxduce decode` loads it
+            service, positions = Service(loaded), model_positions(loaded.model)
+            served = {"checkpoint": str(loaded.checkpoint), "ensemble": [str(p) for p in loaded.members]}
+            click.echo(f"serving {loaded.described()}", err=True)
+        limits = Limits(max_request_bytes=max_request_bytes, max_inputs=max_inputs,
+                        max_source_tokens=served_limit(positions, max_source_tokens), max_queue=max_queue,
+                        max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms,
+                        max_output_tokens=served_limit(positions, max_output_tokens), max_work=max_work,
+                        max_request_seconds=max_request_seconds, busy_after_seconds=busy_after_seconds,
+                        read_timeout_seconds=read_timeout_seconds, keep_alive_seconds=keep_alive_seconds,
+                        max_connections=max_connections, shutdown_grace_seconds=shutdown_grace_seconds)
+        batcher = Batcher(service.decode, max_queue=limits.max_queue, max_batch_tokens=limits.max_batch_tokens,
+                          max_batch_sources=loaded.recipe.decode.core.batch_size,
+                          max_wait_s=limits.max_wait_ms / 1000, delay_s=batch_delay_ms / 1000)
+        if engine_name == "ctranslate2" and loaded.directory == run:  # an export folder, not a run's
+            info = export_facts(loaded)
+        else:
+            info = run_info(run).as_dict()
+        info["serve"] = served | {
+            "decode": dataclasses.asdict(loaded.recipe.decode.core)
+            | (dataclasses.asdict(service.settings) if service.settings is not None else {}),
+            "request_keys": ["inputs", "nbest", *service.decode_keys()],
+            "limits": dataclasses.asdict(limits)}
+        hosts = [h.strip() for h in allowed_hosts.split(",") if h.strip()]
+        app = create_app(service, batcher, limits, public_info(info, verbose_info), hosts)
+        _log_to_stderr(log_level)
+        run_server(app, batcher, limits, host, port, log_level, forwarded_allow_ips)
+
+
+def _exported(run: Path, overrides: tuple[str, ...], ensemble: tuple[Path, ...], checkpoint: str | None,
+              stack: contextlib.ExitStack) -> tuple[Any, Any, int | None]:
+    """--engine ctranslate2: the export folder (a run directory exported into a temporary folder first), its
+    service, and the length the model was built for (read from the model its recipe builds, on no device)."""
+    import tempfile
+
+    import torch
+
+    from seqxduce import components
+    from seqxduce.export.ct2_decoding import load_export
+    from seqxduce.serving.ct2_service import CT2Service
+
+    for flag, given in (("--ensemble", ensemble), ("--checkpoint", checkpoint)):
+        if given:
+            raise UserError(f"serve --engine ctranslate2: {flag} is not supported there; export the model you want "
+                            "(seqxduce export) and serve that folder, or serve with --engine seqxduce")
+    work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="seqxduce-serve-ct2-")))
+    exported = load_export(run, overrides, work)
+    click.echo(f"serving {run} with CTranslate2 ({exported.translator.device}, "
+               f"{exported.translator.compute_type})", err=True)
+    with torch.device("meta"):  # the model's shapes, no weights
+        positions = model_positions(components.build_model(exported.recipe, exported.tokenizers.vocab()))
+    return exported, CT2Service(exported), positions
 
 
 def _log_to_stderr(level: str) -> None:

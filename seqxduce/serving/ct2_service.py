@@ -1,0 +1,107 @@
+"""`seqxduce serve --engine ctranslate2`: the same server over an exported model that CTranslate2 decodes.
+
+The requests, limits, batching and answers are the server's own (serving.app, serving.batching); what differs is
+the search, which is export.ct2_decoding's (the one `seqxduce decode --engine ctranslate2` runs: the run's
+tokenizers, CTranslate2's search over our vocabulary, rescored and ranked as our beam ranks): a request may change
+the settings that search honours (beam, alpha, the length limits, nbest) and nothing else. CTranslate2 cannot
+stop a batch between its steps, so a batch whose clients all left or whose deadline passed ends when its call
+returns (a batch is bounded by --max-batch-tokens and --max-work); a target prefix and /v1/attention need
+seqxduce's own engine and are refused with 422.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+from seqxduce.api import UserError
+from seqxduce.decoding.changes import Change, changed_settings, nbest_changes
+from seqxduce.decoding.decode import Output
+from seqxduce.export.ct2_decoding import ExportedRun, decode_sources
+from seqxduce.serving.batching import StopCheck
+from seqxduce.serving.limits import DecodeAsk, Prefixed, RequestError, source_text
+from seqxduce.serving.service import DECODERS_KEPT, Service, hypotheses
+from seqxduce.settings_check import request_keys
+
+# what export.ct2_decoding.translate_ids reads of [decode] (besides nbest, a request field of its own)
+HONOURED = ("beam", "alpha", "max_len_a", "max_len_b", "min_len")
+REFUSED = ("a target prefix", "/v1/attention")  # what needs seqxduce's own engine
+
+
+def export_facts(run: ExportedRun) -> dict[str, Any]:
+    """/v1/info's facts of an export folder (`seqxduce info` reads run directories): what was exported, as
+    run_info gives them of a run."""
+    from seqxduce.inspection.run_info import count_parameters, recipe_summary, versions, vocabulary
+
+    return {"export_dir": str(run.directory), "recipe": recipe_summary(run.recipe),
+            "parameters": count_parameters(run.recipe, run.tokenizers), "vocabulary": vocabulary(run.tokenizers),
+            "versions": versions(run.recipe)}
+
+
+class CT2Service(Service):
+    """An exported model and the search settings requests ask for (each set of changes a recipe of its own)."""
+
+    def __init__(self, run: ExportedRun):
+        self.exported = run
+        super().__init__(run)  # type: ignore[arg-type]  (the attributes Service reads: recipe, tokenizers)
+
+    def decode_keys(self) -> dict[str, Any]:
+        """The [decode] keys a request may set: those of the recipe's decoder that CTranslate2's search honours."""
+        return {name: getattr(self.settings, name) for name in request_keys(self.settings) if name in HONOURED}
+
+    def key_for(self, ask: DecodeAsk) -> Hashable:
+        """As Service.key_for: the changed settings, checked against their declared ranges (422 otherwise)."""
+        changes = [Change(key, value, key) for key, value in ask.changes.items()]
+        name = self.exported.recipe.decode.core.name
+        try:
+            settings = changed_settings(self.settings, changes, name)
+            changes += nbest_changes(settings, ask.nbest, name, given_as="nbest") if ask.nbest else []
+        except UserError as err:
+            raise RequestError(422, str(err)) from None
+        key = tuple(sorted({change.key: change.value for change in changes}.items()))
+        self.decoder(key)
+        return key
+
+    def decoder(self, key: Hashable) -> ExportedRun:  # type: ignore[override]
+        """The export with a key's settings in its recipe (the translator shared), built once and kept."""
+        if not key:
+            return self.exported
+        with self.lock:
+            if key in self.decoders:
+                self.decoders.move_to_end(key)
+                return self.decoders[key]  # type: ignore[return-value]
+        changes = [Change(name, value, name) for name, value in key]  # type: ignore[union-attr]
+        try:
+            settings = changed_settings(self.settings, changes, self.exported.recipe.decode.core.name)
+        except UserError as err:
+            raise RequestError(422, str(err)) from None
+        recipe = self.exported.recipe
+        section = dataclasses.replace(recipe.decode, settings=settings)
+        changed = dataclasses.replace(self.exported, recipe=dataclasses.replace(recipe, decode=section))
+        with self.lock:
+            self.decoders[key] = changed  # type: ignore[assignment]
+            if len(self.decoders) > DECODERS_KEPT:
+                self.decoders.popitem(last=False)
+        return changed
+
+    def decode(self, sources: Sequence[str | Prefixed], key: Hashable, stop: StopCheck | None = None) -> list[Any]:
+        """Decode one batch with CTranslate2 (the batcher reads stop before the call, which cannot be cut short)."""
+        refused = [s for s in sources if isinstance(s, Prefixed)]
+        if refused:
+            return [RequestError(422, f"inputs: {source_text(s)[:40]!r}: a target prefix needs seqxduce's own "
+                                      "engine; this server runs --engine ctranslate2") if isinstance(s, Prefixed)
+                    else self._one(s, key) for s in sources]
+        try:
+            return [hypotheses(o) for o in self._decode(sources, key)]
+        except UserError as err:
+            if len(sources) == 1:
+                return [RequestError(422, f"inputs: {source_text(sources[0])[:40]!r}: {err}")]
+        return [self._one(s, key) for s in sources]
+
+    def _decode(self, sources: Sequence[str | Prefixed], key: Hashable) -> list[Output]:
+        return decode_sources(self.decoder(key), [source_text(s) for s in sources])
+
+    def attention(self, source: str, target: str | None, key: Hashable, stop: StopCheck | None = None
+                  ) -> dict[str, Any]:
+        raise RequestError(422, "/v1/attention needs seqxduce's own engine; this server runs --engine ctranslate2")

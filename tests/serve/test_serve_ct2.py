@@ -1,0 +1,64 @@
+"""`seqxduce serve --engine ctranslate2`: the same server over an exported model, answering what `seqxduce decode
+--engine ctranslate2` prints for the same sources and settings, and refusing in one 422 what only seqxduce's own
+engine does (a target prefix, /v1/attention)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from seqxduce.cli import add_plugin_commands
+from tests.serve.test_serve import SOURCES, call, reverse_run, serving, texts  # noqa: F401 - reverse_run: a fixture
+
+pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed (pip install -e '.[ctranslate2]')")
+
+
+def decode_ct2(run: Path, sources: list[str], tmp: Path, *options: str) -> list[str]:
+    given = tmp / "sources.txt"
+    given.write_text("".join(s + "\n" for s in sources), encoding="utf-8")
+    result = CliRunner().invoke(add_plugin_commands(), ["decode", str(run), "--input", str(given),
+                                                        "--engine", "ctranslate2", *options])
+    assert result.exit_code == 0, result.output
+    return result.stdout.splitlines()
+
+
+@pytest.fixture(scope="module")
+def exported(reverse_run, tmp_path_factory) -> Path:  # noqa: F811 - the fixture imported above
+    out = tmp_path_factory.mktemp("export") / "ct2"
+    result = CliRunner().invoke(add_plugin_commands(), ["export", str(reverse_run), "--to", "ctranslate2",
+                                                        "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_answers_equal_decode_with_the_same_engine_and_settings(exported, tmp_path):
+    with serving(exported, tmp_path, "--engine", "ctranslate2") as server:
+        status, _, answer = call(server, "/v1/decode", {"inputs": SOURCES})
+        assert status == 200, answer
+        assert texts(answer) == decode_ct2(exported, SOURCES, tmp_path)
+        status, _, answer = call(server, "/v1/decode", {"inputs": SOURCES[:3], "beam": 1})
+        assert status == 200 and texts(answer) == decode_ct2(exported, SOURCES[:3], tmp_path,
+                                                             "--set", "decode.beam=1")
+        status, _, answer = call(server, "/v1/decode", {"inputs": SOURCES[:2], "nbest": 2})
+        assert status == 200 and [len(hyps) for hyps in answer["outputs"]] == [2, 2]
+        status, _, info = call(server, "/v1/info")
+        assert info["serve"]["engine"] == "ctranslate2" and "beam" in info["serve"]["request_keys"]
+
+        status, _, answer = call(server, "/v1/decode", {"inputs": [{"source": "1 2", "prefix": "2"}]})
+        assert status == 422 and "a target prefix needs seqxduce's own engine" in answer["error"]
+        status, _, answer = call(server, "/v1/attention", {"input": "1 2"})
+        assert status == 422 and "/v1/attention needs seqxduce's own engine" in answer["error"]
+        status, _, answer = call(server, "/v1/decode", {"inputs": ["1 2"], "beam": 0})
+        assert status == 422 and "beam" in answer["error"]
+        assert call(server, "/health")[0] == 200  # it goes on
+
+
+def test_a_run_directory_is_exported_first_and_decode_only_flags_are_refused(reverse_run, tmp_path):  # noqa: F811
+    with serving(reverse_run, tmp_path, "--engine", "ctranslate2") as server:
+        status, _, answer = call(server, "/v1/decode", {"inputs": SOURCES[:4]})
+        assert status == 200 and texts(answer) == decode_ct2(reverse_run, SOURCES[:4], tmp_path)
+    result = CliRunner().invoke(add_plugin_commands(), ["serve", str(reverse_run), "--engine", "ctranslate2",
+                                                        "--ensemble", str(reverse_run)])
+    assert result.exit_code != 0 and "--ensemble is not supported there" in result.output
