@@ -4,6 +4,7 @@
     python bench/serve_load.py runs/quickstart --clients 1,8,32 --seconds 30 --rounds 2
     python bench/serve_load.py runs/quickstart --clients 32 --requests 10000   # RSS growth over 10,000 requests
     python bench/serve_load.py runs/multi30k --split valid --server-arg=--max-batch-tokens=8192
+    python bench/serve_load.py runs/quickstart --engine both       # seqxduce's engine, then CTranslate2's
 
 It starts `seqxduce serve RUN` in a subprocess on a free local port, takes the sources of one of the run's task
 splits (or --input FILE), decodes them once in this process as `seqxduce decode` does (the reference), then
@@ -12,7 +13,8 @@ own keep-alive connection, waits for the answer, and sends the next. It prints p
 p50/p95/p99 latency, errors (non-200 answers or failed connections), mismatches (an answer whose text is not
 decode's for its source: a lost or misrouted output), and the server's RSS before and after. The figure to read
 on a shared machine is the ratio of throughputs measured in one run (--rounds alternates the client counts, so
-that a change of load hits them alike).
+that a change of load hits them alike). With --engine both, the same clients drive `serve --engine seqxduce`, then
+`serve --engine ctranslate2` (the run exported by the server), each checked against its own engine's decode.
 """
 
 from __future__ import annotations
@@ -186,16 +188,43 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--server-arg", action="append", default=[], help="passed on to seqxduce serve")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--engine", choices=("seqxduce", "ctranslate2", "both"), default="seqxduce",
+                        help="the server's decoding engine (both: one after the other, with their ratio)")
     args = parser.parse_args()
 
+    sources = reference_sources(args.run, args.split, args.input, args.sources)
+    engines = ["seqxduce", "ctranslate2"] if args.engine == "both" else [args.engine]
+    rows = []
+    for name in engines:
+        rows += drive_engine(args, name, sources)
+    for name in engines:
+        print_ratios(name, [r for r in rows if r["engine"] == name])
+    if len(engines) == 2:
+        for clients in sorted({r["clients"] for r in rows}):
+            means = [statistics.fmean(r["sources_per_s"] for r in rows if r["clients"] == clients
+                                      and r["engine"] == name) for name in engines]
+            print(f"{clients} clients: ctranslate2 / seqxduce throughput {means[1] / means[0]:.2f}x")
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows}, indent=2))
+
+
+def drive_engine(args: argparse.Namespace, name: str, sources: list[str]) -> list[dict]:
+    """Start `seqxduce serve --engine NAME` and drive its client counts; the rows, each checked against that
+    engine's own decode of the sources."""
     from seqxduce import engine
 
-    sources = reference_sources(args.run, args.split, args.input, args.sources)
-    print(f"{len(sources)} sources; decoding them once as `seqxduce decode` does (the reference)", flush=True)
+    print(f"{len(sources)} sources; decoding them once as `seqxduce decode --engine {name}` does (the reference)",
+          flush=True)
     overrides = set_overrides(args.server_arg)  # the reference decodes with the server's --set values
-    expected = dict(zip(sources, engine.format_outputs(engine.decode(args.run, sources, overrides=overrides))))
+    if name == "ctranslate2":
+        from seqxduce.export.ct2_decoding import decode_lines
+
+        outputs = decode_lines(args.run, sources, overrides)
+    else:
+        outputs = engine.decode(args.run, sources, overrides=overrides)
+    expected = dict(zip(sources, engine.format_outputs(outputs)))
     port = free_port()
-    server = start_server(args.run, port, args.server_arg)
+    server = start_server(args.run, port, [*args.server_arg, "--engine", name])
     rows = []
     try:
         drive(port, server.pid, 4, 3.0, None, sources, expected, args.seed)  # warm-up: first batches, allocator
@@ -203,9 +232,9 @@ def main() -> None:
             for clients in [int(c) for c in args.clients.split(",")]:
                 row = drive(port, server.pid, clients, args.seconds, args.requests, sources, expected,
                             args.seed + round_)
-                row["round"] = round_ + 1
+                row["round"], row["engine"] = round_ + 1, name
                 rows.append(row)
-                print(f"round {row['round']} clients {clients:>3}: {row['sources_per_s']:8.1f} sources/s  "
+                print(f"{name} round {row['round']} clients {clients:>3}: {row['sources_per_s']:8.1f} sources/s  "
                       f"p50 {row['p50_ms']:7.1f} ms  p95 {row['p95_ms']:7.1f} ms  p99 {row['p99_ms']:7.1f} ms  "
                       f"mean batch {row['mean_batch']:.1f}  answers {row['answers']}  "
                       f"errors {row['errors']}  mismatches {row['mismatches']}  "
@@ -214,15 +243,19 @@ def main() -> None:
     finally:
         server.terminate()
         code = server.wait(timeout=120)
-    print(f"server exit status after SIGTERM: {code}")
+    print(f"{name}: server exit status after SIGTERM: {code}")
+    for row in rows:
+        row["exit_status"] = code
+    return rows
+
+
+def print_ratios(name: str, rows: list[dict]) -> None:
     counts = sorted({r["clients"] for r in rows})
     if len(counts) > 1:
         base = statistics.fmean(r["sources_per_s"] for r in rows if r["clients"] == counts[0])
         for c in counts[1:]:
             mean = statistics.fmean(r["sources_per_s"] for r in rows if r["clients"] == c)
-            print(f"throughput {c} clients / {counts[0]}: {mean / base:.2f}x")
-    if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "exit_status": code}, indent=2))
+            print(f"{name}: throughput {c} clients / {counts[0]}: {mean / base:.2f}x")
 
 
 if __name__ == "__main__":
