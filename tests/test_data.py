@@ -2,11 +2,12 @@
 
 import random
 
+import numpy as np
 import pytest
 
 from seqxduce.api import UserError
-from seqxduce.data import Pair, collate, token_batches
-from seqxduce.training.step_plan import batches_for_step, steps_in_epoch
+from seqxduce.data import Pair, collate, length_batches, token_batches
+from seqxduce.training.step_plan import RankEpoch, batches_for_step, steps_in_epoch
 
 
 def pairs(n=200, seed=0):
@@ -50,6 +51,27 @@ def test_ranks_take_what_one_process_with_more_accumulation_takes():
         union = batches_for_step(batches, s, 0, 2, 2) + batches_for_step(batches, s, 1, 2, 2)
         assert union == single[s]
     assert steps_in_epoch(10, 2, 2) == 2
+
+
+@pytest.mark.parametrize(("world", "update_freq"), [(1, 1), (2, 1), (2, 3), (3, 2)])
+def test_a_rank_keeps_only_its_share_of_the_epoch_and_every_ranks_token_count(world, update_freq):
+    """RankEpoch holds the batches batches_for_step gives the rank, and per step the target tokens (eos
+    included) of every rank's batches; the ranks' shares together are the epoch's batches once each."""
+    rng = np.random.default_rng(0)
+    src, tgt = rng.integers(1, 30, 3000), rng.integers(0, 30, 3000)
+    epoch = length_batches(src, tgt, 200, seed=1, epoch=1)
+    shares = [RankEpoch(epoch, tgt, rank, world, update_freq) for rank in range(world)]
+    for rank, share in enumerate(shares):
+        assert share.steps == steps_in_epoch(len(epoch), world, update_freq) > 0
+        assert share.order.dtype == np.int32 and len(share) == share.steps * update_freq
+        for step in range(share.steps):
+            assert share.step(step) == batches_for_step(epoch, step, rank, world, update_freq)
+            first = step * world * update_freq
+            every = [epoch.indices(k) for k in range(first, first + world * update_freq)]
+            assert int(share.step_tokens[step]) == sum(int(tgt[b].sum()) + len(b) for b in every)
+    taken = sorted(i for share in shares for batch in share for i in batch)
+    used = sorted(i for k in range(shares[0].steps * world * update_freq) for i in epoch[k])
+    assert taken == used
 
 
 def test_collate_shapes_and_shift():

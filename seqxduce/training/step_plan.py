@@ -65,9 +65,11 @@ class RankEpoch(Sequence[list[int]]):
                                  batches.bounds[:-1]) if len(sizes) else np.zeros(0, dtype=np.int64)
         self.step_tokens = tokens[batches.batch_order[positions.reshape(steps, -1)]].sum(axis=1)
         mine = batches.batch_order[positions[:, rank, :].ravel()]
-        self.bounds = np.concatenate(([0], np.cumsum(sizes[mine]))).astype(np.int64)
-        self.order = (np.concatenate([batches.order[batches.bounds[b]:batches.bounds[b + 1]] for b in mine])
-                      if len(mine) else np.zeros(0, dtype=batches.order.dtype))
+        lengths = sizes[mine]
+        self.bounds = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+        # this rank's batches end to end: position p of its k-th batch is the epoch order's bounds[b_k] + p
+        within = np.arange(self.bounds[-1]) - np.repeat(self.bounds[:-1], lengths)
+        self.order = batches.order[np.repeat(batches.bounds[mine], lengths) + within]
 
     @property
     def steps(self) -> int:
