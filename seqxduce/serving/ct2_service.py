@@ -15,13 +15,11 @@ import dataclasses
 from collections.abc import Hashable, Sequence
 from typing import Any
 
-from seqxduce.api import UserError
-from seqxduce.decoding.changes import Change, changed_settings, nbest_changes
 from seqxduce.decoding.decode import Output
 from seqxduce.export.ct2_decoding import ExportedRun, decode_sources
 from seqxduce.serving.batching import StopCheck
-from seqxduce.serving.limits import DecodeAsk, Prefixed, RequestError, source_text
-from seqxduce.serving.service import DECODERS_KEPT, Service, hypotheses
+from seqxduce.serving.limits import Prefixed, RequestError, source_text
+from seqxduce.serving.service import Service
 from seqxduce.settings_check import request_keys
 
 # what export.ct2_decoding.translate_ids reads of [decode] (besides nbest, a request field of its own)
@@ -50,54 +48,23 @@ class CT2Service(Service):
         """The [decode] keys a request may set: those of the recipe's decoder that CTranslate2's search honours."""
         return {name: getattr(self.settings, name) for name in request_keys(self.settings) if name in HONOURED}
 
-    def key_for(self, ask: DecodeAsk) -> Hashable:
-        """As Service.key_for: the changed settings, checked against their declared ranges (422 otherwise)."""
-        changes = [Change(key, value, key) for key, value in ask.changes.items()]
-        name = self.exported.recipe.decode.core.name
-        try:
-            settings = changed_settings(self.settings, changes, name)
-            changes += nbest_changes(settings, ask.nbest, name, given_as="nbest") if ask.nbest else []
-        except UserError as err:
-            raise RequestError(422, str(err)) from None
-        key = tuple(sorted({change.key: change.value for change in changes}.items()))
-        self.decoder(key)
-        return key
+    def unchanged(self) -> ExportedRun:
+        return self.exported
 
-    def decoder(self, key: Hashable) -> ExportedRun:  # type: ignore[override]
-        """The export with a key's settings in its recipe (the translator shared), built once and kept."""
-        if not key:
-            return self.exported
-        with self.lock:
-            if key in self.decoders:
-                self.decoders.move_to_end(key)
-                return self.decoders[key]  # type: ignore[return-value]
-        changes = [Change(name, value, name) for name, value in key]  # type: ignore[union-attr]
-        try:
-            settings = changed_settings(self.settings, changes, self.exported.recipe.decode.core.name)
-        except UserError as err:
-            raise RequestError(422, str(err)) from None
+    def build(self, settings: Any) -> ExportedRun:
+        """The export with a request's settings in its recipe (the translator shared)."""
         recipe = self.exported.recipe
-        section = dataclasses.replace(recipe.decode, settings=settings)
-        changed = dataclasses.replace(self.exported, recipe=dataclasses.replace(recipe, decode=section))
-        with self.lock:
-            self.decoders[key] = changed  # type: ignore[assignment]
-            if len(self.decoders) > DECODERS_KEPT:
-                self.decoders.popitem(last=False)
-        return changed
+        return dataclasses.replace(self.exported, recipe=dataclasses.replace(
+            recipe, decode=dataclasses.replace(recipe.decode, settings=settings)))
 
     def decode(self, sources: Sequence[str | Prefixed], key: Hashable, stop: StopCheck | None = None) -> list[Any]:
-        """Decode one batch with CTranslate2 (the batcher reads stop before the call, which cannot be cut short)."""
-        refused = [s for s in sources if isinstance(s, Prefixed)]
-        if refused:
-            return [RequestError(422, f"inputs: {source_text(s)[:40]!r}: a target prefix needs seqxduce's own "
-                                      "engine; this server runs --engine ctranslate2") if isinstance(s, Prefixed)
-                    else self._one(s, key) for s in sources]
-        try:
-            return [hypotheses(o) for o in self._decode(sources, key)]
-        except UserError as err:
-            if len(sources) == 1:
-                return [RequestError(422, f"inputs: {source_text(sources[0])[:40]!r}: {err}")]
-        return [self._one(s, key) for s in sources]
+        """Decode one batch with CTranslate2 (the batcher reads stop before the call, which cannot be cut short);
+        an input with a target prefix gets a 422 of its own."""
+        if not any(isinstance(s, Prefixed) for s in sources):
+            return self.answers(sources, key)
+        return [RequestError(422, f"inputs: {source_text(s)[:40]!r}: a target prefix needs seqxduce's own engine; "
+                                  "this server runs --engine ctranslate2") if isinstance(s, Prefixed)
+                else self.answers([s], key)[0] for s in sources]
 
     def _decode(self, sources: Sequence[str | Prefixed], key: Hashable) -> list[Output]:
         return decode_sources(self.decoder(key), [source_text(s) for s in sources])

@@ -41,7 +41,7 @@ class Service:
     def __init__(self, run: LoadedRun):
         self.run = run
         self.settings = run.recipe.decode.settings
-        self.decoders: OrderedDict[Hashable, Decoder] = OrderedDict()
+        self.decoders: OrderedDict[Hashable, Any] = OrderedDict()  # decoders (an engine's own: CT2Service)
         self.lock = threading.Lock()  # the event loop checks a request's decoder while the worker uses another
 
     def decode_keys(self) -> dict[str, Any]:
@@ -92,38 +92,49 @@ class Service:
         self.decoder(key)  # built now, so that a value out of range is the request's error, not the batch's
         return key
 
-    def decoder(self, key: Hashable) -> Decoder:
+    def decoder(self, key: Hashable) -> Any:
         """The decoder for a key of key_for (the run's own for no change), built once and kept."""
         if not key:
-            return self.run.decoder
+            return self.unchanged()
         with self.lock:
             if key in self.decoders:
                 self.decoders.move_to_end(key)
                 return self.decoders[key]
         changes = [Change(name, value, name) for name, value in key]  # type: ignore[union-attr]
-        section = self.run.recipe.decode
-        try:
-            settings = changed_settings(self.settings, changes, section.core.name)  # the declared ranges
+        try:  # the declared ranges
+            settings = changed_settings(self.settings, changes, self.run.recipe.decode.core.name)
         except UserError as err:
             raise RequestError(422, str(err)) from None
-        decoder = section.component.factory(settings, self.run.tokenizers.tgt)
+        decoder = self.build(settings)
         with self.lock:
             self.decoders[key] = decoder
             if len(self.decoders) > DECODERS_KEPT:
                 self.decoders.popitem(last=False)
         return decoder
 
+    def unchanged(self) -> Decoder:
+        """What decodes a request that changes no setting."""
+        return self.run.decoder
+
+    def build(self, settings: Any) -> Decoder:
+        """What decodes with a request's settings (the decoder plugin's own, checked)."""
+        return self.run.recipe.decode.component.factory(settings, self.run.tokenizers.tgt)
+
     def decode(self, sources: Sequence[str | Prefixed], key: Hashable, stop: StopCheck | None = None) -> list[Any]:
-        """Decode one batch as `seqxduce decode` does; a source the model or task refuses (a UserError, e.g. longer
-        than learned positions reach) gets a 422 of its own and the others are decoded without it. The search
-        checks stop() between its steps and ends (SearchStopped) once it is true."""
+        """Decode one batch as `seqxduce decode` does. The search checks stop() between its steps and ends
+        (SearchStopped) once it is true."""
         with stop_when(stop or _never):
-            try:
-                return [hypotheses(o) for o in self._decode(sources, key)]
-            except UserError as err:
-                if len(sources) == 1:
-                    return [RequestError(422, f"inputs: {source_text(sources[0])[:40]!r}: {err}")]
-            return [self._one(s, key) for s in sources]
+            return self.answers(sources, key)
+
+    def answers(self, sources: Sequence[str | Prefixed], key: Hashable) -> list[Any]:
+        """Each source's answer; a source the model or task refuses (a UserError, e.g. longer than learned
+        positions reach) gets a 422 of its own and the others are decoded without it."""
+        try:
+            return [hypotheses(o) for o in self._decode(sources, key)]
+        except UserError as err:
+            if len(sources) == 1:
+                return [RequestError(422, f"inputs: {source_text(sources[0])[:40]!r}: {err}")]
+        return [self._one(s, key) for s in sources]
 
     def _decode(self, sources: Sequence[str | Prefixed], key: Hashable) -> list[Output]:
         run = self.run
