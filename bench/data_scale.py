@@ -186,7 +186,8 @@ def encode_figures(recipe_file: Path, folder: Path, limit: int) -> dict[str, flo
     figures: dict[str, float] = {"pairs_read": len(examples)}
     for workers in (1, 2):
         started = time.perf_counter()
-        with binarized.DatasetWriter(folder.parent / f"scratch-{workers}", tokenizers.src.vocab_size) as writer:
+        with binarized.DatasetWriter(folder.parent / f"scratch-{workers}", tokenizers.src.vocab_size,
+                                     replace=True) as writer:
             prepare.encode_into(writer, examples, tokenizers, *prepare.limits(recipe), workers=workers, show=False)
             writer.close()
         figures[f"encode_{workers}_s"] = time.perf_counter() - started

@@ -11,6 +11,7 @@ none. One that is truncated or damaged after that is refused in one line, never 
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -60,11 +61,12 @@ class DatasetWriter:
     """Writes a dataset chunk by chunk (encoded shards, in corpus order) into a work folder; close() renames it to
     its place. Use it as a context manager: leaving it with an error removes the work folder."""
 
-    def __init__(self, folder: Path, vocab_size: int, extra: dict[str, Any] | None = None):
+    def __init__(self, folder: Path, vocab_size: int, extra: dict[str, Any] | None = None, replace: bool = False):
         self.folder = Path(folder)
         self.dtype = ids_dtype(vocab_size)
         self.vocab_size = vocab_size
         self.extra = dict(extra or {})
+        self.replace = replace  # a dataset already at folder is replaced (prepare --again), else kept
         self.work = work_folder(self.folder)
         self.sides = {side: _Side((self.work / f"{side}.ids").open("wb")) for side in SIDES}
         self.pairs = 0
@@ -105,9 +107,16 @@ class DatasetWriter:
             if path.is_file():
                 with path.open("rb") as handle:
                     os.fsync(handle.fileno())
-        if self.folder.exists():  # an earlier dataset the caller chose to replace (prepare --again)
+        if self.replace and self.folder.exists():  # an earlier dataset the caller chose to replace
             shutil.rmtree(self.folder)
-        os.replace(self.work, self.folder)
+        try:
+            os.replace(self.work, self.folder)
+        except OSError as err:
+            # another process (a member of the same run, a second run) wrote the same dataset first: the key is
+            # the same, so are the files; theirs stays, ours goes
+            if err.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not exists(self.folder):
+                raise
+            shutil.rmtree(self.work, ignore_errors=True)
         return self.folder
 
     def _write(self, name: str, array: np.ndarray) -> dict[str, Any]:

@@ -263,13 +263,13 @@ def _write(writer: binarized.DatasetWriter, results: Iterable[tuple], progress: 
 
 def write_dataset(folder: Path, examples: Iterable[Example], tokenizers: components.Tokenizers, recipe: Recipe,
                   tokenizer_folder: Path | None = None, workers: int | None = None, show: bool = True,
-                  total: int | None = None) -> Path:
+                  total: int | None = None, replace: bool = False) -> Path:
     """Encode the examples (iterated once) into a dataset at folder (with a copy of tokenizer_folder's files, for a
     prepared folder), atomically, and print what was done in one line."""
     started = time.perf_counter()
     vocab_size = max(tokenizers.src.vocab_size, tokenizers.tgt.vocab_size)
     read = Counted(examples)
-    with binarized.DatasetWriter(folder, vocab_size) as writer:
+    with binarized.DatasetWriter(folder, vocab_size, replace=replace) as writer:
         dropped = encode_into(writer, read, tokenizers, *limits(recipe), workers=workers, show=show, total=total)
         if not read.count:
             raise UserError(f"[task] name = {recipe.task.core.name!r} read no training examples: the training "
@@ -295,7 +295,7 @@ def _size(nbytes: int) -> str:
 
 
 def prepare_new(recipe: Recipe, folder: Path, examples: Iterable[Example], workers: int | None = None,
-                show: bool = True, total: int | None = None) -> Path:
+                show: bool = True, total: int | None = None, replace: bool = False) -> Path:
     """A new run's prepared folder: the tokenizer(s) trained on the examples, then the dataset with them. examples
     is iterated more than once (an Examples stream reads its files anew each time)."""
     nonempty(recipe, examples)
@@ -310,7 +310,7 @@ def prepare_new(recipe: Recipe, folder: Path, examples: Iterable[Example], worke
             console.print(f"trained the tokenizer in {time.perf_counter() - started:.1f} s")
         tokenizers = RunDir(tokenizer_dir).load_tokenizers(recipe)
         return write_dataset(folder, examples, tokenizers, recipe, tokenizer_dir, workers=workers, show=show,
-                             total=total)
+                             total=total, replace=replace)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -332,4 +332,4 @@ def prepare_training_data(recipe: Recipe, task: Task, data_dir: Path, again: boo
             console.print(f"the training data were prepared already: {len(pairs)} pairs in {folder} "
                           f"({_size(binarized.size_on_disk(folder))}); --again prepares them anew")
             return folder
-        return prepare_new(recipe, folder, examples, workers=workers, total=examples.lines_hint())
+        return prepare_new(recipe, folder, examples, workers=workers, total=examples.lines_hint(), replace=again)

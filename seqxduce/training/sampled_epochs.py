@@ -125,7 +125,8 @@ class EpochEncoder:
                              epoch)
         vocab_size = max(self.src_tok.vocab_size, self.tgt_tok.vocab_size)
         tokenizers = Tokenizers(self.src_tok, self.tgt_tok)
-        with binarized.DatasetWriter(path, vocab_size, {"epoch": epoch, "key": self.key}) as writer:
+        # replace: a sample there is another run's (another key) or damaged
+        with binarized.DatasetWriter(path, vocab_size, {"epoch": epoch, "key": self.key}, replace=True) as writer:
             encode_into(writer, self.examples, tokenizers, self.max_src, self.max_tgt, workers=self.workers,
                         show=self.show, encoding=sample, what=f"sampling epoch {epoch}")
             writer.close()

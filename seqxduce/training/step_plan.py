@@ -63,7 +63,7 @@ class RankEpoch(Sequence[list[int]]):
         # the target tokens of each batch, eos included, as the loss counts them
         tokens = np.add.reduceat(np.asarray(tgt_lengths, dtype=np.int64)[batches.order] + 1,
                                  batches.bounds[:-1]) if len(sizes) else np.zeros(0, dtype=np.int64)
-        self.step_tokens = tokens[batches.batch_order[positions.reshape(steps, -1)]].sum(axis=1)
+        self.step_tokens = tokens[batches.batch_order[positions.reshape(steps, world_size * update_freq)]].sum(axis=1)
         mine = batches.batch_order[positions[:, rank, :].ravel()]
         lengths = sizes[mine]
         self.bounds = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)

@@ -238,3 +238,24 @@ def test_the_binarized_files_are_mapped_not_read(tmp_path):
     if maps:
         assert str(tmp_path / "data" / "src.ids") in maps
     assert read == pairs
+
+
+def test_two_writers_of_one_dataset_keep_the_first_and_only_again_replaces_it(tmp_path):
+    """Two processes preparing the same key at once (the members of a run): the second to finish keeps the first's
+    files, which are the same; `prepare --again` (replace) writes its own."""
+    pairs = PairArrays.from_pairs(_random_pairs(50, 30))
+
+    def writer(replace: bool = False) -> binarized.DatasetWriter:
+        made = binarized.DatasetWriter(tmp_path / "data", 30, {"which": "first" if not replace else "again"},
+                                       replace=replace)
+        made.add(pairs.src_ids, pairs.src_lengths, pairs.tgt_ids, pairs.tgt_lengths)
+        return made
+
+    first, second = writer(), writer()
+    first.close()
+    second.close()  # renamed second: the folder is there already
+    assert binarized.open_dataset(tmp_path / "data")[1]["which"] == "first"
+    assert [p.name for p in tmp_path.iterdir()] == ["data"]  # the second's work folder is gone
+    writer(replace=True).close()
+    read, meta = binarized.open_dataset(tmp_path / "data")
+    assert meta["which"] == "again" and read == pairs
