@@ -106,7 +106,8 @@ def memory(pid: int | str = "self") -> dict[str, int]:
     for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
         name, value = line.split(":", 1)
         fields[name] = int(value.split()[0]) * 1024
-    return {"private": fields["Private_Clean"] + fields["Private_Dirty"], "pss": fields["Pss"], "rss": fields["Rss"]}
+    return {"private": fields["Private_Clean"] + fields["Private_Dirty"], "pss": fields["Pss"], "rss": fields["Rss"],
+            "anonymous": fields["Anonymous"]}
 
 
 def worker(recipe: Path, out: Path, report: Path, tokenizers_from: str | None) -> None:
@@ -227,7 +228,9 @@ def one_size(pairs: int, work: Path, sample: int, encode_pairs: int) -> dict:
     (base,) = _train(small_recipe, root / "run-small", env, tokenizers_from=root / "run")
     two = _train(recipe, root / "run-2", env, ranks=2)
     row.update(first_step_s=one["first_step_s"], private=one["private"], model_private=base["private"],
-               data_private=one["private"] - base["private"], pss_two_ranks=sum(r["pss"] for r in two),
+               data_private=one["private"] - base["private"],
+               # of it, the heap and anonymous maps (the rest: pages of the mapped dataset, clean, shared by ranks)
+               data_anonymous=one["anonymous"] - base["anonymous"], pss_two_ranks=sum(r["pss"] for r in two),
                first_step_two_ranks_s=max(r["first_step_s"] for r in two))
     row.update(two_rank_baseline(root, env))
     return row

@@ -18,7 +18,7 @@ from seqxduce import components
 from seqxduce.api import Example, Settings, Task, UserError
 from seqxduce.components import Tokenizers
 from seqxduce.console import console
-from seqxduce.data import Pair, PairArrays, encode_pairs
+from seqxduce.data import Pair, PairArrays, encode_pairs, release_freed_memory
 from seqxduce.device import resolve_device
 from seqxduce.recipe import Recipe
 from seqxduce.rundir import SAMPLED_DIR, RunDir, locate
@@ -179,6 +179,9 @@ def assemble(recipe: Recipe, run_dir: Path, resume: bool = False, overwrite: boo
     # run directory never holds a recipe its checkpoints do not fit
     if is_main:
         rundir.write_recipe(recipe)
+    # what building the run freed (the checks' reads, the model's and optimizer's set-up) goes back to the system:
+    # glibc keeps a process's freed heap otherwise, 50 MB and more that every rank would hold for its whole life
+    release_freed_memory()
     world.barrier()
     return run
 
