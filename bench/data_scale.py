@@ -200,7 +200,7 @@ def encode_figures(recipe_file: Path, folder: Path, limit: int) -> dict[str, flo
     return figures
 
 
-def one_size(pairs: int, work: Path, sample: int, encode_pairs: int) -> dict:
+def one_size(pairs: int, work: Path, sample: int, encode_pairs: int, memory_only: bool = False) -> dict:
     root = work / f"{pairs}"
     data, cache = root / "data", root / "cache"
     env = {**os.environ, "SEQXDUCE_CACHE": str(cache)}
@@ -211,14 +211,18 @@ def one_size(pairs: int, work: Path, sample: int, encode_pairs: int) -> dict:
         row["generate_s"] = time.perf_counter() - started
     recipe = root / "recipe.toml"
     recipe.write_text(RECIPE.format(data=data, sample=sample))
-    row["prepare_s"], row["prepare_peak_rss"] = _run_measured(sys.executable, "-m", "seqxduce", "prepare", recipe,
-                                                              "--again", env=env)
+    if memory_only:  # the dataset prepared by an earlier run of this script: only the training figures
+        _run(sys.executable, "-m", "seqxduce", "prepare", recipe, env=env)
+    else:
+        row["prepare_s"], row["prepare_peak_rss"] = _run_measured(sys.executable, "-m", "seqxduce", "prepare",
+                                                                  recipe, "--again", env=env)
     (folder,) = [p for p in cache.glob("prepared-*") if p.is_dir()]
     from seqxduce.training import binarized
 
     meta = binarized.read_meta(folder)
     row.update(kept=meta["pairs"], disk_bytes=binarized.size_on_disk(folder))
-    row.update(encode_figures(recipe, folder, encode_pairs))
+    if not memory_only:
+        row.update(encode_figures(recipe, folder, encode_pairs))
     # the model's share: the same tokenizer and model on 1,000 pairs
     small = root / "small"
     write_corpus(small, 1000, seed=SEED + 1)
@@ -250,6 +254,8 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=200_000, help="sentences the tokenizer trains on")
     parser.add_argument("--encode-pairs", type=int, default=1_000_000,
                         help="pairs the side-by-side encoding figures are taken on (the first of the corpus)")
+    parser.add_argument("--memory-only", action="store_true",
+                        help="sizes prepared by an earlier run in --work: only the training processes' figures")
     parser.add_argument("--pss-baseline", action="store_true",
                         help="only the two-rank baseline of sizes already run in --work")
     parser.add_argument("--worker", nargs=4, metavar=("RECIPE", "OUT", "REPORT", "TOKENIZERS_FROM"),
@@ -265,7 +271,7 @@ def main() -> None:
             print(json.dumps({"pairs": pairs, **two_rank_baseline(root, {**os.environ,
                                                                           "SEQXDUCE_CACHE": str(root / "cache")})}))
             continue
-        row = one_size(pairs, args.work, args.sample, args.encode_pairs)
+        row = one_size(pairs, args.work, args.sample, args.encode_pairs, args.memory_only)
         row["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                        cwd=REPO).stdout.strip()
         row["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

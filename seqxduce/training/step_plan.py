@@ -106,8 +106,11 @@ class PlannedStep:
     pairs: PairArrays  # the epoch's training pairs, which group indexes (sampled anew per epoch, or the fixed ones)
 
     def batches(self, vocab: VocabInfo) -> list[Batch]:
-        """This rank's batches of the step, padded (host tensors)."""
-        return [self.pairs.collate(indices, vocab) for indices in self.batch_indices]
+        """This rank's batches of the step, padded (host tensors); the dataset's pages the rows were read from are
+        unmapped again (PairArrays.release_pages)."""
+        batches = [self.pairs.collate(indices, vocab) for indices in self.batch_indices]
+        self.pairs.release_pages()
+        return batches
 
 
 class StepPlan:

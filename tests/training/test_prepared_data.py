@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from seqxduce.api import Example
 from seqxduce.data import Pair, PairArrays, encode_pairs, length_batches, token_batches
@@ -259,3 +260,37 @@ def test_two_writers_of_one_dataset_keep_the_first_and_only_again_replaces_it(tm
     writer(replace=True).close()
     read, meta = binarized.open_dataset(tmp_path / "data")
     assert meta["which"] == "again" and read == pairs
+
+
+def _mapped_kib(path: Path) -> int:
+    """The resident KiB of this process's mappings of a file (/proc/self/smaps)."""
+    total, current = 0, None
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        fields = line.split()
+        if "-" in fields[0] and ":" not in fields[0]:
+            current = fields[5] if len(fields) > 5 else None
+        elif fields[0] == "Rss:" and current == str(path):
+            total += int(fields[1])
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").is_file(), reason="reads Linux's /proc/self/smaps")
+def test_a_step_unmaps_the_dataset_pages_its_rows_were_read_from(tmp_path):
+    """Gathering rows maps the page-cache folios around them into the process; a planned step's batches unmap
+    them again, so that what a rank holds of the corpus does not grow with the steps it has taken."""
+    from seqxduce.api import VocabInfo
+    from seqxduce.training.step_plan import PlannedStep
+
+    pairs = PairArrays.from_pairs(_random_pairs(200_000, 8000))
+    with binarized.DatasetWriter(tmp_path / "data", 8000) as writer:
+        writer.add(pairs.src_ids, pairs.src_lengths, pairs.tgt_ids, pairs.tgt_lengths)
+        writer.close()
+    mapped, _ = binarized.open_dataset(tmp_path / "data")
+    vocab = VocabInfo(src_size=8000, tgt_size=8000, pad_id=0, bos_id=1, eos_id=2, shared=True)
+    rows = list(range(0, 200_000, 997))
+    mapped.collate(rows, vocab)
+    assert _mapped_kib(tmp_path / "data" / "src.ids") > 0  # read through the mapping
+    step = PlannedStep(1, 0, [rows], 0, mapped)
+    (batch,) = step.batches(vocab)
+    assert torch.equal(batch.src, pairs.collate(rows, vocab).src)
+    assert _mapped_kib(tmp_path / "data" / "src.ids") == _mapped_kib(tmp_path / "data" / "tgt.offsets") == 0
