@@ -135,23 +135,29 @@ def worker(recipe: Path, out: Path, report: Path, tokenizers_from: str | None) -
 
 
 def _run(*args: object, env: dict[str, str]) -> float:
-    return _run_measured(*args, env=env)[0]
+    started = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as output:
+        result = subprocess.run([str(a) for a in args], env=env, cwd=REPO, stdout=output, stderr=subprocess.STDOUT)
+        if result.returncode != 0:
+            output.seek(0)
+            raise SystemExit(output.read()[-3000:])
+    return time.perf_counter() - started
+
+
+# Runs a command and writes its peak resident set: through this small process, because a child forked from a
+# large one (this benchmark, after generating a corpus) inherits the parent's size in its ru_maxrss
+PEAK_WRAPPER = ("import resource, subprocess, sys; code = subprocess.call(sys.argv[2:]); "
+                "open(sys.argv[1], 'w').write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)); "
+                "sys.exit(code)")
 
 
 def _run_measured(*args: object, env: dict[str, str]) -> tuple[float, int]:
-    """Run a command to its end: its wall seconds and its peak resident set (bytes, from wait4's rusage: the
-    process itself and the children it waited for, the largest of them)."""
-    started = time.perf_counter()
-    with tempfile.TemporaryFile("w+") as output:
-        process = subprocess.Popen([str(a) for a in args], env=env, cwd=REPO, stdout=output,
-                                   stderr=subprocess.STDOUT, text=True)
-        _, status, usage = os.wait4(process.pid, 0)
-        process.returncode = os.waitstatus_to_exitcode(status)
-        seconds = time.perf_counter() - started
-        if process.returncode != 0:
-            output.seek(0)
-            raise SystemExit(output.read()[-3000:])
-    return seconds, usage.ru_maxrss * 1024
+    """Run a command to its end: its wall seconds and its peak resident set (bytes: the largest of the process
+    and the children it waited for)."""
+    with tempfile.TemporaryDirectory() as work:
+        peak = Path(work) / "peak"
+        seconds = _run(sys.executable, "-c", PEAK_WRAPPER, peak, *args, env=env)
+        return seconds, int(peak.read_text()) * 1024
 
 
 def _train(recipe: Path, out: Path, env: dict[str, str], ranks: int = 1, tokenizers_from: Path | None = None
