@@ -44,24 +44,15 @@ IN_PROCESS = 50_000  # below this many pairs, one process encodes (starting work
 
 
 class Examples:
-    """A split's examples: iterated, they stream from the task (Task.stream) and are read anew each time, so that
-    preparing a corpus never holds it as Python strings; called, they are read into a list once and kept until
-    release() (the in-memory encodings: [train] token_cache = false, subword sampling)."""
+    """A split's examples, streamed from the task (Task.stream) and read anew each time they are iterated, so that
+    preparing a corpus (the tokenizer's training, then the encoding; each epoch's sample under subword sampling)
+    never holds it as Python strings."""
 
     def __init__(self, task: Task, data_dir: Path, split: str = "train"):
         self.task, self.data_dir, self.split = task, data_dir, split
-        self._examples: list[Example] | None = None
-
-    def __call__(self) -> list[Example]:
-        if self._examples is None:
-            self._examples = self.task.examples(self.split, self.data_dir)
-        return self._examples
 
     def __iter__(self) -> Iterator[Example]:
-        return iter(self._examples) if self._examples is not None else self.task.stream(self.split, self.data_dir)
-
-    def release(self) -> None:
-        self._examples = None
+        return self.task.stream(self.split, self.data_dir)
 
     def lines_hint(self) -> int | None:
         """How many lines the split's first file holds, when the task names its files (a progress bar's total:

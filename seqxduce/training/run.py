@@ -132,11 +132,10 @@ def assemble(recipe: Recipe, run_dir: Path, resume: bool = False, overwrite: boo
     if is_main:
         task.prepare(data_dir)
     world.barrier()
-    train_examples = Examples(task, data_dir)  # read only when the training data are not prepared yet
+    train_examples = Examples(task, data_dir)  # read only when the training data are not prepared yet, or sampled
     with stop_while_preparing("preparing the training data, before the first step"):
         train_pairs, data_key = training_data(recipe, task, data_dir, rundir, world, train_examples, resume,
                                               tokenizers_from)
-    train_examples.release()  # the run keeps the mapped ids, not the text
     valid_examples = task.examples("valid", data_dir) if "valid" in task.splits else []
     torch.manual_seed(s.seed)
     built = rundir.components(recipe, task)
