@@ -79,11 +79,10 @@ def length_batches(src_lengths: np.ndarray, tgt_lengths: np.ndarray, max_tokens:
     of pair indices, so that an epoch of millions of pairs holds no Python object per pair.
 
     The same batches as token_batches, to the bit: the same Python random stream shuffles the same index list,
-    a stable sort orders it by the same key, and the batch order is shuffled by the same draws."""
-    batches = _length_batches(src_lengths, tgt_lengths, max_tokens, seed, epoch, shuffle, max_source, bucket_width)
-    if len(batches.order) >= 100_000:  # once the transient lists and arrays are freed
-        release_freed_memory()
-    return batches
+    a stable sort orders it by the same key, and the batch order is shuffled by the same draws. Its transient
+    lists are freed but stay in the heap: a caller that keeps the batches for long trims it (release_freed_memory),
+    once it has built what it keeps from them."""
+    return _length_batches(src_lengths, tgt_lengths, max_tokens, seed, epoch, shuffle, max_source, bucket_width)
 
 
 def _length_batches(src_lengths: np.ndarray, tgt_lengths: np.ndarray, max_tokens: int, seed: int, epoch: int,

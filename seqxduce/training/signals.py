@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from seqxduce.errors import TrainingStopped
 
@@ -65,14 +65,25 @@ def _say(message: str) -> None:
 
 
 @contextlib.contextmanager
+def _handled(handler: Callable[[int, object], None]) -> Iterator[None]:
+    """handler on the stop signals while this lasts, the handlers before it restored after. Outside the main
+    thread signals cannot be handled and keep their defaults."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {number: signal.signal(number, handler) for number in SIGNALS}
+    try:
+        yield
+    finally:
+        for number, handler_before in previous.items():
+            signal.signal(number, handler_before)
+
+
+@contextlib.contextmanager
 def stop_on_signals(request: StopRequest) -> Iterator[StopRequest]:
     """While training, a first signal only sets request.signal, because stopping inside an optimizer step would
     save the parameters of one step with the data position and RNG state of another (inside
-    request.abandonable() it raises Abandoned); a second one raises KeyboardInterrupt. Outside the main thread
-    signals cannot be handled and keep their defaults."""
-    if threading.current_thread() is not threading.main_thread():
-        yield request
-        return
+    request.abandonable() it raises Abandoned); a second one raises KeyboardInterrupt."""
 
     def handler(signum: int, frame: object) -> None:
         if request.requested:
@@ -84,12 +95,8 @@ def stop_on_signals(request: StopRequest) -> Iterator[StopRequest]:
             raise Abandoned
         _say(f"{signal_name(signum)}: stopping after this step to save it (a second signal stops at once)\n")
 
-    previous = {number: signal.signal(number, handler) for number in SIGNALS}
-    try:
+    with _handled(handler):
         yield request
-    finally:
-        for number, handler_before in previous.items():
-            signal.signal(number, handler_before)
 
 
 class Interrupted(BaseException):
@@ -112,17 +119,14 @@ def stop_while_preparing(what: str) -> Iterator[None]:
     the signal's number. Where Python drops what a handler raises (inside an at-fork hook, a library's callback),
     the next preparing_stopped() check raises it again; inside a library's own loop (sentencepiece training its
     model) the stop comes when that returns."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
 
     def handler(signum: int, frame: object) -> None:
         _PREPARING.append(signum)
         raise Interrupted(signum)
 
-    previous = {number: signal.signal(number, handler) for number in SIGNALS}
     try:
-        yield
+        with _handled(handler):
+            yield
     except Interrupted as stop:
         raise TrainingStopped(f"{signal_name(stop.signum)}: stopped while {what}; nothing of it was kept (its "
                               "work folders were removed), so the next run prepares it anew",
@@ -130,8 +134,6 @@ def stop_while_preparing(what: str) -> Iterator[None]:
     finally:
         came = list(_PREPARING)
         _PREPARING.clear()
-        for number, handler_before in previous.items():
-            signal.signal(number, handler_before)
     if came:  # its raise was dropped and no check came after it: the work is done and kept, the stop stands
         raise TrainingStopped(f"{signal_name(came[0])}: stopped after {what} (done and kept for the next run)",
                               exit_code=128 + came[0])

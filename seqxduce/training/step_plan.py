@@ -153,7 +153,7 @@ class StepPlan:
             batches = length_batches(pairs.src_lengths, pairs.tgt_lengths, self.settings.max_tokens,
                                      self.settings.seed, epoch, max_source=cap, bucket_width=self.settings.bucket_width)
             share = RankEpoch(batches, pairs.tgt_lengths, self.rank, self.world_size, self.settings.update_freq)
-            if len(batches.order) >= 100_000:  # the epoch's whole order is freed: its pages go back
+            if len(batches.order) >= 100_000:  # the batching's transient lists and the epoch's whole order: pages back
                 del batches
                 release_freed_memory()
             self._last_batches = ((epoch, cap), pairs, share)
