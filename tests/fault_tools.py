@@ -27,21 +27,26 @@ def env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "SEQXDUCE_STRICT_PLUGINS": ""}
 
 
-def command(*args: object) -> list[str]:
-    return [sys.executable, "-m", "seqxduce", *(str(a) for a in args)]
+def command(*args: object, module: tuple[str, ...] = ("seqxduce",)) -> list[str]:
+    """`python -m MODULE ARGS`: the CLI, or the fault tests' injection around it (tests.faults.slowed WHAT)."""
+    return [sys.executable, "-m", *module, *(str(a) for a in args)]
 
 
-def run(*args: object, prefix: tuple[str, ...] = (), **kwargs) -> subprocess.CompletedProcess:
-    """`seqxduce ARGS` to the end, in a real process (under prefix, e.g. a read-only mount)."""
-    return subprocess.run([*prefix, *command(*args)], capture_output=True, text=True, env=env(), cwd=REPO,
-                          timeout=HANG_GUARD_S, **kwargs)
+def run(*args: object, prefix: tuple[str, ...] = (), extra_env: dict[str, str] | None = None,
+        **kwargs) -> subprocess.CompletedProcess:
+    """`seqxduce ARGS` to the end, in a real process (under prefix, e.g. a read-only mount); extra_env added to
+    the environment."""
+    return subprocess.run([*prefix, *command(*args)], capture_output=True, text=True,
+                          env={**env(), **(extra_env or {})}, cwd=REPO, timeout=HANG_GUARD_S, **kwargs)
 
 
-def start(*args: object, log: Path, **kwargs) -> subprocess.Popen:
-    """`seqxduce ARGS` started in a real process, its stderr and stdout going to log."""
+def start(*args: object, log: Path, module: tuple[str, ...] = ("seqxduce",), extra_env: dict[str, str] | None = None,
+          **kwargs) -> subprocess.Popen:
+    """`seqxduce ARGS` (or `python -m MODULE ARGS`) started in a real process, its stderr and stdout going to log;
+    extra_env added to the environment."""
     handle = log.open("w")
-    return subprocess.Popen(command(*args), stdout=handle, stderr=subprocess.STDOUT, text=True, env=env(),
-                            cwd=REPO, **kwargs)
+    return subprocess.Popen(command(*args, module=module), stdout=handle, stderr=subprocess.STDOUT, text=True,
+                            env={**env(), **(extra_env or {})}, cwd=REPO, **kwargs)
 
 
 def wait_for(condition: Callable[[], bool], process: subprocess.Popen | None = None) -> None:

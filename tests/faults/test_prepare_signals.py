@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
-from tests.fault_tools import HANG_GUARD_S, REPO, env, wait_for
+from tests.fault_tools import run, start, wait_for
 
 PAIRS = 2000  # 40 shards of 50 pairs at a second each: the encoding lasts about 20 s on two workers
 
@@ -26,9 +25,7 @@ def _corpus(folder: Path) -> Path:
 
 
 def _start(cache: Path, log: Path, *args: object) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "tests.faults.slowed", "encoding", *(str(a) for a in args)],
-                            stdout=log.open("w"), stderr=subprocess.STDOUT, text=True, cwd=REPO,
-                            env={**env(), "SEQXDUCE_CACHE": str(cache)})
+    return start(*args, log=log, module=("tests.faults.slowed", "encoding"), extra_env={"SEQXDUCE_CACHE": str(cache)})
 
 
 def _encoding(cache: Path) -> bool:
@@ -68,8 +65,7 @@ def test_a_preparation_killed_outright_leaves_a_work_folder_that_the_next_one_re
     process.wait(timeout=60)
     left = sorted(cache.glob(".prepared-*"))
     assert left  # nothing could clean up
-    again = subprocess.run([sys.executable, "-m", "seqxduce", "prepare", str(recipe)], capture_output=True,
-                           text=True, cwd=REPO, env={**env(), "SEQXDUCE_CACHE": str(cache)}, timeout=HANG_GUARD_S)
+    again = run("prepare", recipe, extra_env={"SEQXDUCE_CACHE": str(cache)})
     assert again.returncode == 0, again.stderr
     assert f"left unfinished by process {process.pid}, which is gone" in again.stderr
     assert not list(cache.glob(".prepared-*")) and len(list(cache.glob("prepared-*"))) == 1

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 
 import torch
 
-from tests.fault_tools import REPO, env, run, start, wait_for
+from tests.fault_tools import run, start, wait_for
 from tests.tiny import TINY_RECIPE as TINY
 
 # a valid split whose validation (loss, then decoding every example) lasts far longer than a signal takes to
@@ -85,11 +83,9 @@ def test_a_signal_during_the_final_average_abandons_it_and_resume_writes_it(tmp_
     """The average of the last checkpoints is the run's last work: a signal drops it where it is (slowed here by
     the fault tests' injection so that the signal lands inside it), every step being saved already."""
     out, log = tmp_path / "run", tmp_path / "log"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.faults.slowed", "averaging", "train", str(TINY), "--out", str(out),
-         "--set", "train.max_steps=4", "--set", "train.checkpoint_every=2", "--set", "train.average_last=2",
-         "--set", "train.validate_every=0", "--set", "train.valid_decode_examples=0"],
-        stdout=log.open("w"), stderr=subprocess.STDOUT, text=True, env=env(), cwd=REPO)
+    process = start("train", TINY, "--out", out, "--set", "train.max_steps=4", "--set", "train.checkpoint_every=2",
+                    "--set", "train.average_last=2", "--set", "train.validate_every=0",
+                    "--set", "train.valid_decode_examples=0", log=log, module=("tests.faults.slowed", "averaging"))
     wait_for(lambda: "averaging (slowed)" in log.read_text(), process)
     process.send_signal(signal.SIGTERM)
     text = _stopped(process, log, 143)  # within the hang guard, not after the 60 s the injection waits
