@@ -60,11 +60,11 @@ class CT2Service(Service):
     def decode(self, sources: Sequence[str | Prefixed], key: Hashable, stop: StopCheck | None = None) -> list[Any]:
         """Decode one batch with CTranslate2 (the batcher reads stop before the call, which cannot be cut short);
         an input with a target prefix gets a 422 of its own."""
-        if not any(isinstance(s, Prefixed) for s in sources):
-            return self.answers(sources, key)
+        plain = [s for s in sources if not isinstance(s, Prefixed)]
+        decoded = iter(self.answers(plain, key) if plain else [])  # the others decoded together, as one batch
         return [RequestError(422, f"inputs: {source_text(s)[:40]!r}: a target prefix needs seqxduce's own engine; "
                                   "this server runs --engine ctranslate2") if isinstance(s, Prefixed)
-                else self.answers([s], key)[0] for s in sources]
+                else next(decoded) for s in sources]
 
     def _decode(self, sources: Sequence[str | Prefixed], key: Hashable) -> list[Output]:
         return decode_sources(self.decoder(key), [source_text(s) for s in sources])

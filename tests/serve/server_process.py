@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,16 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def poll_health(health: Callable[[], dict], what: str, condition: Callable[[dict], bool], tries: int) -> dict:
+    """Poll a server's /health (health()) every 50 ms until condition holds; fail naming `what` after `tries`."""
+    for _ in range(tries):
+        answer = health()
+        if condition(answer):
+            return answer
+        time.sleep(0.05)
+    raise AssertionError(f"the server never reached: {what}; last /health {answer}")
 
 
 @dataclass
@@ -77,12 +87,7 @@ class Server:
 
     def wait_for(self, what: str, condition) -> dict:
         """Poll /health until condition(health) holds (the server's own counters, not a timing)."""
-        for _ in range(1200):
-            health = self.health()
-            if condition(health):
-                return health
-            time.sleep(0.05)
-        raise AssertionError(f"the server never reached: {what}; last /health {health}")
+        return poll_health(self.health, what, condition, tries=1200)
 
     def exit_status(self) -> int:
         """The process's exit status, failing if it has not ended within EXIT_WITHIN_S."""

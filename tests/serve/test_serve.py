@@ -16,7 +16,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -28,7 +27,7 @@ import pytest
 from click.testing import CliRunner
 
 from seqxduce.cli import add_plugin_commands
-from tests.serve.server_process import STARTUP_S, serve_process
+from tests.serve.server_process import STARTUP_S, poll_health, serve_process
 from tests.tiny import TINY_RECIPE
 
 pytest.importorskip("starlette", reason="the serve extra is not installed (pip install -e '.[serve]')")
@@ -72,12 +71,7 @@ class Server:
 
     def wait_for(self, what: str, condition) -> dict:
         """Poll /health until condition(health) holds (the server's own counters, not a timing)."""
-        for _ in range(600):
-            health = self.health()
-            if condition(health):
-                return health
-            time.sleep(0.05)
-        raise AssertionError(f"the server never reached: {what}; last /health {health}")
+        return poll_health(self.health, what, condition, tries=600)
 
 
 @contextlib.contextmanager
