@@ -99,3 +99,18 @@ def test_decode_precision_the_device_cannot_run_is_one_line(run_dir):
     assert "Traceback" not in result.output
     result = CliRunner().invoke(cli, ["decode", str(run_dir), "--input", "-", "--precision", "bf16"], input="3 1 4\n")
     assert result.exit_code == 0, result.output
+
+
+def test_int8_packing_leaves_the_global_engine_and_stays_close_to_float():
+    """The weights are packed for int8_engine_name()'s kernels (oneDNN on an AMX CPU); the process's quantized
+    engine is what it was, and the int8 layer computes what the float one does within int8's error."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 300), nn.ReLU(), nn.Linear(300, 64))
+    before = torch.backends.quantized.engine
+    quantized = quantize_for_decoding(model, "int8")
+    assert torch.backends.quantized.engine == before
+    assert isinstance(model[0], nn.Linear) and not isinstance(quantized[0], nn.Linear)  # a copy was quantized
+    x = torch.randn(32, 64)
+    expected, got = model(x), quantized(x)
+    assert not torch.equal(expected, got)
+    assert ((expected - got).norm() / expected.norm()).item() < 0.05
