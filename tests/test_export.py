@@ -152,3 +152,20 @@ def test_a_model_without_the_capability_is_refused_by_name(tiny_run, tmp_path, m
     result = run_cli("export", tiny_run, "-o", tmp_path / "out")
     assert result.exit_code != 0 and "offers no export to ctranslate2" in result.output
     assert "Traceback" not in result.output and not (tmp_path / "out").exists()
+
+
+def test_the_translator_takes_torchs_thread_count_on_the_cpu(exported, monkeypatch):
+    """CTranslate2's default of 4 threads would oversubscribe a 2-core machine; the engine takes as many as
+    torch's decoding does."""
+    import ctranslate2
+    import torch
+
+    from seqxduce.export.ct2_decoding import load_export
+
+    made = []
+    real = ctranslate2.Translator
+    monkeypatch.setattr(ctranslate2, "Translator", lambda *a, **kw: made.append(kw) or real(*a, **kw))
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    loaded = load_export(exported, ["train.device=cpu"])
+    assert made == [{"device": "cpu", "compute_type": "default", "intra_threads": 1}]
+    assert loaded.translator.device == "cpu"

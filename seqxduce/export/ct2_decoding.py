@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from seqxduce import components
 from seqxduce.api import Example, Hypothesis, Report, Task, UserError
 from seqxduce.decoding.changes import Change, SearchShape, with_changes
@@ -67,7 +69,11 @@ def load_export(path: Path | str, overrides: Sequence[str] = (), work: Path | No
         device = "cuda"
     if recipe.decode.core.precision != "recipe":  # decode --precision: CTranslate2's own compute type
         compute_type = CT2_COMPUTE[recipe.decode.core.precision]
-    translator = ct2.Translator(str(path), device=device, compute_type=compute_type)
+    # on the CPU as many threads as torch's engine takes (its default: the physical cores, or OMP_NUM_THREADS):
+    # CTranslate2's own default is 4 whatever the machine has, which oversubscribes a 2-core one and makes the
+    # two engines' figures incomparable
+    threads = {"intra_threads": torch.get_num_threads()} if device == "cpu" else {}
+    translator = ct2.Translator(str(path), device=device, compute_type=compute_type, **threads)
     return ExportedRun(recipe, path, components.build_task(recipe), exported.load_tokenizers(recipe), translator)
 
 
