@@ -3,6 +3,7 @@ synthetic protocol (the same untrained model, 64 sources of 25 tokens, outputs f
 
     python bench/decode_profile.py                          # small, beam 4, 1 thread, 2 profiled searches
     python bench/decode_profile.py --size base --beam 1 --threads 2
+    python bench/decode_profile.py --quantize int8          # the int8 path of `decode --precision int8`
 
 One unprofiled search warms up, then --searches searches run under the profiler; each operator's self CPU time is
 printed with its share of all operators' and its calls, largest first, and the GEMM share (addmm, mm, bmm,
@@ -22,17 +23,18 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import decode_speed  # noqa: E402
 
-GEMMS = ("aten::addmm", "aten::mm", "aten::bmm", "aten::matmul")
+GEMMS = ("aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "quantized::linear_dynamic")
 
 
-def profile(size: str, beam: int, searches: int, sources: int, src_len: int, out_len: int) -> dict[str, dict]:
+def profile(size: str, beam: int, searches: int, sources: int, src_len: int, out_len: int,
+            quantize: str = "none") -> dict[str, dict]:
     """{operator: {"self_ms", "calls"}} of `searches` searches of the synthetic protocol, after a warm-up one."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as profiler
 
     src = decode_speed.synthetic_sources(sources, src_len)
     torch.manual_seed(0)
-    model = decode_speed.build_seqxduce(size, torch.device("cpu"))
+    model = decode_speed.quantized(decode_speed.build_seqxduce(size, torch.device("cpu")), quantize)
     settings = decode_speed.forced(beam, out_len)
     decode_speed.seqxduce_search(model, src, beam, settings)
     with profiler(activities=[ProfilerActivity.CPU]) as prof:
@@ -51,12 +53,15 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
     parser.add_argument("--out-len", type=int, default=30, help="output length, eos included")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--top", type=int, default=12, help="operators printed")
+    parser.add_argument("--quantize", default="none", choices=("none", "int8"),
+                        help="int8: the model's Linear layers dynamically quantized, as `decode --precision int8`")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    ops = profile(args.size, args.beam, args.searches, args.sources, args.src_len, args.out_len)
+    ops = profile(args.size, args.beam, args.searches, args.sources, args.src_len, args.out_len, args.quantize)
     total = sum(o["self_ms"] for o in ops.values())
-    print(f"{args.size}, beam {args.beam}, {args.threads} thread(s), {args.searches} searches of {args.sources} "
-          f"sources, torch {torch.__version__}, {time.strftime('%Y-%m-%d %H:%M')}: {total:.0f} ms self CPU in all")
+    print(f"{args.size} {args.quantize}, beam {args.beam}, {args.threads} thread(s), {args.searches} searches of "
+          f"{args.sources} sources, torch {torch.__version__}, {time.strftime('%Y-%m-%d %H:%M')}: "
+          f"{total:.0f} ms self CPU in all")
     for name, o in sorted(ops.items(), key=lambda item: -item[1]["self_ms"])[:args.top]:
         print(f"{name:40s} {o['self_ms']:9.1f} ms {100 * o['self_ms'] / total:5.1f}% {o['calls']:7d} calls")
     gemm = sum(o["self_ms"] for name, o in ops.items() if name in GEMMS)
