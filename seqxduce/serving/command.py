@@ -128,6 +128,10 @@ def public_info(info: dict[str, Any], verbose: bool) -> dict[str, Any]:
               show_default=True, help="the decoding engine: seqxduce's own, or CTranslate2 over an export folder "
               "(seqxduce export; a run directory is exported first): its search settings only, no target prefix "
               "or /v1/attention")
+@click.option("--threads", type=click.IntRange(min=1),
+              help="CPU threads a batch is decoded with (torch's; CTranslate2's too with --engine ctranslate2) "
+                   "[default: torch's: the physical cores, or OMP_NUM_THREADS]. With the clients on the same few "
+                   "cores, 1 is often faster (bench/RESULTS.md: 2.3x on 2 cores)")
 @click.option("--batch-delay-ms", type=click.FloatRange(min=0), default=0.0, hidden=True,
               help="sleep before each batch (tests: a slow batch)")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]),
@@ -138,13 +142,15 @@ def serve(run: Path, checkpoint: str | None, host: str, port: int, overrides: tu
           max_source_tokens: int | None, max_output_tokens: int | None, max_work: int, max_queue: int,
           max_request_seconds: float, busy_after_seconds: float, read_timeout_seconds: float,
           keep_alive_seconds: int, max_connections: int, shutdown_grace_seconds: float, allowed_hosts: str,
-          forwarded_allow_ips: str | None, verbose_info: bool, engine_name: str, batch_delay_ms: float,
-          log_level: str) -> None:
+          forwarded_allow_ips: str | None, verbose_info: bool, engine_name: str, threads: int | None,
+          batch_delay_ms: float, log_level: str) -> None:
     """Serve a trained run over HTTP: POST /v1/decode, POST /v1/attention, GET /health, GET /ready, GET /v1/info,
     and a page to try it at /. Requests are batched together. SIGTERM or Ctrl-C stops accepting, answers what is
     queued 503, stops the running batch at its next step and exits 0 within --shutdown-grace-seconds; a second
     signal exits at once."""
     _server_libraries()
+    import torch
+
     from seqxduce.decoding.decode import load_run
     from seqxduce.inspection.run_info import run_info
     from seqxduce.serving.app import create_app
@@ -152,6 +158,8 @@ def serve(run: Path, checkpoint: str | None, host: str, port: int, overrides: tu
     from seqxduce.serving.ct2_service import export_facts
     from seqxduce.serving.service import Service
 
+    if threads is not None:  # before loading: CTranslate2's translator takes torch's count when it is built
+        torch.set_num_threads(threads)
     with contextlib.ExitStack() as stack:
         if engine_name == "ctranslate2":
             loaded, service, positions = _exported(run, overrides, ensemble, checkpoint, stack)
@@ -176,6 +184,7 @@ def serve(run: Path, checkpoint: str | None, host: str, port: int, overrides: tu
         else:
             info = run_info(run).as_dict()
         info["serve"] = served | {
+            "threads": torch.get_num_threads(),
             "decode": dataclasses.asdict(loaded.recipe.decode.core)
             | (dataclasses.asdict(service.settings) if service.settings is not None else {}),
             "request_keys": ["inputs", "nbest", *service.decode_keys()],

@@ -34,7 +34,7 @@ def exported(reverse_run, tmp_path_factory) -> Path:  # noqa: F811 - the fixture
 
 
 def test_answers_equal_decode_with_the_same_engine_and_settings(exported, tmp_path):
-    with serving(exported, tmp_path, "--engine", "ctranslate2") as server:
+    with serving(exported, tmp_path, "--engine", "ctranslate2", "--threads", "1") as server:
         status, _, answer = call(server, "/v1/decode", {"inputs": SOURCES})
         assert status == 200, answer
         assert texts(answer) == decode_ct2(exported, SOURCES, tmp_path)
@@ -45,6 +45,7 @@ def test_answers_equal_decode_with_the_same_engine_and_settings(exported, tmp_pa
         assert status == 200 and [len(hyps) for hyps in answer["outputs"]] == [2, 2]
         status, _, info = call(server, "/v1/info")
         assert info["serve"]["engine"] == "ctranslate2" and "beam" in info["serve"]["request_keys"]
+        assert info["serve"]["threads"] == 1  # --threads: torch's count, which the translator was built with
 
         status, _, answer = call(server, "/v1/decode", {"inputs": [{"source": "1 2", "prefix": "2"}]})
         assert status == 422 and "a target prefix needs seqxduce's own engine" in answer["error"]
