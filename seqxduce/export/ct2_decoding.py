@@ -69,9 +69,10 @@ def load_export(path: Path | str, overrides: Sequence[str] = (), work: Path | No
         device = "cuda"
     if recipe.decode.core.precision != "recipe":  # decode --precision: CTranslate2's own compute type
         compute_type = CT2_COMPUTE[recipe.decode.core.precision]
-    # on the CPU as many threads as torch's engine takes (its default: the physical cores, or OMP_NUM_THREADS):
-    # CTranslate2's own default is 4 whatever the machine has, which oversubscribes a 2-core one and makes the
-    # two engines' figures incomparable
+    # on the CPU as many threads as torch's engine takes (its default: the physical cores, or OMP_NUM_THREADS;
+    # `serve --threads`): CTranslate2's own default is 4 whatever the machine has, which oversubscribes a 2-core
+    # one and makes the two engines' figures incomparable (on one 2-core machine its calls on a few sources took
+    # 15x longer at 2 threads than at 1: bench/log/2026-11-27-decode-int8.md)
     threads = {"intra_threads": torch.get_num_threads()} if device == "cpu" else {}
     translator = ct2.Translator(str(path), device=device, compute_type=compute_type, **threads)
     return ExportedRun(recipe, path, components.build_task(recipe), exported.load_tokenizers(recipe), translator)
