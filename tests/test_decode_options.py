@@ -102,7 +102,7 @@ def test_decode_precision_the_device_cannot_run_is_one_line(run_dir):
 
 
 def test_int8_packing_leaves_the_global_engine_and_stays_close_to_float():
-    """The weights are packed for int8_engine_name()'s kernels (oneDNN on an AMX CPU); the process's quantized
+    """The weights are packed for options.int8_engine()'s kernels (oneDNN on an AMX CPU); the process's quantized
     engine is what it was, and the int8 layer computes what the float one does within int8's error."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 300), nn.ReLU(), nn.Linear(300, 64))

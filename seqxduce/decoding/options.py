@@ -67,28 +67,23 @@ def quantize_for_decoding(model: Model, kind: str) -> Model:
     return quantized.eval()
 
 
-def int8_engine_name() -> str:
-    """The quantized engine whose kernels the int8 Linear layers are packed for: "onednn" on a CPU with AMX
-    tiles, else torch's default.
+@contextlib.contextmanager
+def int8_engine() -> Iterator[None]:
+    """Pack int8 Linear weights for oneDNN's kernels on a CPU with AMX tiles (elsewhere for torch's default
+    engine); the process's engine is restored afterwards (a packed Linear runs its own engine's kernel whatever
+    the global setting is when it is called).
 
     Why: torch's default (x86) packs dynamic Linear weights for fbgemm, which uses AVX-512 VNNI at best; oneDNN
     runs the same int8 GEMM on AMX, 1.5-5x faster on a decoding step's shapes (256 rows; 256 -> 1024, 1024 -> 256,
-    256 -> 8,000; bench/log/2026-11-27-decode-int8.md) with the same quantization of weights and activations, so
-    the same outputs to the last bits of the int32 accumulation. Without AMX fbgemm stays (not measured there)."""
-    amx = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
-    return "onednn" if amx and "onednn" in torch.backends.quantized.supported_engines \
-        else torch.backends.quantized.engine
-
-
-@contextlib.contextmanager
-def int8_engine() -> Iterator[str]:
-    """Pack int8 weights for int8_engine_name()'s kernels; the global engine is restored afterwards (a packed
-    Linear runs its own engine's kernel whatever the global setting is when it is called)."""
+    256 -> 8,000; bench/log/2026-11-27-decode-int8.md) with the same quantization of weights and activations: the
+    outputs differ from fbgemm's in their last bits (5e-7 of 2.6 on a random 256 -> 1,024 layer). Without AMX
+    fbgemm stays (not measured there)."""
     before = torch.backends.quantized.engine
-    chosen = int8_engine_name()
-    torch.backends.quantized.engine = chosen
+    if getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)() \
+            and "onednn" in torch.backends.quantized.supported_engines:
+        torch.backends.quantized.engine = "onednn"
     try:
-        yield chosen
+        yield
     finally:
         torch.backends.quantized.engine = before
 
