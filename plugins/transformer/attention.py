@@ -110,6 +110,20 @@ class MultiHeadAttention(nn.Module):
             )  # (B, H, Lq, d_v); scaled by 1 / sqrt(d_k)
         return self.out(out.transpose(1, 2).reshape(batch, length, self.heads * self.d_v))
 
+    def attend_beams(self, x: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                     bias: torch.Tensor) -> torch.Tensor:
+        """A decoding step's self-attention for beam rows read through back-pointers (beam_cache.py): x (M*g, 1, C),
+        key/value (M, H, t, g, d_k / d_v) views of a BeamLayerState, bias (M, 1, g, t*g) -inf at the keys a row
+        may not read. Each source's g queries score all t*g keys of its rows in one product per head; the bias
+        leaves a row's ancestors' keys alone in its softmax (the others weigh exactly 0). Returns (M*g, 1, C)."""
+        sources, heads, length, group, d_k = key.shape
+        d_v = value.size(-1)
+        query = self.query(x).view(sources, group, heads, d_k).transpose(1, 2) * d_k ** -0.5  # (M, H, g, d_k)
+        scores = torch.matmul(query, key.reshape(sources, heads, length * group, d_k).transpose(-2, -1))
+        weights = (scores + bias).softmax(dim=-1)  # (M, H, g, t*g)
+        out = torch.matmul(weights, value.reshape(sources, heads, length * group, d_v))  # (M, H, g, d_v)
+        return self.out(out.transpose(1, 2).reshape(sources * group, 1, heads * d_v))
+
     def _attend_grouped(self, x: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                         mask: torch.Tensor | None, group: int) -> torch.Tensor:
         """x (M*g, 1, C) against key/value (M, H, Lk, d); see attend()."""

@@ -15,6 +15,7 @@ from torch import nn
 
 from .attention import MultiHeadAttention, band_mask
 from .settings import CommonSettings
+from .beam_cache import BeamLayerState
 from .state import LayerState
 
 
@@ -173,8 +174,8 @@ class DecoderLayer(nn.Module):
         """The state before the first target position."""
         return LayerState(None, None, self.transition.initial_history(batch, like))
 
-    def step(self, x: torch.Tensor, state: LayerState, cross: tuple[torch.Tensor, torch.Tensor],
-             cross_mask: torch.Tensor | None, group: int = 1) -> tuple[torch.Tensor, LayerState]:
+    def step(self, x: torch.Tensor, state: LayerState | BeamLayerState, cross: tuple[torch.Tensor, torch.Tensor],
+             cross_mask: torch.Tensor | None, group: int = 1) -> tuple[torch.Tensor, LayerState | BeamLayerState]:
         """One new position x (B, 1, C) after those in state; returns (B, 1, C) and the extended state.
 
         cross and cross_mask have B / group rows: `group` consecutive rows of x read one (state.py).
@@ -185,9 +186,13 @@ class DecoderLayer(nn.Module):
         """
         h = self.self_res.before(x)
         key, value = self.self_attn.project_kv(h)  # (B, H, 1, d_k / d_v)
-        state = state.append(key, value, self.window)  # a new LayerState (its buffers written in place)
-        key, value = state.keys(self.window)  # (B, H, t+1 or fewer, d_k / d_v), views of the cache
-        x = self.self_res.after(x, self.self_attn.attend(h, key, value))
+        if isinstance(state, BeamLayerState):  # beam rows reading their ancestors' keys in place (beam_cache.py)
+            state = state.append(key, value)
+            x = self.self_res.after(x, self.self_attn.attend_beams(h, *state.keys()))
+        else:
+            state = state.append(key, value, self.window)  # a new LayerState (its buffers written in place)
+            key, value = state.keys(self.window)  # (B, H, t+1 or fewer, d_k / d_v), views of the cache
+            x = self.self_res.after(x, self.self_attn.attend(h, key, value))
         h = self.cross_res.before(x)
         x = self.cross_res.after(x, self.cross_attn.attend(h, *cross, mask=cross_mask, group=group))
         h = self.transition_res.before(x)

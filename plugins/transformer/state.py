@@ -7,11 +7,13 @@ Two things keep incremental decoding cheap (bench/decode_speed.py measures it):
   `beam` rows per source), so cross-attention runs the g queries of a source against its one set of keys, and
   a beam reorder inside the groups copies nothing. Only when rows leave that pattern (a source leaves the
   search, or an arbitrary index) are the memory rows selected, once (`RowPlan`).
-- The self-attention keys/values live in buffers (B, H, capacity, d); step() writes the new position in place.
-  reorder() copies the decoded positions by index_select(out=...) into a spare buffer with room for exactly the
-  next position, so beam search attends over a whole contiguous buffer, which torch's CPU attention reads about
-  twice as fast as a view of a larger one. A search without reorders (greedy) grows its buffer by doubling and
-  attends over a view. Buffers are reused in turn (LayerState), so steady decoding allocates nothing.
+- The self-attention keys/values live in buffers; step() writes the new position in place. Rows grouped per
+  source (beam search) never move them: each row reads its ancestors' keys through back-pointers
+  (beam_cache.py), and a beam reorder gathers only those integer tables. Any other reorder (rows of several
+  sources mixed, or a restricted window) copies the decoded positions by index_select(out=...) into a spare
+  buffer (B, H, capacity, d) with room for exactly the next position (LayerState), which torch's CPU attention
+  reads about twice as fast as a view of a larger one. A search without reorders (greedy) grows its buffer by
+  doubling and attends over a view. Buffers are reused in turn, so steady decoding allocates nothing.
 
 A cache is therefore consumed by step() and reorder(): keep using the one they return, not an older one
 (step() writes into the buffers an older cache shares; the searches never go back).
@@ -22,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from .beam_cache import Ancestry, BeamLayerState
 
 
 def _select(tensor: torch.Tensor | None, index: torch.Tensor) -> torch.Tensor | None:
@@ -179,7 +183,7 @@ def _room(store: torch.Tensor | None, size: int, like: torch.Tensor) -> torch.Te
 class DecoderCache:
     """Per-layer (per-depth-step for the UT) self-attention state, cross-attention keys/values, position."""
 
-    layers: list[LayerState]
+    layers: list[LayerState | BeamLayerState]
     # (M, H, S, d_k / d_v) encoder keys and values, projected once, one row per memory row (Memory.group search
     # rows read each): one pair per Transformer layer; one pair for the Universal Transformer, whose depth steps
     # share the layer and so the projection
@@ -188,9 +192,38 @@ class DecoderCache:
     window: int = 0  # restricted self-attention: positions older than the last window + 1 are never read
 
     def select(self, index: torch.Tensor, plan: RowPlan) -> DecoderCache:
-        """The search rows `index` (B',) of this cache, in that order; memory rows as `plan` says."""
+        """The search rows `index` (B',) of this cache, in that order; memory rows as `plan` says. Rows grouped
+        more than one per source (beam search) keep their self-attention keys in place and read them through
+        back-pointers (beam_cache.py); any other order gets one copy per row."""
         rows = plan.memory_rows
         cross = self.cross if rows is None else [(k.index_select(0, rows), v.index_select(0, rows))
                                                  for k, v in self.cross]
-        return DecoderCache([layer.select(index, self.window) for layer in self.layers], cross, self.position,
-                            self.window)
+        layers = self._select_grouped(index, plan) if plan.group > 1 and not self.window else None
+        if layers is None:
+            layers = [_as_rows(layer).select(index, self.window) for layer in self.layers]
+        return DecoderCache(layers, cross, self.position, self.window)
+
+    def _select_grouped(self, index: torch.Tensor, plan: RowPlan) -> list[BeamLayerState] | None:
+        """The layers after a reorder inside sources (plan.group rows each) as BeamLayerStates; None when there
+        is nothing cached yet (an empty LayerState is selected as rows)."""
+        first = self.layers[0]
+        length = first.length
+        if not length or (isinstance(first, LayerState) and first.key is None):
+            return None
+        group = plan.group
+        if isinstance(first, BeamLayerState) and first.ancestry.group == group:
+            local = (index % group).view(-1, group)  # new row a of each kept source continues its row local[., a]
+            ancestry = first.ancestry.select(plan.memory_rows, local, length)
+            return [layer.select(plan.memory_rows, index, ancestry) for layer in self.layers]
+        ancestry = Ancestry.own(index.numel() // group, group, length, index.device)
+        layers = [_as_rows(layer) for layer in self.layers]
+        return [BeamLayerState.gather(layer.key, layer.value, layer.length, index, ancestry, _select(layer.conv, index))
+                for layer in layers]
+
+
+def _as_rows(layer: LayerState | BeamLayerState) -> LayerState:
+    """The layer's cache with one copy per search row (a BeamLayerState flattened; a LayerState as it is)."""
+    if isinstance(layer, LayerState):
+        return layer
+    key, value = layer.flatten()
+    return LayerState(key, value, layer.conv, layer.length)

@@ -5,9 +5,9 @@
 
 Decoding: encode() once; init_cache() projects the memory into each layer's cross-attention keys/values
 once per source; step() feeds one token per row and writes that position's self-attention keys/values into
-the cache's preallocated buffers, so no prefix is ever recomputed; reorder() selects rows of the
-self-attention cache for beam search, while memory and cross keys/values stay one row per source, read by
-the `beam` rows of that source (state.py).
+the cache's preallocated buffers, so no prefix is ever recomputed; for beam search reorder() only moves the
+back-pointers through which each row reads its ancestors' self-attention keys (beam_cache.py), and memory and
+cross keys/values stay one row per source, read by the `beam` rows of that source (state.py).
 
 Table 3's variations are settings (settings.py): per-head widths d_k / d_v (attention.py), learned positions
 instead of the sinusoids (embedding.py: a position past max_positions is a UserError), and restricted

@@ -8,7 +8,9 @@ import sys
 import pytest
 import seqxduce_transformer
 import torch
+from seqxduce_transformer.beam_cache import BeamLayerState
 from seqxduce_transformer.settings import TransformerSettings
+from seqxduce_transformer.state import LayerState
 from seqxduce_transformer.transformer import Transformer
 
 from seqxduce.api import DecodeRequest, UserError, VocabInfo
@@ -143,15 +145,29 @@ def test_beam_shaped_reorders_keep_memory_per_source_and_equal_the_full_forward(
             index = (keep.unsqueeze(1) * beam + torch.arange(beam)).view(-1)
         else:  # each row continues one of its own source's beams
             index = (torch.arange(n).unsqueeze(1) * beam + torch.randint(0, beam, (n, beam), generator=g)).view(-1)
+        keys_before = cache.layers[0].key.data_ptr()
         memory, cache = model.reorder(memory, cache, index)
         history = torch.cat([history[index], torch.randint(3, 20, (index.numel(), 1), generator=g)], dim=1)
         sources = sources[index]
         if t < 10:
             assert cache.cross[0][0].data_ptr() == cross_before
+        if not window and 0 < t != 10:  # beam rows read their ancestors' keys where they are: nothing is copied
+            assert isinstance(cache.layers[0], BeamLayerState) and cache.layers[0].key.data_ptr() == keys_before
         assert memory.group == beam and memory.states.size(0) == sources.numel() // beam
     assert memory.states.size(0) == 2
-    assert cache.layers[0].key.size(2) == (window if window else steps) + 1
-    assert cache.layers[0].key.is_contiguous()
+    if window:
+        assert cache.layers[0].key.size(2) == window + 1
+        assert cache.layers[0].key.is_contiguous()
+    else:
+        assert cache.layers[0].length == steps
+    # an index mixing the sources' rows: back to one copy per row, and still exact
+    index = torch.tensor([5, 0, 3, 3, 1, 4])
+    memory, cache = model.reorder(memory, cache, index)
+    assert memory.group == 1 and isinstance(cache.layers[0], LayerState)
+    history = history[index]
+    logprobs, _ = model.step(history[:, -1], memory, cache)
+    expected = torch.log_softmax(model(src[sources[index]], history).logits[:, -1], dim=-1)
+    torch.testing.assert_close(logprobs, expected, rtol=0, atol=1e-5)
 
 
 def test_any_reorder_index_still_decodes_each_row_as_its_source():

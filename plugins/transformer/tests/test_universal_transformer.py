@@ -9,6 +9,7 @@ import seqxduce_transformer
 import torch
 from seqxduce_transformer.act import Halting
 from seqxduce_transformer.attention import key_padding_mask
+from seqxduce_transformer.beam_cache import BeamLayerState
 from seqxduce_transformer.settings import TransformerSettings, UniversalSettings
 from seqxduce_transformer.transformer import Transformer
 from seqxduce_transformer.universal import UniversalTransformer
@@ -207,6 +208,30 @@ def test_incremental_step_equals_full_forward(variant):
         torch.testing.assert_close(logprobs[real], expected[real, t], rtol=0, atol=1e-5)
     if variant.get("transition") == "sepconv":
         assert cache.layers[0].conv.shape == (3, model.settings.conv_kernel - 1, 16)
+
+
+@pytest.mark.parametrize("variant", VARIANTS[1:4:2], ids=["sepconv", "act-sepconv"])
+def test_beam_reorders_read_the_ancestors_keys_exactly(variant):
+    """Beam-shaped reorders (each row continues a row of its own source) leave every depth step's keys where
+    they are, read through back-pointers (beam_cache.py), and select the transition histories per row: each
+    step still equals a full forward over the prefix its row now holds."""
+    model = tiny(**variant)
+    src, _ = batch()
+    beam = 2
+    memory, _ = model.reorder(model.encode(src), None, torch.arange(3).repeat_interleave(beam))
+    cache = model.init_cache(memory)
+    sources = torch.arange(3).repeat_interleave(beam)
+    g = torch.Generator().manual_seed(3)
+    history = torch.full((6, 1), BOS)
+    for _ in range(6):
+        logprobs, cache = model.step(history[:, -1], memory, cache)
+        expected = torch.log_softmax(model(src[sources], history).logits[:, -1], dim=-1)
+        torch.testing.assert_close(logprobs, expected, rtol=0, atol=1e-5)
+        index = (torch.arange(3).unsqueeze(1) * beam + torch.randint(0, beam, (3, beam), generator=g)).view(-1)
+        memory, cache = model.reorder(memory, cache, index)
+        history = torch.cat([history[index], torch.randint(3, 20, (6, 1), generator=g)], dim=1)
+        sources = sources[index]
+    assert all(isinstance(layer, BeamLayerState) for layer in cache.layers)
 
 
 @pytest.mark.parametrize("variant", VARIANTS[1:4:2], ids=["sepconv", "act-sepconv"])
