@@ -29,7 +29,7 @@ from seqxduce.api import UserError
 from seqxduce.atomic import atomic_write_text
 from seqxduce.errors import TrainingStopped
 from seqxduce.members import MEMBERS_DIR, MEMBERS_RECIPE, TOKENIZERS_DIR, member_dir
-from seqxduce.recipe import Recipe
+from seqxduce.recipe import Recipe, load_recipe
 from seqxduce.rundir import RunDir
 
 POLL_SECONDS = 0.2
@@ -220,4 +220,12 @@ def train_members(recipe: Recipe, out: str | Path, resume: bool = False, overwri
     if supervisor.signal:
         raise TrainingStopped(f"the members stopped and saved their step; continue with `seqxduce train "
                               f"{run / 'recipe.toml'} --out {run} --resume`", exit_code=128 + supervisor.signal)
+    _record_member_count(RunDir(run), count)
     return int(RunDir(run).newest_readable(mmap=True)[1].get("step", 0))
+
+
+def _record_member_count(run: RunDir, count: int) -> None:
+    """A resumed ensemble may grow (`--resume --set train.members=N`): decode reads how many members to ensemble
+    from the run's recipe, which member 1 does not write again when it had nothing left to train."""
+    if run.load_recipe().train.members != count:
+        run.write_recipe(load_recipe(run.recipe_file, [f"train.members={count}"]))

@@ -80,6 +80,24 @@ def test_a_member_without_checkpoints_is_one_line_naming_the_fix(two_members: Pa
         members_to_decode(RunDir(copy), RunDir(copy).load_recipe())
 
 
+def test_a_resumed_ensemble_grows_by_the_member_count_it_is_given(two_members: Path, tmp_path: Path):
+    """Two members trained, then `--resume --set train.members=3`: the third (seed 3) trains beside the two that
+    are done (untouched), and the run's recipe says three, so that decode ensembles all of them."""
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(two_members, copy)
+    done = {d: RunDir(d).step_checkpoints()[-1].read_bytes() for d in (copy, copy / "members" / "2")}
+    result = CliRunner().invoke(add_plugin_commands(), ["train", str(copy / "recipe.toml"), "--out", str(copy),
+                                                        "--resume", "--set", "train.members=3"])
+    assert result.exit_code == 0, result.output
+    third = copy / "members" / "3"
+    assert RunDir(third).step_checkpoints() and RunDir(third).load_recipe().train.seed == 3
+    assert RunDir(copy).load_recipe().train.members == 3
+    assert members_to_decode(RunDir(copy), RunDir(copy).load_recipe()) == [copy / "members" / "2", third]
+    assert all(RunDir(d).step_checkpoints()[-1].read_bytes() == saved for d, saved in done.items())
+
+
 def test_a_new_ensemble_refuses_a_folder_with_members_unless_overwrite(two_members: Path, tmp_path: Path):
     import shutil
 
