@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import MultiHeadAttention, band_mask
-from .settings import CommonSettings
 from .beam_cache import BeamLayerState
+from .settings import CommonSettings
 from .state import LayerState
 
 
