@@ -38,10 +38,9 @@ class Ancestry:
     _bias: tuple[int, torch.Tensor] | None = field(default=None, repr=False)  # the last bias() built, by length
 
     @classmethod
-    def own(cls, sources: int, group: int, length: int, device: torch.device) -> Ancestry:
-        """Every row reads only the keys it wrote itself."""
-        rows = torch.arange(group, device=device)
-        return cls(rows.view(1, group, 1).expand(sources, group, length).contiguous())
+    def own(cls, sources: int, group: int, device: torch.device) -> Ancestry:
+        """Every row reads only the keys it wrote itself (no parents: lineage() gives each its own index)."""
+        return cls(torch.empty(sources, group, 0, dtype=torch.long, device=device))
 
     @property
     def group(self) -> int:

@@ -207,15 +207,15 @@ class DecoderCache:
         """The layers after a reorder inside sources (plan.group rows each) as BeamLayerStates; None when there
         is nothing cached yet (an empty LayerState is selected as rows)."""
         first = self.layers[0]
-        length = first.length
-        if not length or (isinstance(first, LayerState) and first.key is None):
+        length = first.length  # 0 while nothing is cached (a LayerState without keys yet)
+        if not length:
             return None
         group = plan.group
         if isinstance(first, BeamLayerState) and first.ancestry.group == group:
             local = (index % group).view(-1, group)  # new row a of each kept source continues its row local[., a]
             ancestry = first.ancestry.select(plan.memory_rows, local, length)
             return [layer.select(plan.memory_rows, index, ancestry) for layer in self.layers]
-        ancestry = Ancestry.own(index.numel() // group, group, length, index.device)
+        ancestry = Ancestry.own(index.numel() // group, group, index.device)
         layers = [_as_rows(layer) for layer in self.layers]
         return [BeamLayerState.gather(layer.key, layer.value, layer.length, index, ancestry, _select(layer.conv, index))
                 for layer in layers]
