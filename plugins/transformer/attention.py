@@ -46,15 +46,26 @@ def encoder_self_mask(pad: torch.Tensor, window: int) -> torch.Tensor:
     return keep.unsqueeze(1)
 
 
-def one_query_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-    """softmax(q k^T / sqrt(d_k)) v for one query per row: query (B, H, 1, d_k), key/value (B, H, t, d) (views
-    of a cache are fine) -> (B, H, 1, d_v).
+def padding_bias(mask: torch.Tensor) -> torch.Tensor:
+    """A boolean SDPA mask (True = may attend) as the additive bias a decoding step adds to its scores: 0 where
+    attending is allowed, -inf elsewhere (float32; added in place, it takes the scores' dtype)."""
+    return torch.zeros(mask.shape, dtype=torch.float32, device=mask.device).masked_fill_(~mask, float("-inf"))
 
-    Why not SDPA here: torch's CPU flash kernel tiles for many queries and, with one, runs a small GEMM and its
-    own exp per (row, head) block; two batched matmuls and a softmax over (B, H, 1, t) did the same work 1.0-1.3x
-    faster on a decoding step's shapes (256 rows, 4 heads, 15-30 keys; 2026-11-26 log), and read a cache view as
-    fast as a contiguous copy. Results differ from SDPA's in the last bits (about 5e-7), which parity allows."""
-    scores = torch.matmul(query, key.transpose(-2, -1)) * query.size(-1) ** -0.5  # (B, H, 1, t)
+
+def one_query_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                        bias: torch.Tensor | None = None) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d_k) + bias) v for a decoding step: query (B, H, q, d_k) with q the few queries of one
+    key row (1, or a source's beam rows), key/value (B, H, t, d) (views of a cache are fine), bias broadcastable
+    to (B, H, q, t) (padding_bias) or None -> (B, H, q, d_v).
+
+    Why not SDPA here: torch's CPU flash kernel tiles for many queries and, with a few, runs a small GEMM and its
+    own exp per (row, head) block; two batched matmuls and a softmax over (B, H, q, t) did the same work 1.0-1.3x
+    faster on a decoding step's self-attention (256 rows, 4 heads, 15-30 keys; 2026-11-26 log) and 1.2-1.4x on its
+    cross-attention with the padding bias (64 rows, 25 keys; 2026-11-27 log), and read a cache view as fast as a
+    contiguous copy. Results differ from SDPA's in the last bits (about 5e-7), which parity allows."""
+    scores = torch.matmul(query, key.transpose(-2, -1)) * query.size(-1) ** -0.5  # (B, H, q, t)
+    if bias is not None:
+        scores.add_(bias)
     return torch.matmul(scores.softmax(dim=-1), value)
 
 
@@ -88,15 +99,16 @@ class MultiHeadAttention(nn.Module):
         key, value = self.key_value(x).split([self.heads * self.d_k, self.heads * self.d_v], dim=-1)
         return self._split(key, self.d_k), self._split(value, self.d_v)
 
-    def attend(self, x: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-               mask: torch.Tensor | None = None, is_causal: bool = False, group: int = 1) -> torch.Tensor:
-        """Queries from x (B, Lq, C) attend to projected key/value (B, H, Lk, d_k / d_v); returns (B, Lq, C).
+    def memory_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values (B, H, S, d_k / d_v) of the encoder output (B, S, C) for decoding steps, each contiguous:
+        project_kv's are strided views of one projection, which the step's matmuls copy on every call (a step's
+        cross-attention ran 3.7x slower on them: 682 against 184 us; 2026-11-27 log); one copy per batch instead."""
+        key, value = self.project_kv(memory)
+        return key.contiguous(), value.contiguous()
 
-        With group g > 1 (one new position per row: Lq = 1), key/value and mask have B / g rows and rows
-        r*g .. r*g+g-1 of x all attend to row r: the g queries of one source run as one (g, Lk) attention
-        against its keys, which are neither copied nor reordered per hypothesis (state.py)."""
-        if group > 1:
-            return self._attend_grouped(x, key, value, mask, group)
+    def attend(self, x: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+               mask: torch.Tensor | None = None, is_causal: bool = False) -> torch.Tensor:
+        """Queries from x (B, Lq, C) attend to projected key/value (B, H, Lk, d_k / d_v); returns (B, Lq, C)."""
         batch, length, _ = x.shape
         query = self._split(self.query(x), self.d_k)  # (B, H, Lq, d_k)
         if self.recorded is not None:
@@ -124,16 +136,20 @@ class MultiHeadAttention(nn.Module):
         out = torch.matmul(weights, value.reshape(sources, heads, length * group, d_v))  # (M, H, g, d_v)
         return self.out(out.transpose(1, 2).reshape(sources * group, 1, heads * d_v))
 
-    def _attend_grouped(self, x: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                        mask: torch.Tensor | None, group: int) -> torch.Tensor:
-        """x (M*g, 1, C) against key/value (M, H, Lk, d); see attend()."""
+    def attend_step(self, x: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
+                    bias: torch.Tensor | None, group: int = 1) -> torch.Tensor:
+        """A decoding step's cross-attention: x (M*g, 1, C) against key/value (M, H, S, d) with M = B / g rows; rows
+        r*g .. r*g+g-1 of x all attend to row r, so the g queries of one source run as one (g, S) attention against
+        its keys, which are neither copied nor reordered per hypothesis (state.py). mask (M, 1, 1, S) True at real
+        keys, bias the same as padding_bias(mask) (what the step adds to its scores). Returns (M*g, 1, C)."""
         rows = x.size(0)
         query = self.query(x).view(rows // group, group, self.heads, self.d_k).transpose(1, 2)  # (M, H, g, d_k)
         if self.recorded is not None:
             out = self._attend_recording(query, key, value, mask, False)
+        elif self.training:
+            out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=self.dropout)
         else:
-            out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask,
-                                                 dropout_p=self.dropout if self.training else 0.0)  # (M, H, g, d_v)
+            out = one_query_attention(query, key, value, bias)  # (M, H, g, d_v)
         return self.out(out.transpose(1, 2).reshape(rows, 1, self.heads * self.d_v))
 
     def _attend_recording(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,

@@ -16,7 +16,7 @@ from torch import nn
 from .attention import MultiHeadAttention, band_mask
 from .beam_cache import BeamLayerState
 from .settings import CommonSettings
-from .state import LayerState
+from .state import LayerState, Memory
 
 
 class Residual(nn.Module):
@@ -34,7 +34,7 @@ class Residual(nn.Module):
 
     def after(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Combine the input x with the sublayer output y."""
-        x = x + self.drop(y)
+        x = x + self.drop(y) if self.training else x + y  # eval: no dropout call (a decoding step makes dozens)
         return x if self.pre_norm else self.norm(x)
 
 
@@ -58,6 +58,9 @@ class FeedForward(nn.Module):
 
     def forward(self, x: torch.Tensor, pad: torch.Tensor | None = None, causal: bool = False) -> torch.Tensor:
         """(B, L, C) -> (B, L, C); pad and causal do not matter to a position-wise function."""
+        if not self.training and not torch.is_grad_enabled() and self.activation is F.relu:
+            # decoding: in place, in the inner layer's fresh output (no (B, L, d_ff) buffer allocated and written again)
+            return self.outer(F.relu_(self.inner(x)))
         return self.outer(self.drop(self.activation(self.inner(x))))
 
     def initial_history(self, batch: int, like: torch.Tensor) -> torch.Tensor | None:
@@ -175,10 +178,11 @@ class DecoderLayer(nn.Module):
         return LayerState(None, None, self.transition.initial_history(batch, like))
 
     def step(self, x: torch.Tensor, state: LayerState | BeamLayerState, cross: tuple[torch.Tensor, torch.Tensor],
-             cross_mask: torch.Tensor | None, group: int = 1) -> tuple[torch.Tensor, LayerState | BeamLayerState]:
+             memory: Memory) -> tuple[torch.Tensor, LayerState | BeamLayerState]:
         """One new position x (B, 1, C) after those in state; returns (B, 1, C) and the extended state.
 
-        cross and cross_mask have B / group rows: `group` consecutive rows of x read one (state.py).
+        cross (this layer's encoder keys/values) and memory have B / memory.group rows: `group` consecutive rows of
+        x read one (state.py).
         The new query may see every cached key, so no mask is needed (is_causal stays False: with one
         query SDPA would align its causal mask to the first key, not the last). With a restricted window
         only the last `window` keys and values besides the new one are attended to (and copied on reorder):
@@ -194,7 +198,7 @@ class DecoderLayer(nn.Module):
             key, value = state.keys(self.window)  # (B, H, t+1 or fewer, d_k / d_v), views of the cache
             x = self.self_res.after(x, self.self_attn.attend(h, key, value))
         h = self.cross_res.before(x)
-        x = self.cross_res.after(x, self.cross_attn.attend(h, *cross, mask=cross_mask, group=group))
+        x = self.cross_res.after(x, self.cross_attn.attend_step(h, *cross, memory.mask, memory.bias, memory.group))
         h = self.transition_res.before(x)
         y, state.conv = self.transition.step(h, state.conv)
         return self.transition_res.after(x, y), state

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .attention import padding_bias
 from .beam_cache import Ancestry, BeamLayerState
 
 
@@ -75,6 +76,13 @@ class Memory:
     mask: torch.Tensor | None  # (M, 1, 1, S) SDPA mask, True at real keys; None when nothing is padded
     ponder: torch.Tensor | None = None  # (M, S) ACT steps N per source position (0 at padding); UT + ACT only
     group: int = 1  # search rows per memory row: search row r reads memory row r // group
+    # (M, 1, 1, S) the mask as the additive bias decoding steps add to their cross-attention scores (0 / -inf),
+    # made once per batch instead of once per layer and step; derived from mask when not given
+    bias: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.bias is None and self.mask is not None:
+            self.bias = padding_bias(self.mask)
 
     @property
     def rows(self) -> int:
@@ -89,9 +97,9 @@ class Memory:
         """This memory after the reorder `plan` describes."""
         rows = plan.memory_rows
         if rows is None:
-            return Memory(self.states, self.pad, self.mask, self.ponder, plan.group)
+            return Memory(self.states, self.pad, self.mask, self.ponder, plan.group, self.bias)
         return Memory(self.states.index_select(0, rows), self.pad.index_select(0, rows), _select(self.mask, rows),
-                      _select(self.ponder, rows), plan.group)
+                      _select(self.ponder, rows), plan.group, _select(self.bias, rows))
 
     def select(self, index: torch.Tensor) -> Memory:
         """The search rows `index` (B',) of this batch, in that order."""

@@ -101,7 +101,7 @@ class Transformer(EncoderDecoderBase):
         projected once per memory row (one per source: beams share them, see state.py)."""
         return DecoderCache(
             layers=[layer.initial_state(memory.rows, memory.states) for layer in self.decoder],
-            cross=[layer.cross_attn.project_kv(memory.states) for layer in self.decoder],
+            cross=[layer.cross_attn.memory_kv(memory.states) for layer in self.decoder],
             position=0,
             window=self.settings.attention_window,
         )
@@ -111,7 +111,7 @@ class Transformer(EncoderDecoderBase):
         x = self._embed(self.embeddings.embed_target(tokens.unsqueeze(1)), offset=cache.position)  # (B, 1, C)
         states = []
         for layer, state, cross in zip(self.decoder, cache.layers, cache.cross):
-            x, state = layer.step(x, state, cross, memory.mask, memory.group)
+            x, state = layer.step(x, state, cross, memory)
             states.append(state)
         logits = self.embeddings.logits(self.decoder_norm(x[:, 0]))  # (B, V)
         return (F.log_softmax(logits.float(), dim=-1),

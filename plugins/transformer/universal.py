@@ -191,7 +191,7 @@ class UniversalTransformer(EncoderDecoderBase):
         """One empty LayerState per depth step, and the encoder keys/values projected once."""
         return DecoderCache(
             layers=[self.decoder_layer.initial_state(memory.rows, memory.states) for _ in range(self.depth)],
-            cross=[self.decoder_layer.cross_attn.project_kv(memory.states)],
+            cross=[self.decoder_layer.cross_attn.memory_kv(memory.states)],
             position=0,
             window=self.settings.attention_window,
         )
@@ -202,8 +202,7 @@ class UniversalTransformer(EncoderDecoderBase):
         states: list[LayerState] = []
 
         def run(inputs: torch.Tensor, step: int) -> torch.Tensor:
-            out, state = self.decoder_layer.step(inputs, cache.layers[step - 1], cache.cross[0], memory.mask,
-                                                 memory.group)
+            out, state = self.decoder_layer.step(inputs, cache.layers[step - 1], cache.cross[0], memory)
             states.append(state)
             return out
 

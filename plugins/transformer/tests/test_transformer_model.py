@@ -353,3 +353,29 @@ def test_beam_search_scores_are_the_models_logprobs():
         total = sum(float(logprobs[i, t]) for i, t in enumerate(targets))
         # the search masks tokens but never renormalises, so its total is the model's own log-probability
         assert hyps[0].logprob == pytest.approx(total, abs=1e-4)
+
+
+@pytest.mark.parametrize("group", [1, 3])
+def test_decoding_cross_attention_equals_sdpa_over_the_padding_mask(group):
+    """attend_step's matmul form (scores plus the padding bias) is SDPA with the boolean mask, for one query per
+    memory row and for a source's group of beam rows."""
+    from plugins.transformer.attention import MultiHeadAttention, key_padding_mask
+    from plugins.transformer.state import Memory
+
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(16, 2).eval()
+    states = torch.randn(4, 7, 16)
+    pad = torch.zeros(4, 7, dtype=torch.bool)
+    pad[0, 4:] = True
+    pad[2, 1:] = True
+    memory = Memory(states, pad, key_padding_mask(pad), group=group)
+    key, value = attention.memory_kv(states)
+    assert key.is_contiguous() and value.is_contiguous()
+    x = torch.randn(4 * group, 1, 16)
+    got = attention.attend_step(x, key, value, memory.mask, memory.bias, group)
+    query = attention.query(x).view(4, group, 2, 8).transpose(1, 2)
+    expected = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=memory.mask)
+    expected = attention.out(expected.transpose(1, 2).reshape(4 * group, 1, 16))
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+    kept = memory.take(memory.plan(torch.arange(group, 3 * group)))  # sources 1 and 2 stay
+    torch.testing.assert_close(kept.bias, memory.bias[1:3], rtol=0, atol=0)
