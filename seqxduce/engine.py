@@ -74,7 +74,13 @@ def train(recipe: Recipe | str | Path, out: str | Path | None = None, resume: bo
     out = Path(out)
     if not isinstance(recipe, Recipe):
         resume_saved = resume and RunDir(out).recipe_file.is_file()
-        recipe = load_run_recipe(out, overrides) if resume_saved else load_recipe(recipe, overrides)
+        if resume_saved:
+            saved = load_run_recipe(out, overrides)
+            if not single:  # the user's command, not a member's process
+                _say_recipe_differs(Path(recipe), RunDir(out).recipe_file, saved, overrides)
+            recipe = saved
+        else:
+            recipe = load_recipe(recipe, overrides)
     if keep_optimizer and init_from is None:
         raise UserError("train: --keep-optimizer keeps the optimizer of --init-from's checkpoint; give --init-from")
     if init_from is not None:
@@ -94,6 +100,25 @@ def train(recipe: Recipe | str | Path, out: str | Path | None = None, resume: bo
 
         write_run_readme(result.run_dir)
     return result
+
+
+def _say_recipe_differs(given: Path, saved_file: Path, saved: Recipe, overrides: Sequence[str]) -> None:
+    """One notice when `train FILE --resume` names a recipe file that differs from the run's saved recipe: the run
+    goes on with its own settings, and an edited file would otherwise be ignored without a word."""
+    from seqxduce.console import console
+    from seqxduce.recipe import differences
+
+    if given.resolve() == saved_file.resolve():
+        return
+    try:
+        found = differences(load_recipe(given, overrides), saved)
+    except UserError:  # a file that does not load is not what the run reads either; resuming does not need it
+        return
+    if found:
+        shown = "; ".join(found[:4]) + (f"; and {len(found) - 4} more" if len(found) > 4 else "")
+        console.print(f"train --resume: {given} differs from the recipe the run was started with ({saved_file}): "
+                      f"{shown}. The run goes on with its own recipe; to change a setting of a resumed run, give it "
+                      "with --set (for example --set train.members=4).", markup=False)  # "[train]" is no style
 
 
 def _check_one_model(init_from: Path, members: int, single: bool) -> None:

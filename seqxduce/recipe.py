@@ -101,6 +101,20 @@ class Recipe:
         return p if p.is_absolute() else (self.base_dir / p)
 
 
+def differences(given: Recipe, saved: Recipe) -> list[str]:
+    """'[section] key: A in the file, B in the run' for each resolved key where a recipe file (given) differs from
+    a run's saved recipe, the data directory compared as the path it names."""
+    ours = given.relocated(saved.base_dir).resolved()
+    theirs = saved.resolved()
+    found = []
+    for section, values in ours.items():
+        for key, value in values.items():
+            other = theirs.get(section, {}).get(key)
+            if value != other:
+                found.append(f"[{section}] {key}: {toml_value(value)} in the file, {toml_value(other)} in the run")
+    return found
+
+
 def fields_by_name(cls: type) -> dict[str, dataclasses.Field]:
     return {f.name: f for f in dataclasses.fields(cls)}
 

@@ -64,6 +64,30 @@ def test_training_into_another_runs_folder_is_refused_naming_what_is_there(cli, 
     assert sorted(p.name for p in run_dir.rglob("*")) == before
 
 
+def test_resume_with_a_recipe_file_that_differs_says_the_run_keeps_its_own(cli, finished, tmp_path):
+    run_dir = copy_run(finished, tmp_path)
+    records = (run_dir / "metrics.jsonl").read_text()
+    result = invoke(cli, "train", TINY, "--out", run_dir, "--resume", *QUIET)  # the run was made with --set flags
+    assert result.exit_code == 0, result.output
+    notice = " ".join(result.output.split())  # the notice as one line, however the console wrapped it
+    assert f"train --resume: {TINY} differs from the recipe the run was started with" in notice
+    assert "[train] max_steps: " in notice and "4 in the run" in notice and "--set" in notice
+    assert (run_dir / "metrics.jsonl").read_text() == records  # finished at its own 4 steps: nothing trained
+
+
+@pytest.mark.parametrize("given", ["saved", "same sets"])
+def test_resume_with_the_runs_own_recipe_says_nothing(cli, finished, tmp_path, given):
+    run_dir = copy_run(finished, tmp_path)
+    if given == "saved":
+        args = [run_dir / "recipe.toml"]
+    else:
+        sets = ["train.max_steps=4", "train.average_last=2", *FAST]
+        args = [TINY, *[part for value in sets for part in ("--set", value)]]
+    result = invoke(cli, "train", *args, "--out", run_dir, "--resume", *QUIET)
+    assert result.exit_code == 0, result.output
+    assert "differs" not in result.output
+
+
 def test_overwrite_replaces_the_earlier_run_and_its_stale_average(cli, finished, tmp_path):
     run_dir = copy_run(finished, tmp_path)
     for step in (2, 4):  # "checkpoints cleaned to save space": only the average is left of the earlier run
