@@ -114,9 +114,15 @@ def build_seqxduce(size: str, device: torch.device):
 
 
 def quantized(model: torch.nn.Module, kind: str) -> torch.nn.Module:
-    """The model as `decode.quantize = kind` gives it (seqxduce.decoding.options), or as it is for "none"."""
-    from seqxduce.decoding.options import quantize_for_decoding
-    return quantize_for_decoding(model, kind)
+    """The model as `seqxduce decode` runs it (seqxduce.decoding.options.prepare_for_decoding): "int8" a quantized
+    copy (`--precision int8`), "none" a copy prepared for fp32 (on the CPU its Linear layers packed for MKL)."""
+    import copy
+
+    from seqxduce.decoding.options import prepare_for_decoding
+    device = next(model.parameters()).device
+    if kind == "none":
+        return prepare_for_decoding(copy.deepcopy(model), "fp32", device)
+    return prepare_for_decoding(model, kind, device)
 
 
 def seqxduce_search(model, src: torch.Tensor, beam: int, settings: SearchSettings, autocast: str = "none") -> int:
@@ -150,7 +156,7 @@ def bench_synthetic(size: str, args, device: torch.device, results: dict) -> Non
             baseline, src, beam, args.out_len, BOS, [PAD, BOS, EOS]).numel())))
     for kind in ["none"] + ([args.quantize] if args.quantize != "none" else []):
         name = "seqxduce" if kind == "none" else f"seqxduce-{kind}"
-        decoding_model = quantized(model, kind) if kind != "none" else model
+        decoding_model = quantized(model, kind)
         systems.append((name, lambda beam, m=decoding_model: seqxduce_search(m, src, beam, forced(beam, args.out_len))))
     if args.autocast != "none":  # as `seqxduce decode` runs a run trained with that [train] precision
         systems.append((f"seqxduce-{args.autocast}", lambda beam: seqxduce_search(
@@ -244,8 +250,9 @@ def bench_run(run: str, args, device: torch.device, results: dict) -> None:
                for i in range(0, len(encoded), args.sources)]
     lengths = SearchSettings.lengths_of(loaded.decoder.settings) if hasattr(loaded.decoder, "settings") \
         else SearchSettings()
-    variants = [("none", model)] + ([(args.quantize, quantized(model, args.quantize))]
-                                    if args.quantize != "none" else [])
+    variants = [("none", model)]  # as `seqxduce decode` loads it (fp32 on the CPU: Linear layers packed)
+    if args.quantize != "none":  # loaded again as `decode --precision int8` loads it
+        variants.append((args.quantize, load_run(Path(run), [f"decode.precision={args.quantize}"]).model.to(device)))
     for beam in args.beams:
         settings = BeamSettings(beam=beam, alpha=0.6, max_len_a=lengths.max_len_a, max_len_b=lengths.max_len_b,
                                 min_len=lengths.min_len) if beam > 1 else lengths

@@ -77,6 +77,7 @@ def train(recipe: Recipe | str | Path, out: str | Path | None = None, resume: bo
         if resume_saved:
             saved = load_run_recipe(out, overrides)
             if not single:  # the user's command, not a member's process
+                RunDir(out).check_start(resume=True, overwrite=overwrite)  # a refusal comes alone, before the notice
                 _say_recipe_differs(Path(recipe), RunDir(out).recipe_file, saved, overrides)
             recipe = saved
         else:

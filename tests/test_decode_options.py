@@ -9,6 +9,7 @@ from seqxduce.api import DecodeRequest, UserError
 from seqxduce.data import encode_source, pad_sources
 from seqxduce.decoding.decode import load_run
 from seqxduce.decoding.options import compile_step, quantize_for_decoding
+from seqxduce.decoding.packed_linear import PackedLinear
 from seqxduce.decoding.search import beam_search, greedy_search
 from seqxduce.decoding.search_settings import BeamSettings, SearchSettings
 
@@ -30,7 +31,8 @@ def test_int8_quantization_decodes_and_mostly_agrees_with_fp32(run_dir):
     kinds = {type(m).__module__ for m in quantized.model.modules()}
     assert any("quantized" in k for k in kinds), kinds  # its Linear layers were replaced
     assert not any(type(m) is nn.Linear for m in quantized.model.modules())
-    assert any(type(m) is nn.Linear for m in plain.model.modules())  # the trained model itself is untouched
+    linears = [m for m in plain.model.modules() if isinstance(m, (nn.Linear, PackedLinear))]
+    assert linears and all(m.weight.dtype == torch.float32 for m in linears)  # fp32 decoding quantizes nothing
     examples = plain.task.examples("test", seqxduce.components.data_dir(plain.recipe))
     req = request_for(plain, [ex.source for ex in examples])
     settings = BeamSettings(beam=4, max_len_a=1.0, max_len_b=2)
@@ -83,9 +85,10 @@ def test_decode_precision_int8_quantizes_through_the_flag_road(run_dir):
     from seqxduce.decoding.changes import flag_changes
 
     loaded = load_run(run_dir, changes=flag_changes(precision="int8"))
-    assert not any(type(m) is nn.Linear for m in loaded.model.modules())
+    assert not any(type(m) is nn.Linear or isinstance(m, PackedLinear) for m in loaded.model.modules())
     fp32 = load_run(run_dir, ["decode.quantize=int8"], changes=flag_changes(precision="fp32"))
-    assert any(type(m) is nn.Linear for m in fp32.model.modules())  # the flag wins over the recipe's quantize
+    # the flag wins over the recipe's quantize: float Linear layers (packed for the CPU's GEMM)
+    assert any(isinstance(m, (nn.Linear, PackedLinear)) for m in fp32.model.modules())
 
 
 def test_decode_precision_the_device_cannot_run_is_one_line(run_dir):

@@ -25,7 +25,7 @@ from seqxduce.api import (
 )
 from seqxduce.data import encode_source, pad_sources
 from seqxduce.decoding.changes import Change, with_changes
-from seqxduce.decoding.options import check_precision, compile_step, decode_precision, quantize_for_decoding
+from seqxduce.decoding.options import check_precision, compile_step, decode_precision, prepare_for_decoding
 from seqxduce.device import autocast_context, resolve_device
 from seqxduce.members import member_checkpoints, member_dir
 from seqxduce.recipe import Recipe, split_override
@@ -177,7 +177,7 @@ def load_run(path: Path, overrides: Sequence[str] = (), ensemble: Sequence[Path]
         model = EnsembleModel([model, *load_members(run, members, device, model_overrides)])
     precision = decode_precision(recipe)
     check_precision(precision, device)
-    model = quantize_for_decoding(model, "int8" if precision == "int8" else "none")
+    model = prepare_for_decoding(model, precision, device)
     if recipe.decode.core.compile:
         model = compile_step(model)
     decoder = components.build_decoder(recipe, built.tokenizers)

@@ -67,6 +67,20 @@ def quantize_for_decoding(model: Model, kind: str) -> Model:
     return quantized.eval()
 
 
+def prepare_for_decoding(model: Model, precision: str, device: torch.device) -> Model:
+    """The model as decoding runs it at `precision` (decode_precision): for int8 a quantized copy
+    (quantize_for_decoding); for fp32 on the CPU the model itself with its nn.Linear layers packed for MKL's GEMM
+    at the batch's row count (packed_linear.py: the same weights, 1.1-1.4x faster on a decoding step's shapes); as
+    it is otherwise (bf16 / fp16 run under autocast)."""
+    if precision == "int8":
+        return quantize_for_decoding(model, "int8")
+    if precision == "fp32" and device.type == "cpu":
+        from seqxduce.decoding.packed_linear import pack_linear_layers
+
+        pack_linear_layers(model)
+    return model
+
+
 @contextlib.contextmanager
 def int8_engine() -> Iterator[None]:
     """Pack int8 Linear weights for oneDNN's kernels on a CPU with AMX tiles (elsewhere for torch's default
