@@ -73,12 +73,12 @@ def train(recipe: Recipe | str | Path, out: str | Path | None = None, resume: bo
         out = Path("runs") / Path(recipe).stem
     out = Path(out)
     if not isinstance(recipe, Recipe):
-        resume_saved = resume and RunDir(out).recipe_file.is_file()
-        if resume_saved:
-            saved = load_run_recipe(out, overrides)
+        run_dir = RunDir(out)
+        if resume and run_dir.recipe_file.is_file():
+            saved = run_dir.load_recipe(overrides)
             if not single:  # the user's command, not a member's process
-                RunDir(out).check_start(resume=True, overwrite=overwrite)  # a refusal comes alone, before the notice
-                _say_recipe_differs(Path(recipe), RunDir(out).recipe_file, saved, overrides)
+                run_dir.check_start(resume=True, overwrite=overwrite)  # a refusal comes alone, before the notice
+                _say_recipe_differs(Path(recipe), run_dir.recipe_file, saved, overrides)
             recipe = saved
         else:
             recipe = load_recipe(recipe, overrides)

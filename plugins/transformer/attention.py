@@ -130,10 +130,9 @@ class MultiHeadAttention(nn.Module):
         leaves a row's ancestors' keys alone in its softmax (the others weigh exactly 0). Returns (M*g, 1, C)."""
         sources, heads, length, group, d_k = key.shape
         d_v = value.size(-1)
-        query = self.query(x).view(sources, group, heads, d_k).transpose(1, 2) * d_k ** -0.5  # (M, H, g, d_k)
-        scores = torch.matmul(query, key.reshape(sources, heads, length * group, d_k).transpose(-2, -1))
-        weights = (scores + bias).softmax(dim=-1)  # (M, H, g, t*g)
-        out = torch.matmul(weights, value.reshape(sources, heads, length * group, d_v))  # (M, H, g, d_v)
+        query = self.query(x).view(sources, group, heads, d_k).transpose(1, 2)  # (M, H, g, d_k)
+        out = one_query_attention(query, key.reshape(sources, heads, length * group, d_k),
+                                  value.reshape(sources, heads, length * group, d_v), bias)  # (M, H, g, d_v)
         return self.out(out.transpose(1, 2).reshape(sources * group, 1, heads * d_v))
 
     def attend_step(self, x: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,

@@ -29,7 +29,7 @@ from seqxduce.api import UserError
 from seqxduce.atomic import atomic_write_text
 from seqxduce.errors import TrainingStopped
 from seqxduce.members import MEMBERS_DIR, MEMBERS_RECIPE, TOKENIZERS_DIR, member_dir
-from seqxduce.recipe import Recipe, load_recipe
+from seqxduce.recipe import Recipe
 from seqxduce.rundir import RunDir
 
 POLL_SECONDS = 0.2
@@ -228,4 +228,4 @@ def _record_member_count(run: RunDir, count: int) -> None:
     """A resumed ensemble may grow (`--resume --set train.members=N`): decode reads how many members to ensemble
     from the run's recipe, which member 1 does not write again when it had nothing left to train."""
     if run.load_recipe().train.members != count:
-        run.write_recipe(load_recipe(run.recipe_file, [f"train.members={count}"]))
+        run.write_recipe(run.load_recipe([f"train.members={count}"]))
