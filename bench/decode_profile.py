@@ -7,7 +7,8 @@ synthetic protocol (the same untrained model, 64 sources of 25 tokens, outputs f
 
 One unprofiled search warms up, then --searches searches run under the profiler; each operator's self CPU time is
 printed with its share of all operators' and its calls, largest first, and the GEMM share (addmm, mm, bmm,
-matmul: the Linear layers and the output projection) on a line of its own. Shares are steadier than times on a
+matmul, and the int8 and MKL-packed Linear kernels: the Linear layers, the output projection and the attention
+products) on a line of its own. Shares are steadier than times on a
 loaded machine; the total is wall time under the profiler, which adds a little per operator.
 """
 
@@ -23,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import decode_speed  # noqa: E402
 
-GEMMS = ("aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "quantized::linear_dynamic")
+GEMMS = ("aten::addmm", "aten::mm", "aten::bmm", "aten::matmul", "quantized::linear_dynamic", "mkl::_mkl_linear")
 
 
 def profile(size: str, beam: int, searches: int, sources: int, src_len: int, out_len: int,

@@ -198,7 +198,8 @@ class DecoderLayer(nn.Module):
             key, value = state.keys(self.window)  # (B, H, t+1 or fewer, d_k / d_v), views of the cache
             x = self.self_res.after(x, self.self_attn.attend(h, key, value))
         h = self.cross_res.before(x)
-        x = self.cross_res.after(x, self.cross_attn.attend_step(h, *cross, memory.mask, memory.bias, memory.group))
+        crossed = self.cross_attn.attend_step(h, *cross, memory.mask, memory.step_bias(), memory.group)
+        x = self.cross_res.after(x, crossed)
         h = self.transition_res.before(x)
         y, state.conv = self.transition.step(h, state.conv)
         return self.transition_res.after(x, y), state

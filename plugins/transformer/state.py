@@ -76,13 +76,16 @@ class Memory:
     mask: torch.Tensor | None  # (M, 1, 1, S) SDPA mask, True at real keys; None when nothing is padded
     ponder: torch.Tensor | None = None  # (M, S) ACT steps N per source position (0 at padding); UT + ACT only
     group: int = 1  # search rows per memory row: search row r reads memory row r // group
-    # (M, 1, 1, S) the mask as the additive bias decoding steps add to their cross-attention scores (0 / -inf),
-    # made once per batch instead of once per layer and step; derived from mask when not given
+    # (M, 1, 1, S) the mask as the additive bias decoding steps add to their cross-attention scores (0 / -inf):
+    # made on the first step_bias() call (training forwards never need it), then kept for every layer and step
     bias: torch.Tensor | None = None
 
-    def __post_init__(self) -> None:
+    def step_bias(self) -> torch.Tensor | None:
+        """The padding bias a decoding step adds to its cross-attention scores (attention.padding_bias of mask),
+        made once per batch; None when nothing is padded."""
         if self.bias is None and self.mask is not None:
             self.bias = padding_bias(self.mask)
+        return self.bias
 
     @property
     def rows(self) -> int:

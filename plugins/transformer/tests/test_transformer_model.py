@@ -372,10 +372,13 @@ def test_decoding_cross_attention_equals_sdpa_over_the_padding_mask(group):
     key, value = attention.memory_kv(states)
     assert key.is_contiguous() and value.is_contiguous()
     x = torch.randn(4 * group, 1, 16)
-    got = attention.attend_step(x, key, value, memory.mask, memory.bias, group)
+    got = attention.attend_step(x, key, value, memory.mask, memory.step_bias(), group)
     query = attention.query(x).view(4, group, 2, 8).transpose(1, 2)
     expected = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=memory.mask)
     expected = attention.out(expected.transpose(1, 2).reshape(4 * group, 1, 16))
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
     kept = memory.take(memory.plan(torch.arange(group, 3 * group)))  # sources 1 and 2 stay
-    torch.testing.assert_close(kept.bias, memory.bias[1:3], rtol=0, atol=0)
+    torch.testing.assert_close(kept.step_bias(), memory.bias[1:3], rtol=0, atol=0)
+    fresh = Memory(states, pad, key_padding_mask(pad), group=group)  # a training forward never makes the bias
+    assert fresh.bias is None
+    torch.testing.assert_close(fresh.take(fresh.plan(torch.arange(group, 3 * group))).step_bias(), kept.bias)
