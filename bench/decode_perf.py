@@ -55,8 +55,9 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 PYTHON, KERNEL, TORCH, OTHER = ("Python interpreter", "kernel (page faults, scheduling)",
                                 "torch dispatch and other torch code", "other")
-# "  12.34%  libtorch_cpu.so  [.] symbol"; code made at run time (oneDNN's and MKL's JIT kernels) is "[JIT] tid N"
-SAMPLE = re.compile(r"\s*([\d.]+)%\s+(\[JIT\] tid \d+|\S+)\s+\[(.)\]\s+(.*?)\s*$")
+# "  12.34%  1234  libtorch_cpu.so  [.] symbol" (perf report -n: percent, samples); code made at run time
+# (oneDNN's and MKL's JIT kernels) has "[JIT] tid N" for its library
+SAMPLE = re.compile(r"\s*[\d.]+%\s+(\d+)\s+(\[JIT\] tid \d+|\S+)\s+\[(.)\]\s+(.*?)\s*$")
 
 
 def group_of(symbol: str, dso: str, kernel: bool = False) -> str:
@@ -76,14 +77,18 @@ def group_of(symbol: str, dso: str, kernel: bool = False) -> str:
 
 
 def grouped(report: str) -> Counter:
-    """{group: percent of samples} from `perf report --no-children --sort dso,symbol --stdio` output."""
-    shares: Counter = Counter()
+    """{group: percent of samples} from `perf report -n --no-children --sort dso,symbol --stdio` output.
+
+    From the sample counts, not the printed percentages: those are rounded to 0.01 each, and thousands of small
+    entries (int8's run-time kernels) summed up to 105%."""
+    counts: Counter = Counter()
     for line in report.splitlines():
         sample = SAMPLE.match(line)
         if sample and not line.lstrip().startswith("#"):
-            percent, dso, where, symbol = sample.groups()
-            shares[group_of(symbol, dso, kernel=where == "k")] += float(percent)
-    return shares
+            samples, dso, where, symbol = sample.groups()
+            counts[group_of(symbol, dso, kernel=where == "k")] += int(samples)
+    total = sum(counts.values()) or 1
+    return Counter({group: 100 * n / total for group, n in counts.items()})
 
 
 def perf_usable() -> str:
@@ -110,8 +115,8 @@ def sampled(search: Callable[[], int], seconds: float, frequency: int, work: Pat
     cpu = (time.process_time() - cpu_started) / searches
     recorder.send_signal(signal.SIGINT)
     _, errors = recorder.communicate()
-    report = subprocess.run(["perf", "report", "-i", str(data), "--no-children", "--sort", "dso,symbol", "--stdio",
-                             "--percent-limit", "0"], capture_output=True, text=True)
+    report = subprocess.run(["perf", "report", "-n", "-i", str(data), "--no-children", "--sort", "dso,symbol",
+                             "--stdio", "--percent-limit", "0"], capture_output=True, text=True)
     if report.returncode != 0:
         raise SystemExit(f"perf report failed: {report.stderr.strip()[:300] or errors.decode()[:300]}")
     return grouped(report.stdout), cpu, searches
