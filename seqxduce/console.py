@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console, ConsoleOptions, RenderResult
@@ -71,7 +73,11 @@ def progress_columns() -> list[ProgressColumn]:
 class TrainProgress:
     """A rich progress bar with step, elapsed time, ETA and the latest figures; a no-op on ranks other than 0."""
 
-    def __init__(self, total_steps: int, start_step: int, enabled: bool = True, out: Console | None = None):
+    # the log lines' ETA reads the pace of about the last this many seconds (all of the run while it is shorter)
+    ETA_WINDOW = 900.0
+
+    def __init__(self, total_steps: int, start_step: int, enabled: bool = True, out: Console | None = None,
+                 clock: Callable[[], float] = time.perf_counter):
         self.enabled = enabled
         out = out or console
         self.progress = Progress(
@@ -80,7 +86,8 @@ class TrainProgress:
             disable=not enabled or not out.is_terminal,
         )
         self.task = self.progress.add_task("train", total=total_steps, completed=start_step, figures=[])
-        self.total_steps, self.start_step, self.started = total_steps, start_step, time.perf_counter()
+        self.total_steps, self.clock = total_steps, clock
+        self.marks: deque[tuple[float, int]] = deque([(clock(), start_step)])  # (time, step) of the eta() calls
 
     def __enter__(self) -> TrainProgress:
         self.progress.__enter__()
@@ -97,11 +104,19 @@ class TrainProgress:
         self.progress.update(self.task, completed=step, figures=[f"{k} {_fmt(v)}" for k, v in figures.items()])
 
     def eta(self, step: int) -> str:
-        """Time left to the last step at this run's pace so far, as h:mm:ss (for log lines without the bar)."""
-        done = step - self.start_step
-        if done <= 0:
+        """Time left to the last step at the pace of about the last ETA_WINDOW seconds, as h:mm:ss (for log lines
+        without the bar).
+
+        Not the whole run's average: a run that was paused, shared its cores for a while or resumed on a faster
+        machine would carry that into every later estimate (a whole-run average said 2:13 where 1:25 was left)."""
+        now = self.clock()
+        self.marks.append((now, step))
+        while len(self.marks) > 2 and self.marks[1][0] <= now - self.ETA_WINDOW:
+            self.marks.popleft()  # the oldest mark kept is the last one at least a window back
+        since, first = self.marks[0]
+        if step <= first:
             return "?"
-        left = (time.perf_counter() - self.started) / done * max(self.total_steps - step, 0)
+        left = (now - since) / (step - first) * max(self.total_steps - step, 0)
         return f"{int(left // 3600)}:{int(left % 3600 // 60):02d}:{int(left % 60):02d}"
 
     def print(self, message: str) -> None:

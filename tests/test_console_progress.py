@@ -56,3 +56,38 @@ def test_the_bar_shows_only_on_a_terminal_of_the_main_rank():
     assert TrainProgress(10, 0, out=Console(file=io.StringIO(), width=80)).progress.disable
     assert TrainProgress(10, 0, enabled=False, out=Console(file=io.StringIO(), force_terminal=True)).progress.disable
     assert not TrainProgress(10, 0, out=Console(file=io.StringIO(), force_terminal=True)).progress.disable
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_log_lines_eta_follows_the_recent_pace_not_the_whole_runs():
+    clock = Clock()
+    progress = TrainProgress(10_000, 1_000, enabled=False, clock=clock)  # resumed at step 1,000
+    assert progress.eta(1_000) == "?"
+    # an hour paused at the start (a SIGSTOPped process, a shared machine), then 1 s a step, logged every 100
+    clock.now = 3_600.0
+    step = 1_000
+    for _ in range(30):
+        clock.now += 100.0
+        step += 100
+        line = progress.eta(step)
+    # 3,000 s into the steady pace the window holds only it: 6,000 steps left at 1 s each; the whole run's
+    # average (6,600 s for 3,000 steps) would have said 3:40:00
+    assert line == "1:40:00"
+
+
+def test_the_eta_of_a_young_run_is_its_average_so_far():
+    clock = Clock()
+    progress = TrainProgress(1_000, 0, enabled=False, clock=clock)
+    clock.now = 50.0
+    assert progress.eta(100) == "0:07:30"  # 0.5 s a step, 900 steps left
+    clock.now = 150.0
+    assert progress.eta(200) == "0:10:00"  # 0.75 s a step over the 150 s so far, 800 left
