@@ -57,7 +57,9 @@ PYTHON, KERNEL, TORCH, OTHER = ("Python interpreter", "kernel (page faults, sche
                                 "torch dispatch and other torch code", "other")
 # "  12.34%  1234  libtorch_cpu.so  [.] symbol" (perf report -n: percent, samples); code made at run time
 # (oneDNN's and MKL's JIT kernels) has "[JIT] tid N" for its library
-SAMPLE = re.compile(r"\s*[\d.]+%\s+(\d+)\s+(\[JIT\] tid \d+|\S+)\s+\[(.)\]\s+(.*?)\s*$")
+# (matched against the line without its trailing blanks: perf pads every line to the longest symbol's width, and a
+# lazy symbol group before "\s*$" rescanned those thousands of blanks at every position)
+SAMPLE = re.compile(r"\s*[\d.]+%\s+(\d+)\s+(\[JIT\] tid \d+|\S+)\s+\[(.)\]\s+(.*)")
 
 
 def group_of(symbol: str, dso: str, kernel: bool = False) -> str:
@@ -83,7 +85,7 @@ def grouped(report: str) -> Counter:
     entries (int8's run-time kernels) summed up to 105%."""
     counts: Counter = Counter()
     for line in report.splitlines():
-        sample = SAMPLE.match(line)
+        sample = SAMPLE.match(line.rstrip())
         if sample and not line.lstrip().startswith("#"):
             samples, dso, where, symbol = sample.groups()
             counts[group_of(symbol, dso, kernel=where == "k")] += int(samples)

@@ -83,3 +83,14 @@ def test_without_perf_the_script_says_so_and_exits_2(monkeypatch, capsys):
     with pytest.raises(SystemExit) as stop:
         bench.main(["--engines", "seqxduce", "--size", "tiny"])
     assert stop.value.code == 2 and "perf is not installed" in capsys.readouterr().err
+
+
+def test_lines_padded_to_the_widest_symbol_are_read():
+    bench = load_bench("decode_perf.py")
+    # perf pads every line to the widest symbol (C++ templates: thousands of characters); with run-time kernels
+    # there are thousands of such lines, which a pattern rescanning the blanks took minutes over
+    pad = " " * 2000
+    report = "\n".join([f"     0.03%      3  [JIT] tid 30732  [.] 0x00007ffb1b3c{i:04x}{pad}" for i in range(50)]
+                       + [f"     0.03%      150  libtorch_cpu.so  [.] fbgemm::FindMinMax{pad}"])
+    shares = bench.grouped(report)
+    assert shares == {bench.GEMM: pytest.approx(50.0), "int8: quantizing activations": pytest.approx(50.0)}
