@@ -433,6 +433,40 @@ class ImporterFactory(Protocol):
     def __call__(self, settings: Any) -> Importer: ...
 
 
+def iter_lines(path: Path | str) -> Iterator[str]:
+    """The lines of a UTF-8 text file ('-': stdin) one at a time, as read_lines gives them, for inputs of any
+    length; a line that is not UTF-8 is refused naming its number."""
+    import sys
+
+    stream = sys.stdin.buffer if str(path) == "-" else _opened(Path(path))
+    try:
+        for number, raw in enumerate(stream, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise UserError(f"{path}:{number}: invalid UTF-8 ({err.reason}); convert the file to UTF-8") from None
+            yield text.rstrip("\n").rstrip("\r")
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+
+
+def _opened(path: Path):
+    if not path.is_file():
+        raise UserError(f"{path}: no such file")
+    return path.open("rb")
+
+
+def count_lines(path: Path | str) -> int:
+    """How many lines iter_lines gives for a file (a last line without a newline counted), read in 1 MB chunks."""
+    count, last = 0, b"\n"
+    with _opened(Path(path)) as stream:
+        while chunk := stream.read(1 << 20):
+            count += chunk.count(b"\n")
+            last = chunk[-1:]
+    return count + (last != b"\n")
+
+
 def read_lines(path: Path) -> list[str]:
     """Read a UTF-8 text file as lines without their newline, with a clear error naming a bad line."""
     path = Path(path)

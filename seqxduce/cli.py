@@ -9,8 +9,7 @@ from pathlib import Path
 import click
 
 from seqxduce import engine
-from seqxduce.api import Report, TrainingStopped, UserError, read_lines
-from seqxduce.atomic import atomic_write_text
+from seqxduce.api import Report, TrainingStopped, UserError
 from seqxduce.export import command as export_command
 from seqxduce.inspection import commands as inspect_commands
 from seqxduce.registry import KINDS, PluginLoadError, Registry, registry
@@ -62,6 +61,22 @@ def _registry(ctx: click.Context):
         click.echo(f"warning: {w.message}", err=True)
     return reg
 
+
+# decode's and score's streaming: --resume, --buffer-size, --processes
+STREAM_OPTIONS = (
+    click.option("--resume", is_flag=True,
+                 help="continue the stopped job whose lines are in OUTPUT.partial (the same command line and "
+                      "files); without one, start it, so the same command serves a first start and a requeue; "
+                      "an output that is complete already is left as it is"),
+    click.option("--buffer-size", type=click.IntRange(min=1), default=8192, show_default=True,
+                 help="sources read, sorted by length and decoded together before their outputs are written (the "
+                      "first buffers are smaller, so that outputs appear within seconds); memory grows with it, "
+                      "not with the input"),
+    click.option("--processes", type=click.IntRange(min=1),
+                 help="decode with N worker processes of one thread each, sharing the buffers (default: one per "
+                      "usable CPU for an input file of at least 20,000 lines decoded on the CPU, else this "
+                      "process alone)"),
+)
 
 CHECKPOINT_OPTION = click.option(
     "--checkpoint", metavar="best|average|last|PATH",
@@ -223,72 +238,41 @@ def import_command(ctx: click.Context, source: Path, importer: str, out: Path, o
 @click.option("--prefix-file", type=click.Path(path_type=Path),
               help="with --input: line N is target text that output N must start with, then searched freely (as "
                    "CTranslate2's target_prefix; an empty line for none); every decoder")
+@STREAM_OPTIONS[0]
+@STREAM_OPTIONS[1]
+@STREAM_OPTIONS[2]
 @click.pass_context
 def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | None, output: Path | None,
            checkpoint: str | None, beam: int | None, nbest: int | None, batch_tokens: int | None,
            device: str | None, precision: str | None, overrides: tuple[str, ...], examples: int,
            annotations: Path | None, allow_errors: bool, ensemble: tuple[Path, ...], alignments: Path | None,
-           engine_name: str, prefix_file: Path | None) -> None:
+           engine_name: str, prefix_file: Path | None, resume: bool, buffer_size: int,
+           processes: int | None) -> None:
     """Decode sources with a trained run: RUN is a run directory (or one checkpoint file in it). A run trained
     with [train] members = N decodes with the ensemble of its members.
+
+    Inputs of any length are streamed: read in buffers, each sorted by length and batched, its outputs written
+    in input order before the next is read. With --output a stopped decode keeps its complete lines in
+    OUTPUT.partial, and the same command with --resume continues it. Under torchrun the processes share the
+    buffers and write one output.
 
     With --split, exits with status 3 after writing everything when the metric left outputs out of its figures
     (a warning on stderr names them), unless --allow-errors."""
     from seqxduce.decoding.changes import flag_changes
 
     _registry(ctx)
-    if (input_file is None) == (split is None):
-        raise UserError("decode: give exactly one of --input FILE (or -) and --split NAME")
-    if prefix_file is not None and (input_file is None or engine_name != "seqxduce"):
-        raise UserError("decode --prefix-file: give it with --input (one prefix per source line), decoding with "
-                        "--engine seqxduce")
-    prefixes = None if prefix_file is None else read_lines(prefix_file)
     for option, path in (("--output", output), ("--annotations", annotations), ("--alignments", alignments)):
         if path is not None:  # before any work: a decode must not be lost for want of a place to write it
             engine.check_writable(path, f"{option} {path}")
     changes = flag_changes(beam=beam, nbest=nbest, batch_tokens=batch_tokens, device=device, precision=precision)
-    if engine_name == "ctranslate2":  # an exported model, through the same tokenizers and metric
-        _decode_with_ctranslate2(ctx, run, input_file, split, output, checkpoint, overrides, changes, ensemble,
-                                 annotations, alignments, allow_errors)
-        return
-    loaded = engine.load_run(run, overrides, ensemble, checkpoint, changes)  # load first, then say what was loaded
-    click.echo(f"decoding with {loaded.described()}", err=True)
-    annotate = annotations is not None
-    if split is not None:
-        outputs, report = engine.decode_split(loaded, split, annotate=annotate)
-        for o in outputs[:examples]:
-            click.echo(f"src: {o.source}\nhyp: {o.text}\nref: {o.reference}\n", err=True)
-        _write([o.text for o in outputs], output)
+    done = engine.decode_file(run, input_file, output, split=split, prefix_file=prefix_file,
+                              annotations=annotations, alignments=alignments, overrides=overrides,
+                              ensemble=ensemble, checkpoint=checkpoint, changes=changes, engine=engine_name,
+                              resume=resume, buffer_size=buffer_size, processes=processes, examples=examples)
+    if done.report is not None:
         # with outputs on stdout the report goes to stderr, so that stdout stays one output per line
-        click.echo(report.text or _metric_line(report.metrics), err=output is None)
-    else:
-        outputs = engine.decode(loaded, _read_sources(input_file), annotate=annotate, prefixes=prefixes,
-                                prefix_where=f"--prefix-file {prefix_file}:")
-        _write(engine.format_outputs(outputs), output)
-    if annotate:
-        _write(engine.format_annotations(outputs), annotations)
-    if alignments is not None:
-        _write(engine.alignments(loaded, outputs), alignments)
-    if split is not None:
-        _check_unscored(ctx, report, allow_errors)
-
-
-def _decode_with_ctranslate2(ctx: click.Context, run: Path, input_file: Path | None, split: str | None,
-                             output: Path | None, checkpoint: str | None, overrides: tuple[str, ...],
-                             changes: list, ensemble: tuple[Path, ...], annotations: Path | None,
-                             alignments: Path | None, allow_errors: bool) -> None:
-    """decode --engine ctranslate2: an exported model, through the same tokenizers and metric."""
-    for flag, value in (("--checkpoint", checkpoint), ("--alignments", alignments)):
-        if value is not None:
-            raise UserError(f"decode --engine ctranslate2: {flag} is not supported there; export the checkpoint "
-                            "you want (seqxduce export) and decode without it, or decode with --engine seqxduce")
-    outputs, report = export_command.decode_with_engine(
-        run, None if input_file is None else _read_sources(input_file), split, overrides, ensemble,
-        annotations is not None, changes)
-    _write([o.text for o in outputs] if split is not None else engine.format_outputs(outputs), output)
-    if report is not None:
-        click.echo(report.text or _metric_line(report.metrics), err=output is None)
-        _check_unscored(ctx, report, allow_errors)
+        click.echo(done.report.text or _metric_line(done.report.metrics), err=output is None)
+        _check_unscored(ctx, done.report, allow_errors)
 
 
 @cli.command()
@@ -306,20 +290,23 @@ def _decode_with_ctranslate2(ctx: click.Context, run: Path, input_file: Path | N
 @click.option("--ensemble", multiple=True, type=click.Path(path_type=Path),
               help="also a checkpoint or run directory whose probabilities are averaged in, as in decode")
 @CHECKPOINT_OPTION
+@STREAM_OPTIONS[0]
+@STREAM_OPTIONS[1]
+@STREAM_OPTIONS[2]
 @click.pass_context
 def score(ctx: click.Context, run: Path, source_file: Path, target_file: Path, normalize: bool,
-          output: Path | None, overrides: tuple[str, ...], ensemble: tuple[Path, ...], checkpoint: str | None) -> None:
+          output: Path | None, overrides: tuple[str, ...], ensemble: tuple[Path, ...], checkpoint: str | None,
+          resume: bool, buffer_size: int, processes: int | None) -> None:
     """Score given pairs with a trained run, as decode loads it (a multi-member run: its ensemble): one line per
     pair, tab-separated, the target's total log-probability and its log-probability per token, both over its
-    tokens and eos (natural log), for filtering and reranking."""
+    tokens and eos (natural log), for filtering and reranking. Streamed, resumable and shared among processes
+    as decode is."""
     _registry(ctx)
     if output is not None:
         engine.check_writable(output, f"--output {output}")
-    sources, targets = engine.read_pairs(source_file, target_file)  # the files' mistakes before the model loads
-    loaded = engine.load_run(run, overrides, ensemble, checkpoint)
-    click.echo(f"scoring with {loaded.described()}", err=True)
-    scores = engine.score(loaded, sources, targets)
-    _write(engine.format_scores(scores, normalize), output)
+    engine.score_file(run, source_file, target_file, output, normalize=normalize, overrides=overrides,
+                      ensemble=ensemble, checkpoint=checkpoint, resume=resume, buffer_size=buffer_size,
+                      processes=processes)
 
 
 def _check_unscored(ctx: click.Context, report: Report, allow_errors: bool) -> None:
@@ -335,20 +322,6 @@ def _check_unscored(ctx: click.Context, report: Report, allow_errors: bool) -> N
 
 def _metric_line(metrics: dict[str, float]) -> str:
     return " ".join(f"{k}={v:.4f}" for k, v in metrics.items())
-
-
-def _read_sources(path: Path) -> list[str]:
-    if str(path) == "-":
-        return [line.rstrip("\n").rstrip("\r") for line in sys.stdin]
-    return engine.read_lines(path)
-
-
-def _write(lines: list[str], output: Path | None) -> None:
-    text = "".join(line + "\n" for line in lines)
-    if output is None:
-        click.echo(text, nl=False)
-    else:
-        atomic_write_text(output, text)
 
 
 @cli.command()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from collections.abc import Callable
@@ -125,25 +126,34 @@ class TrainProgress:
 
 
 class PairsProgress:
-    """A long step over pairs on the console: what it is doing, pairs done (of total), pairs/s, elapsed and ETA
-    (total None: a step whose progress cannot be counted, shown with its elapsed time)."""
+    """A long step over items (pairs by default) on the console: what it is doing, items done (of total),
+    items/s, elapsed and ETA (total None: a count without a bar or ETA). Where stderr is not a terminal (a batch
+    job's log file) the bar is replaced by a plain line every `every` seconds, as training's step lines are
+    (SEQXDUCE_PROGRESS_SECONDS sets the pace; default 30)."""
 
-    def __init__(self, what: str, total: int | None, enabled: bool = True, out: Console | None = None):
+    def __init__(self, what: str, total: int | None, enabled: bool = True, out: Console | None = None,
+                 unit: str = "pairs", every: float | None = None, start: int = 0,
+                 clock: Callable[[], float] = time.perf_counter):
         out = out or console
         fixed = Column(no_wrap=True)
         counted = [
             BarColumn(bar_width=24, table_column=fixed),
-            TextColumn("{task.completed:,.0f}/{task.total:,.0f} pairs", table_column=fixed),
+            TextColumn("{task.completed:,.0f}/{task.total:,.0f} " + unit, table_column=fixed),
             TextColumn("{task.fields[rate]}", table_column=fixed),
             TextColumn("eta", table_column=fixed),
             TimeRemainingColumn(table_column=fixed),
-        ] if total is not None else []
+        ] if total is not None else [TextColumn("{task.completed:,.0f} " + unit, table_column=fixed),
+                                     TextColumn("{task.fields[rate]}", table_column=fixed)]
         self.progress = Progress(TextColumn(f"[bold]{what}[/]", table_column=fixed), *counted,
                                  TimeElapsedColumn(table_column=fixed), console=out,
                                  disable=not enabled or not out.is_terminal)
-        self.task = self.progress.add_task(what, total=total, rate="")
-        self.started = time.perf_counter()
-        self.done = 0
+        self.task = self.progress.add_task(what, total=total, completed=start, rate="")
+        self.what, self.total, self.unit, self.out, self.clock = what, total, unit, out, clock
+        self.plain = enabled and not out.is_terminal
+        self.every = every if every is not None else float(os.environ.get("SEQXDUCE_PROGRESS_SECONDS", "30"))
+        self.started = self.last_line = clock()
+        self.start = start  # counted before this process began (a resumed job): not in the rate
+        self.done = start
 
     def __enter__(self) -> PairsProgress:
         self.progress.__enter__()
@@ -152,10 +162,24 @@ class PairsProgress:
     def __exit__(self, *exc: Any) -> None:
         self.progress.__exit__(*exc)
 
-    def advance(self, pairs: int) -> None:
-        self.done += pairs
-        rate = self.done / max(time.perf_counter() - self.started, 1e-9)
-        self.progress.update(self.task, completed=self.done, rate=f"{rate:,.0f} pairs/s")
+    def advance(self, items: int) -> None:
+        self.done += items
+        now = self.clock()
+        rate = (self.done - self.start) / max(now - self.started, 1e-9)
+        self.progress.update(self.task, completed=self.done, rate=f"{rate:,.0f} {self.unit}/s")
+        if self.plain and now - self.last_line >= self.every:
+            self.last_line = now
+            self.out.print(self.line(rate), markup=False, highlight=False)
+
+    def line(self, rate: float) -> str:
+        """'what: done/total unit (P%), R unit/s, eta H:MM:SS' for a log file."""
+        if self.total is None:
+            return f"{self.what}: {self.done:,} {self.unit}, {rate:,.0f} {self.unit}/s"
+        left = max(self.total - self.done, 0) / rate if rate > 0 else None
+        eta = "?" if left is None else f"{int(left // 3600)}:{int(left % 3600 // 60):02d}:{int(left % 60):02d}"
+        share = 100.0 * self.done / self.total if self.total else 100.0
+        return (f"{self.what}: {self.done:,}/{self.total:,} {self.unit} ({share:.1f}%), {rate:,.0f} {self.unit}/s, "
+                f"eta {eta}")
 
 
 def _fmt(value: float | str) -> str:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from seqxduce.api import Report, UserError, read_lines
+from seqxduce.api import Report, UserError, count_lines, iter_lines, read_lines
 from seqxduce.files import check_writable
 from seqxduce.recipe import Recipe, load_recipe
 
@@ -23,7 +24,8 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["load_recipe", "load_run_recipe", "prepare", "train", "decode", "decode_split", "evaluate", "average",
            "info", "plot", "attention", "recipe_cost", "last_checkpoints",
            "format_outputs", "format_annotations", "checkpoint_for", "load_run", "read_lines", "check_writable",
-           "score", "score_files", "read_pairs", "format_scores", "alignments", "export_run", "serve"]
+           "score", "score_files", "read_pairs",
+           "decode_file", "score_file", "StreamedFile", "format_scores", "alignments", "export_run", "serve"]
 
 
 def load_run_recipe(run_dir: Path, overrides: Sequence[str] = ()) -> Recipe:
@@ -186,6 +188,239 @@ def score(run: str | Path | LoadedRun, sources: Sequence[str], targets: Sequence
     return score_pairs(_loaded(run, overrides, ensemble, checkpoint), sources, targets)
 
 
+@dataclass
+class StreamedFile:
+    """What decode_file and score_file did: input lines done in all (a resumed job's earlier ones included) and
+    by this call, seconds, a split's metric (decode --split), whether the output was complete already (resume),
+    and what decoded (checkpoint and members, or the export)."""
+
+    done: int = 0
+    new: int = 0
+    seconds: float = 0.0
+    report: Report | None = None
+    complete_already: bool = False
+    described: str = ""
+    kept: list = field(default_factory=list, repr=False)  # a split's postprocessed outputs (for its metric)
+    writer: bool = True  # this process wrote the outputs (under torchrun: rank 0)
+
+
+# decode and score spread an input of at least this many lines over one single-thread process per usable CPU
+# when decoding on the CPU (bench/decode_scale.py: two such processes decode faster than one of two threads)
+AUTO_PROCESSES_FROM = 20_000
+
+
+def decode_file(run: str | Path, input: str | Path | None = None, output: str | Path | None = None, *,
+                split: str | None = None, prefix_file: str | Path | None = None,
+                annotations: str | Path | None = None, alignments: str | Path | None = None,
+                overrides: Sequence[str] = (), ensemble: Sequence[str | Path] = (), checkpoint: str | None = None,
+                changes: Sequence[Change] = (), engine: str = "seqxduce", resume: bool = False,
+                buffer_size: int | None = None, processes: int | None = None, examples: int = 0) -> StreamedFile:
+    """Decode a file of any length ('-': stdin) or a task's split as `seqxduce decode` does, streamed: read in
+    buffers (buffer_size sources once grown, seqxduce.decoding.streaming), outputs written in input order as
+    each buffer finishes (output None: stdout), in bounded memory. With `output`, a stopped job keeps its lines in
+    OUTPUT.partial and `resume` continues it; the finished file is the same, byte for byte. processes: worker
+    processes of one thread each (None: one per usable CPU for a CPU decode of at least AUTO_PROCESSES_FROM
+    lines, else this process); under torchrun the ranks share the buffers. examples: with split, print that
+    many outputs beside their references on stderr."""
+    from seqxduce.decoding.jobs import DecodeJob, RunSpec
+
+    if (input is None) == (split is None):
+        raise UserError("decode: give exactly one of --input FILE (or -) and --split NAME")
+    if prefix_file is not None and input is None:
+        raise UserError("decode --prefix-file: give it with --input (one prefix per source line)")
+    total = _check_stream_input(input, prefix_file, output, resume, processes)
+    if engine == "ctranslate2":
+        return _decode_file_ct2(run, input, output, split, overrides, ensemble, checkpoint, changes,
+                                annotations, alignments, prefix_file, resume, buffer_size, processes, total, examples)
+    loaded = load_run(run, overrides, [Path(e) for e in ensemble], checkpoint, changes)
+    _say(f"decoding with {loaded.described()}")
+    spec = RunSpec(str(run), tuple(overrides), tuple(str(e) for e in ensemble), checkpoint, tuple(changes))
+    job = DecodeJob(spec, annotate=annotations is not None, align=alignments is not None, split=split is not None,
+                    prefix_where=f"--prefix-file {prefix_file}:")
+    return _stream_decode(job, job.processor_for(loaded), loaded.task, loaded.recipe, loaded.described(),
+                          _checkpoint_files(loaded), input, output, split, annotations, alignments, prefix_file,
+                          resume, buffer_size, processes, total, examples, on_cpu=loaded.device.type == "cpu")
+
+
+def _decode_file_ct2(run, input, output, split, overrides, ensemble, checkpoint, changes, annotations, alignments,
+                     prefix_file, resume, buffer_size, processes, total, examples) -> StreamedFile:
+    """decode_file with CTranslate2: a run directory is exported into a temporary folder first."""
+    import tempfile
+
+    from seqxduce.export.ct2_decoding import Ct2DecodeJob, load_export
+
+    for flag, value in (("--checkpoint", checkpoint), ("--alignments", alignments), ("--ensemble", ensemble or None),
+                        ("--annotations", annotations), ("--prefix-file", prefix_file)):
+        if value is not None:
+            raise UserError(f"decode --engine ctranslate2: {flag} is not supported there (CTranslate2 decodes one "
+                            "exported model, without attention or per-position figures); decode with --engine "
+                            "seqxduce" + (", or export the checkpoint you want (`seqxduce export RUN/best.pt`) and "
+                                          "decode that" if flag == "--checkpoint" else ""))
+    with tempfile.TemporaryDirectory(prefix="seqxduce-ct2-") as work:
+        exported = load_export(run, overrides, Path(work), changes=changes)
+        _say(f"decoding with CTranslate2: {exported.directory}")
+        job = Ct2DecodeJob(str(run), tuple(overrides), tuple(changes), split=split is not None)
+        files = sorted(p for p in Path(exported.directory).iterdir() if p.is_file())
+        return _stream_decode(job, job.processor_for(exported), exported.task, exported.recipe,
+                              f"ctranslate2:{Path(run).resolve()}", files, input, output, split, None, None, None,
+                              resume, buffer_size, processes if processes is not None else 1, total, examples,
+                              on_cpu=exported.translator.device == "cpu")
+
+
+def _check_stream_input(input, prefix_file, output, resume: bool, processes: int | None) -> int | None:
+    """The input's line count (None for stdin or a split), refused before any model loads when the prefix file
+    does not match it, when --resume has no file to continue, or when torchrun's ranks cannot all read stdin."""
+    from seqxduce.decoding.stream_job import under_torchrun
+
+    if resume and output is None:
+        raise UserError("--resume continues a stopped job's --output file; give --output")
+    if input is None:
+        return None
+    if str(input) == "-":
+        if under_torchrun():
+            raise UserError("--input -: under torchrun every rank reads the input; give a file")
+        return None
+    total = count_lines(input)
+    if prefix_file is not None:
+        prefixes = count_lines(prefix_file)
+        if prefixes != total:
+            raise UserError(f"--prefix-file {prefix_file}: {prefixes} prefixes for {total} sources; give one prefix "
+                            "line per source line (an empty line for none)")
+    return total
+
+
+def _stream_decode(job, process, task, recipe, described: str, checkpoints: Sequence[Path], input, output, split,
+                   annotations, alignments, prefix_file, resume: bool, buffer_size: int | None,
+                   processes: int | None, total: int | None, examples: int, on_cpu: bool) -> StreamedFile:
+    """The streamed job of decode_file, whichever engine's `process` does the buffers."""
+    from seqxduce.api import Postprocessed
+    from seqxduce.decoding.decode import score_outputs, split_examples
+    from seqxduce.decoding.stream_job import under_torchrun
+
+    items: Iterable
+    if split is not None:
+        items = split_examples(task, recipe, split)
+        total = len(items)
+    elif prefix_file is not None:
+        items = _in_step(input, prefix_file)
+    else:
+        items = iter_lines(input)
+    finals = {name: Path(path) for name, path in (("output", output), ("annotations", annotations),
+                                                    ("alignments", alignments)) if path is not None}
+    record = {"command": "decode", "input": _described_input(input, split), "prefix_file": _file_key(prefix_file),
+              "checkpoint": described, "checkpoint_files": [_file_key(p) for p in checkpoints],
+              "decode": repr(recipe.decode), "device": recipe.train.device, "precision": recipe.train.precision}
+
+    def show(piece) -> None:  # a split's first outputs beside their references, as they come
+        for k, text in enumerate(piece.lines["output"][: max(examples - piece.start, 0)]):
+            ex = items[piece.start + k]
+            _say(f"src: {ex.source}\nhyp: {text}\nref: {ex.ref}\n")
+
+    workers = processes_for_input(processes, total, on_cpu, under_torchrun())
+    done = _run_stream(job, process, items, total, finals, record, output is None, resume, buffer_size, workers,
+                       "decode", keep=split is not None, on_piece=show if split is not None and examples else None)
+    done.described = described
+    if split is not None and done.writer and not done.complete_already:
+        outputs = [Postprocessed(k["text"], k["figures"]) for k in done.kept]
+        done.report = score_outputs(task, outputs, items)
+    return done
+
+
+def processes_for_input(asked: int | None, lines: int | None, on_cpu: bool, torchrun: bool) -> int:
+    from seqxduce.decoding.streaming import processes_for
+
+    return processes_for(asked, lines, on_cpu, torchrun, AUTO_PROCESSES_FROM)
+
+
+def _run_stream(job, process, items, total, finals: dict[str, Path], record: dict, to_stdout: bool, resume: bool,
+                buffer_size: int | None, processes: int, what: str, keep: bool = False, on_piece=None):
+    """run_job with the outputs' files (refused before any work when a file cannot be written)."""
+    from seqxduce.decoding.stream_files import OutputFiles
+    from seqxduce.decoding.stream_job import Plan, run_job
+    from seqxduce.decoding.streaming import DEFAULT_BUFFER, BufferGrid, usable_cpus
+
+    grid = BufferGrid(buffer_size or DEFAULT_BUFFER)
+    files = OutputFiles(finals, {**record, "buffer_size": grid.size}, keep=keep) if finals else None
+    threads = max(1, usable_cpus() // processes)
+    plan = Plan(grid, processes, threads, resume, what)
+    if processes > 1:
+        _say(f"{what}: {processes} worker processes of {threads} thread(s) each")
+        process = None  # each worker loads its own
+    result = run_job(job, items, total, files, to_stdout, plan, process, on_piece=on_piece)
+    if result.complete_already:
+        _say(f"{what}: {next(iter(finals.values()))} is complete already (no stopped job to continue); run without "
+             "--resume to write it anew")
+    return StreamedFile(result.done, result.new, result.seconds, complete_already=result.complete_already,
+                        kept=result.kept, writer=result.writer)
+
+
+def _in_step(input, prefix_file) -> Iterator[tuple[str, str]]:
+    """(source, prefix) pairs of two files read in step; one that ends first is refused naming both."""
+    sources, prefixes = iter_lines(input), iter_lines(prefix_file)
+    for number, source in enumerate(sources, start=1):
+        prefix = next(prefixes, None)
+        if prefix is None:
+            raise UserError(f"--prefix-file {prefix_file}: {number - 1} prefixes for more sources; give one prefix "
+                            "line per source line (an empty line for none)")
+        yield source, prefix
+    if next(prefixes, None) is not None:
+        raise UserError(f"--prefix-file {prefix_file}: more prefixes than the sources of {input}; give one prefix "
+                        "line per source line")
+
+
+def _described_input(input, split: str | None) -> str:
+    return f"split {split}" if split is not None else ("stdin" if str(input) == "-" else _file_key(input))
+
+
+def _file_key(path) -> str | None:
+    """A file as a resume record names it: its absolute path, size and modification time (a changed file is
+    another job)."""
+    if path is None or str(path) == "-":
+        return None if path is None else "stdin"
+    stat = Path(path).stat()
+    return f"{Path(path).resolve()} {stat.st_size} {stat.st_mtime_ns}"
+
+
+def _checkpoint_files(loaded: LoadedRun) -> list[Path]:
+    return [loaded.checkpoint, *loaded.members]
+
+
+def _say(message: str) -> None:
+    from seqxduce.console import console
+
+    console.print(message, markup=False, highlight=False)
+
+
+def score_file(run: str | Path, source_file: str | Path, target_file: str | Path, output: str | Path | None = None,
+               *, normalize: bool = False, overrides: Sequence[str] = (), ensemble: Sequence[str | Path] = (),
+               checkpoint: str | None = None, resume: bool = False, buffer_size: int | None = None,
+               processes: int | None = None) -> StreamedFile:
+    """Score the pairs of two files of any length as `seqxduce score` does, streamed as decode_file streams
+    (read in step, written in input order as each buffer finishes, resumable with an output file, shared by
+    worker processes or torchrun's ranks)."""
+    from seqxduce.decoding.jobs import RunSpec, ScoreJob
+    from seqxduce.decoding.stream_job import under_torchrun
+
+    if resume and output is None:
+        raise UserError("--resume continues a stopped job's --output file; give --output")
+    sources, targets = count_lines(source_file), count_lines(target_file)
+    if sources != targets:
+        raise UserError(f"--source {source_file} has {sources} lines but --target {target_file} has "
+                        f"{targets}: give one target line per source line")
+    loaded = load_run(run, overrides, [Path(e) for e in ensemble], checkpoint)
+    _say(f"scoring with {loaded.described()}")
+    job = ScoreJob(RunSpec(str(run), tuple(overrides), tuple(str(e) for e in ensemble), checkpoint), normalize)
+    record = {"command": "score", "source": _file_key(source_file), "target": _file_key(target_file),
+              "checkpoint": loaded.described(), "checkpoint_files": [_file_key(p) for p in _checkpoint_files(loaded)],
+              "decode": repr(loaded.recipe.decode), "normalize": normalize, "device": loaded.recipe.train.device}
+    processes = processes_for_input(processes, sources, loaded.device.type == "cpu", under_torchrun())
+    done = _run_stream(job, job.processor_for(loaded), zip(iter_lines(source_file), iter_lines(target_file)),
+                       sources, {"output": Path(output)} if output is not None else {}, record, output is None,
+                       resume, buffer_size, processes, "score")
+    done.described = loaded.described()
+    return done
+
+
 def export_run(run: str | Path, output: str | Path, engine: str = "ctranslate2", quantization: str = "none",
                member: int | None = None, overwrite: bool = False) -> Exported:
     """Export the checkpoint decode() uses for a run (of a multi-member run, member K's) for an inference engine
@@ -274,27 +509,20 @@ def checkpoint_for(run: str | Path, choice: str | None = None) -> Path:
     return locate(run, choice)[1]
 
 
-def format_annotations(outputs: Sequence[Output]) -> list[str]:
-    """One JSON object per output: its index and its annotations (tokens and per-position figures)."""
-    import json
+def format_annotations(outputs: Sequence[Output], first: int = 0) -> list[str]:
+    """One JSON object per output: its index (from `first`) and its annotations (tokens and per-position
+    figures)."""
+    from seqxduce.decoding.decode import format_annotations as _format_annotations
 
-    return [json.dumps({"index": i, **o.annotations}, ensure_ascii=False) for i, o in enumerate(outputs)]
+    return _format_annotations(outputs, first)
 
 
-def format_outputs(outputs: Sequence[Output]) -> list[str]:
-    """One line per output; with n-best, one line per hypothesis: index, score, text (tab-separated).
+def format_outputs(outputs: Sequence[Output], first: int = 0) -> list[str]:
+    """One line per output; with n-best, one line per hypothesis: index (from `first`), score, text
+    (tab-separated); seqxduce.decoding.decode.format_outputs."""
+    from seqxduce.decoding.decode import format_outputs as _format_outputs
 
-    The one-best line is the task's postprocessed output (e.g. a parse tree); n-best lines give each
-    hypothesis's decoded target text before postprocessing (e.g. the linearized tree): the task's output format
-    and its score concern the one-best only."""
-    lines: list[str] = []
-    for i, o in enumerate(outputs):
-        if len(o.nbest) <= 1:
-            lines.append(o.text)
-            continue
-        for text, hyp in o.nbest:
-            lines.append(f"{i}\t{hyp.score:.4f}\t{text}")
-    return lines
+    return _format_outputs(outputs, first)
 
 
 def evaluate(hypotheses: str | Path, references: str | Path | Sequence[str | Path], recipe: str | Path | None = None,

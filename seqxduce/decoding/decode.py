@@ -43,11 +43,11 @@ class Output:
     figures: dict[str, float] = field(default_factory=dict)  # what the task's postprocess said of its output
 
 
-def encode_prefixes(tokenizer: Tokenizer, prefixes: Sequence[str], where: str) -> list[list[int]]:
+def encode_prefixes(tokenizer: Tokenizer, prefixes: Sequence[str], where: str, first: int = 1) -> list[list[int]]:
     """Target prefixes as ids; one the target vocabulary cannot spell (an <unk> in it) is refused in one line
-    naming `where` and its 1-based number."""
+    naming `where` and its 1-based number (`first`: the number of prefixes[0], for a buffer of a long file)."""
     encoded = []
-    for number, text in enumerate(prefixes, start=1):
+    for number, text in enumerate(prefixes, start=first):
         ids = tokenizer.encode(text)
         if tokenizer.unk_id in ids or (text.strip() and not ids):
             raise UserError(f"{where}{number}: the prefix {text!r} has a part the target vocabulary cannot spell "
@@ -286,3 +286,28 @@ def score_outputs(task: Task, outputs: Sequence[Output], examples: Sequence[Exam
                                                    for k in range(counts.pop())]
         return task.score_references([o.text for o in done], streams, sources)
     return task.score_outputs(done, [ex.ref for ex in examples], sources)
+
+
+def format_outputs(outputs: Sequence[Output], first: int = 0) -> list[str]:
+    """One line per output; with n-best, one line per hypothesis: index, score, text (tab-separated), the
+    index counted from `first` (the position of outputs[0] in the input).
+
+    The one-best line is the task's postprocessed output (e.g. a parse tree); n-best lines give each
+    hypothesis's decoded target text before postprocessing (e.g. the linearized tree): the task's output format
+    and its score concern the one-best only."""
+    lines: list[str] = []
+    for i, o in enumerate(outputs, start=first):
+        if len(o.nbest) <= 1:
+            lines.append(o.text)
+            continue
+        for text, hyp in o.nbest:
+            lines.append(f"{i}\t{hyp.score:.4f}\t{text}")
+    return lines
+
+
+def format_annotations(outputs: Sequence[Output], first: int = 0) -> list[str]:
+    """One JSON object per output: its index (counted from `first`) and its annotations (tokens and
+    per-position figures)."""
+    import json
+
+    return [json.dumps({"index": i, **o.annotations}, ensure_ascii=False) for i, o in enumerate(outputs, start=first)]

@@ -27,8 +27,9 @@ import torch
 from seqxduce import components
 from seqxduce.api import Example, Hypothesis, Report, Task, UserError
 from seqxduce.decoding.changes import Change, SearchShape, with_changes
-from seqxduce.decoding.decode import Output, score_outputs, split_examples
+from seqxduce.decoding.decode import Output, format_outputs, score_outputs, split_examples
 from seqxduce.decoding.search import length_penalty
+from seqxduce.decoding.streaming import Buffer, Piece, Processor
 from seqxduce.export.exporting import export_run, is_export, require_ctranslate2
 from seqxduce.recipe import Recipe
 from seqxduce.rundir import RunDir
@@ -131,6 +132,34 @@ def decode_sources(run: ExportedRun, examples: Sequence[Example] | Sequence[str]
         best = run.task.postprocess(texts[0][0] if texts else "", source)
         outputs.append(Output(source, best.text, texts, figures=best.figures))
     return outputs
+
+
+@dataclass(frozen=True)
+class Ct2DecodeJob:
+    """Decode buffers of a streamed input (seqxduce.decoding.streaming) with CTranslate2, as jobs.DecodeJob does
+    with seqxduce's search: the same lines, n-best numbering and a split's kept outputs."""
+
+    path: str
+    overrides: tuple[str, ...] = ()
+    changes: tuple[Change, ...] = ()
+    split: bool = False
+
+    def processor(self) -> Processor:
+        """A worker process's own translator, loaded from an export folder (a run directory would be exported
+        again by every worker: export it once, `seqxduce export`)."""
+        if not is_export(self.path):
+            raise UserError(f"--processes with --engine ctranslate2: {self.path} is not an export folder; "
+                            f"`seqxduce export {self.path} -o DIR` first and decode DIR, or give --processes 1")
+        return self.processor_for(load_export(self.path, self.overrides, changes=self.changes))
+
+    def processor_for(self, run: ExportedRun) -> Processor:
+        return lambda buffer: self._piece(run, buffer)
+
+    def _piece(self, run: ExportedRun, buffer: Buffer) -> Piece:
+        outputs = decode_sources(run, buffer.items)
+        lines = [o.text for o in outputs] if self.split else format_outputs(outputs, buffer.start)
+        kept = [{"text": o.text, "figures": o.figures} for o in outputs] if self.split else []
+        return Piece(buffer.start, len(outputs), {"output": lines}, kept)
 
 
 def decode_split(path: Path | str, split: str, overrides: Sequence[str] = (),

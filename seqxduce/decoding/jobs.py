@@ -1,0 +1,113 @@
+"""What `decode` and `score` do to one buffer of a streamed input (seqxduce.decoding.streaming) with seqxduce's
+own search, as picklable jobs: a job names the run and its settings, not the loaded model, so that a worker
+process loads its own (processor()), while this process hands in the run it loaded (processor_for(run)).
+
+A decode buffer's items are source lines, (source, prefix) pairs (`--prefix-file`, read in step with the
+input) or a split's Examples; a score buffer's are (source, target) pairs. Each gives a Piece: the lines of each
+output stream in input order (the n-best lines and annotations numbered by their position in the whole input).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from seqxduce.decoding.changes import Change
+    from seqxduce.decoding.decode import LoadedRun, Output
+    from seqxduce.decoding.streaming import Buffer, Piece, Processor
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """How a run is loaded for decoding (load_run's arguments), small enough to send to another process."""
+
+    run: str
+    overrides: tuple[str, ...] = ()
+    ensemble: tuple[str, ...] = ()
+    checkpoint: str | None = None
+    changes: tuple[Change, ...] = ()
+
+    def load(self) -> LoadedRun:
+        from seqxduce.decoding.decode import load_run
+
+        return load_run(Path(self.run), self.overrides, [Path(e) for e in self.ensemble], self.checkpoint,
+                        changes=self.changes)
+
+
+@dataclass(frozen=True)
+class DecodeJob:
+    """Decode buffers with a run: the one-best (or n-best) lines as `decode` prints them, with `annotate` the
+    annotations' JSON lines, with `align` the alignments' Pharaoh lines; with `split`, the items are Examples,
+    the output lines are the task's outputs and each item keeps its postprocessed output for the metric."""
+
+    spec: RunSpec
+    annotate: bool = False
+    align: bool = False
+    split: bool = False
+    prefix_where: str = "prefix "
+
+    def processor(self) -> Processor:
+        return self.processor_for(self.spec.load())
+
+    def processor_for(self, run: LoadedRun) -> Processor:
+        return lambda buffer: decode_piece(self, run, buffer)
+
+
+def decode_piece(job: DecodeJob, run: LoadedRun, buffer: Buffer) -> Piece:
+    """One buffer decoded: sorted by length and batched inside decode_sources, outputs in input order."""
+    from seqxduce.decoding.decode import annotate_outputs, decode_sources, encode_prefixes
+    from seqxduce.decoding.streaming import Piece
+
+    items = buffer.items
+    prefixes = None
+    if job.split:
+        sources = [ex.source for ex in items]
+    elif items and isinstance(items[0], tuple):
+        sources = [source for source, _ in items]
+        prefixes = encode_prefixes(run.tokenizers.tgt, [prefix for _, prefix in items], job.prefix_where,
+                                   first=buffer.start + 1)
+    else:
+        sources = list(items)
+    outputs = decode_sources(run, sources, prefixes=prefixes)
+    if job.annotate:
+        annotate_outputs(run, outputs)
+    return Piece(buffer.start, len(items), output_lines(job, run, outputs, buffer.start),
+                 kept=[{"text": o.text, "figures": o.figures} for o in outputs] if job.split else [])
+
+
+def output_lines(job: DecodeJob, run: LoadedRun, outputs: Sequence[Output], first: int) -> dict[str, list[str]]:
+    from seqxduce.decoding.decode import format_annotations, format_outputs
+
+    lines = {"output": [o.text for o in outputs] if job.split else format_outputs(outputs, first)}
+    if job.annotate:
+        lines["annotations"] = format_annotations(outputs, first)
+    if job.align:
+        from seqxduce.decoding.alignments import align_outputs
+
+        lines["alignments"] = align_outputs(run, outputs)
+    return lines
+
+
+@dataclass(frozen=True)
+class ScoreJob:
+    """Score buffers of (source, target) pairs with a run: `score`'s tab-separated lines."""
+
+    spec: RunSpec
+    normalize: bool = False
+
+    def processor(self) -> Processor:
+        return self.processor_for(self.spec.load())
+
+    def processor_for(self, run: LoadedRun) -> Processor:
+        return lambda buffer: score_piece(self, run, buffer)
+
+
+def score_piece(job: ScoreJob, run: LoadedRun, buffer: Buffer) -> Piece:
+    from seqxduce.decoding.scoring import format_scores, score_pairs
+    from seqxduce.decoding.streaming import Piece
+
+    scores = score_pairs(run, [s for s, _ in buffer.items], [t for _, t in buffer.items])
+    return Piece(buffer.start, len(buffer.items), {"output": format_scores(scores, job.normalize)})
