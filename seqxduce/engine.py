@@ -309,7 +309,7 @@ def _stream_decode(job, process, task, recipe, described: str, checkpoints: Sequ
                                                     ("alignments", alignments)) if path is not None}
     record = {"command": "decode", "input": _described_input(input, split), "prefix_file": _file_key(prefix_file),
               "checkpoint": described, "checkpoint_files": [_file_key(p) for p in checkpoints],
-              "decode": repr(recipe.decode), "device": recipe.train.device, "precision": recipe.train.precision}
+              **_decode_settings(recipe)}
 
     def show(piece) -> None:  # a split's first outputs beside their references, as they come
         for k, text in enumerate(piece.lines["output"][: max(examples - piece.start, 0)]):
@@ -381,6 +381,16 @@ def _file_key(path) -> str | None:
     return f"{Path(path).resolve()} {stat.st_size} {stat.st_mtime_ns}"
 
 
+def _decode_settings(recipe: Recipe) -> dict:
+    """What in a recipe decides the bits a decode writes, as a resume record compares it."""
+    import dataclasses
+
+    settings = recipe.decode.settings
+    return {"decoder": recipe.decode.core.name, "decode": dataclasses.asdict(recipe.decode.core),
+            "search": dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else None,
+            "device": recipe.train.device, "precision": recipe.train.precision}
+
+
 def _checkpoint_files(loaded: LoadedRun) -> list[Path]:
     return [loaded.checkpoint, *loaded.members]
 
@@ -412,7 +422,7 @@ def score_file(run: str | Path, source_file: str | Path, target_file: str | Path
     job = ScoreJob(RunSpec(str(run), tuple(overrides), tuple(str(e) for e in ensemble), checkpoint), normalize)
     record = {"command": "score", "source": _file_key(source_file), "target": _file_key(target_file),
               "checkpoint": loaded.described(), "checkpoint_files": [_file_key(p) for p in _checkpoint_files(loaded)],
-              "decode": repr(loaded.recipe.decode), "normalize": normalize, "device": loaded.recipe.train.device}
+              "normalize": normalize, **_decode_settings(loaded.recipe)}
     processes = processes_for_input(processes, sources, loaded.device.type == "cpu", under_torchrun())
     done = _run_stream(job, job.processor_for(loaded), zip(iter_lines(source_file), iter_lines(target_file)),
                        sources, {"output": Path(output)} if output is not None else {}, record, output is None,
