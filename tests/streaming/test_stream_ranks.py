@@ -1,0 +1,75 @@
+"""Streaming over processes that torchrun starts, `score` streamed, and CTranslate2 streamed: each writes what
+one process of seqxduce's own search writes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import seqxduce.engine as engine
+from seqxduce.cli import add_plugin_commands
+from tests.fault_tools import REPO, run
+from tests.streaming.test_stream_decode import sources, write
+
+
+def _torchrun(*args: object) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
+               "seqxduce", *(str(a) for a in args)]
+    return subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+@pytest.mark.slow
+def test_two_torchrun_ranks_write_one_output_equal_to_one_process(trained_copy_run: Path, tmp_path: Path):
+    given = write(tmp_path / "in.txt", sources(900, seed=11))
+    one, ranks = tmp_path / "one.txt", tmp_path / "ranks.txt"
+    alone = run("decode", trained_copy_run, "--input", given, "-o", one, "--buffer-size", "100", "--nbest", "2")
+    assert alone.returncode == 0, alone.stderr
+    shared = _torchrun("decode", trained_copy_run, "--input", given, "-o", ranks, "--buffer-size", "100",
+                       "--nbest", "2")
+    assert shared.returncode == 0, shared.stderr[-3000:]
+    assert ranks.read_bytes() == one.read_bytes() and len(one.read_text().splitlines()) == 1800
+    scores_one, scores_ranks = tmp_path / "s1.txt", tmp_path / "s2.txt"
+    targets = write(tmp_path / "tgt.txt", sources(900, seed=12))
+    assert run("score", trained_copy_run, "--source", given, "--target", targets, "-o", scores_one,
+               "--buffer-size", "100").returncode == 0
+    shared = _torchrun("score", trained_copy_run, "--source", given, "--target", targets, "-o", scores_ranks,
+                       "--buffer-size", "100")
+    assert shared.returncode == 0, shared.stderr[-3000:]
+    assert scores_ranks.read_bytes() == scores_one.read_bytes()
+
+
+def test_score_streams_what_scoring_the_whole_input_gives(trained_copy_run: Path, tmp_path: Path):
+    lines, targets = sources(300, seed=13), sources(300, seed=14)
+    src, tgt, out = write(tmp_path / "s.txt", lines), write(tmp_path / "t.txt", targets), tmp_path / "o.txt"
+    result = CliRunner().invoke(add_plugin_commands(), ["score", str(trained_copy_run), "--source", str(src),
+                                                        "--target", str(tgt), "-o", str(out), "--normalize",
+                                                        "--buffer-size", "50"])
+    assert result.exit_code == 0, result.output
+    expected = engine.format_scores(engine.score(trained_copy_run, lines, targets), normalize=True)
+    assert out.read_text().splitlines() == expected
+    short = write(tmp_path / "short.txt", targets[:5])
+    result = CliRunner().invoke(add_plugin_commands(), ["score", str(trained_copy_run), "--source", str(src),
+                                                        "--target", str(short)])
+    assert result.exit_code == 1 and "has 300 lines but --target" in result.output
+
+
+def test_ctranslate2_streams_what_it_decoded_at_once(trained_copy_run: Path, tmp_path: Path):
+    pytest.importorskip("ctranslate2")
+    from seqxduce.export.ct2_decoding import decode_lines
+
+    lines = sources(400, seed=15)
+    given, out = write(tmp_path / "in.txt", lines), tmp_path / "out.txt"
+    result = CliRunner().invoke(add_plugin_commands(), ["decode", str(trained_copy_run), "--input", str(given),
+                                                        "-o", str(out), "--engine", "ctranslate2", "--nbest", "2",
+                                                        "--buffer-size", "128"])
+    assert result.exit_code == 0, result.output
+    from seqxduce.decoding.changes import flag_changes
+
+    expected = engine.format_outputs(decode_lines(trained_copy_run, lines, changes=flag_changes(nbest=2)))
+    assert out.read_text().splitlines() == expected
