@@ -24,7 +24,7 @@ def setting(default: Any = dataclasses.MISSING, help: str = "", choices: Sequenc
             min: float | None = None, max: float | None = None,
             min_exclusive: bool = False, max_exclusive: bool = False, same_as: str | None = None,
             per_request: bool = False, ignored_when: Mapping[str, Sequence[Any]] | None = None,
-            read_when: Mapping[str, Sequence[Any]] | None = None, instead: str = "") -> Any:
+            read_when: Mapping[str, Sequence[Any]] | None = None, instead: str = "", file: bool = False) -> Any:
     """Declare one recipe setting as a dataclass field with its default, one-line help, allowed values and bounds.
 
     min/max bound a number (or each number of a list); *_exclusive makes one strict. same_as = "section.key":
@@ -36,12 +36,14 @@ def setting(default: Any = dataclasses.MISSING, help: str = "", choices: Sequenc
     ignored_when = {"key": (values...)} / read_when = {"key": (values...)}: the road this setting is read on, by
     another key of the same recipe section (e.g. lr is ignored when schedule = "inverse_sqrt"); a recipe or --set
     that gives it on another road is refused (see unread_by), the message ending with `instead`: what to use.
+    file = True: the value names a file whose bytes are the setting (a tokenizer's model_file): what is keyed by
+    the settings (the prepared training data) is keyed by the file's content, not its path.
     """
     metadata = {"help": help, "choices": tuple(choices) if choices else None,
                 "min": min, "max": max, "min_exclusive": min_exclusive, "max_exclusive": max_exclusive,
                 "same_as": same_as, "per_request": per_request,
                 "ignored_when": {k: tuple(v) for k, v in (ignored_when or {}).items()},
-                "read_when": {k: tuple(v) for k, v in (read_when or {}).items()}, "instead": instead}
+                "read_when": {k: tuple(v) for k, v in (read_when or {}).items()}, "instead": instead, "file": file}
     if isinstance(default, (list, dict)):
         value = default
         return field(default_factory=lambda: type(value)(value), metadata=metadata)
@@ -56,7 +58,8 @@ def setting_like(cls: type, name: str, default: Any, help: str | None = None) ->
                    min=inherited["min"], max=inherited["max"], min_exclusive=inherited["min_exclusive"],
                    max_exclusive=inherited["max_exclusive"], same_as=inherited.get("same_as"),
                    per_request=inherited.get("per_request", False), ignored_when=inherited.get("ignored_when"),
-                   read_when=inherited.get("read_when"), instead=inherited.get("instead", ""))
+                   read_when=inherited.get("read_when"), instead=inherited.get("instead", ""),
+                   file=inherited.get("file", False))
 
 
 class Settings:

@@ -16,10 +16,10 @@ class SentencePieceSettings(Settings):
     model_file: str = setting("", help="an existing SentencePiece model (.model) used instead of training one: for "
                                        "both sides, or with target_model_file the source side's (absolute, or "
                                        "relative to the working directory); its pieces and special ids are kept, "
-                                       "and vocab_size must be its size")
+                                       "and vocab_size must be its size", file=True)
     target_model_file: str = setting("", help="with shared = false: the target side's existing model (model_file "
                                               "is then the source side's; empty = model_file for both sides)",
-                                   read_when={"shared": (False,)},
+                                   read_when={"shared": (False,)}, file=True,
                                    instead="with shared = true model_file is both sides' model")
     model_type: str = setting("bpe", help="bpe (the paper's byte-pair encoding), unigram, char or word",
                               choices=("bpe", "unigram", "char", "word"), **_TRAINED)
