@@ -17,7 +17,6 @@ from seqxduce.registry import KINDS, PluginLoadError, Registry, registry
 from seqxduce.serving.command import serve as serve_command
 
 
-
 def set_help(example: str) -> str:
     """--set's help, with an example of a key the command reads (a train.* key does nothing to score)."""
     return f"override a recipe value: section.key=value (repeatable), e.g. --set {example}"
