@@ -6,7 +6,7 @@
     python bench/decode_speed.py --quantize int8          # seqxduce with dynamic int8 Linear layers as well
     python bench/decode_speed.py --compile                # and with its step compiled (decode.compile = true)
 
-Synthetic protocol, as ../shared/tools/peers/ measures the peers (common.py there): post-norm Transformer,
+Synthetic protocol, the one the peers were measured by: post-norm Transformer,
 shared vocabulary of 8,000, small = 3+3 layers d256 h4 ff1024, base = 6+6 d512 h8 ff2048; 64 sources of 25
 tokens (24 random words + eos, numpy RandomState(1235)); output forced to 30 tokens (eos banned for 29 steps,
 then forced); one warm-up call, then the median of --repeats calls (and, "by CPU time", the least process CPU

@@ -64,9 +64,9 @@ def model_table(kind: str, size: dict[str, Any], offset_max: int, recipe_model: 
                   position_offset_max=offset_max, **{k: v for k, v in recipe_model.items() if k in POSITION_KEYS})
     if kind == "transformer":
         return dict(name="transformer", layers=size["depth"], **common)
-    act = kind == "ut_act"
-    return dict(name="universal_transformer", steps=size["depth"], act=act, act_max_steps=size["act_max_steps"],
-                **common)
+    # each road's own depth key only: the other's would be refused as a setting that does nothing
+    depth = dict(act=True, act_max_steps=size["act_max_steps"]) if kind == "ut_act" else dict(steps=size["depth"])
+    return dict(name="universal_transformer", **depth, **common)
 
 
 def recipe_for(task: str, kind: str, size: dict[str, Any], args: argparse.Namespace) -> Recipe:

@@ -15,7 +15,12 @@ from seqxduce.inspection import commands as inspect_commands
 from seqxduce.registry import KINDS, PluginLoadError, Registry, registry
 from seqxduce.serving.command import serve as serve_command
 
-SET_HELP = "override a recipe value: section.key=value (repeatable), e.g. --set train.max_steps=100"
+
+def set_help(example: str) -> str:
+    """--set's help, with an example of a key the command reads (a train.* key does nothing to score)."""
+    return f"override a recipe value: section.key=value (repeatable), e.g. --set {example}"
+
+
 ALLOW_ERRORS_HELP = ("exit 0 even when the metric could not score some outputs (e.g. a parse that is not a tree); "
                      "the warning naming them is printed all the same")
 EXIT_UNSCORED = 3  # the figures were printed, but they leave out outputs the metric could not score
@@ -44,7 +49,8 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 @click.version_option(package_name="seqxduce")
 @click.option("--debug", is_flag=True, help="show tracebacks for errors")
 @click.option("--strict-plugins", is_flag=True, envvar="SEQXDUCE_STRICT_PLUGINS",
-              help="fail when a plugin cannot be imported instead of skipping it")
+              help="make every plugin problem an error instead of a warning that skips it: a plugin that cannot be "
+                   "imported, a misspelled hook, a failing register_* call, a name registered twice")
 @click.pass_context
 def cli(ctx: click.Context, debug: bool, strict_plugins: bool) -> None:
     """seqxduce: train and decode sequence transduction models from recipes."""
@@ -89,7 +95,7 @@ CHECKPOINT_OPTION = click.option(
 @click.option("--kind", type=click.Choice(KINDS), help="list only this kind")
 @click.pass_context
 def plugins(ctx: click.Context, kind: str | None) -> None:
-    """List every registered task, tokenizer, model and decoder, with the package it comes from."""
+    """List every registered task, tokenizer, model, decoder and importer, with the package it comes from."""
     reg = _registry(ctx)
     for k in [kind] if kind else KINDS:
         click.echo(f"{k}s:")
@@ -106,7 +112,7 @@ def recipe() -> None:
 
 @recipe.command("show")
 @click.argument("file", metavar="RECIPE", type=click.Path(path_type=Path))
-@click.option("--set", "overrides", multiple=True, help=SET_HELP)
+@click.option("--set", "overrides", multiple=True, help=set_help("train.max_steps=100"))
 @click.pass_context
 def recipe_show(ctx: click.Context, file: Path, overrides: tuple[str, ...]) -> None:
     """Print the full resolved recipe, defaults included, each key with its help."""
@@ -116,7 +122,7 @@ def recipe_show(ctx: click.Context, file: Path, overrides: tuple[str, ...]) -> N
 
 @recipe.command("info")
 @click.argument("file", metavar="RECIPE", type=click.Path(path_type=Path))
-@click.option("--set", "overrides", multiple=True, help=SET_HELP)
+@click.option("--set", "overrides", multiple=True, help=set_help("train.max_steps=100"))
 @click.pass_context
 def recipe_info(ctx: click.Context, file: Path, overrides: tuple[str, ...]) -> None:
     """Count a recipe's parameters and training FLOPs before training (for a trained run see `seqxduce info`):
@@ -131,7 +137,7 @@ def recipe_info(ctx: click.Context, file: Path, overrides: tuple[str, ...]) -> N
 
 @cli.command()
 @click.argument("recipe_file", metavar="RECIPE", type=click.Path(path_type=Path))
-@click.option("--set", "overrides", multiple=True, help=SET_HELP)
+@click.option("--set", "overrides", multiple=True, help=set_help("tokenizer.vocab_size=8000"))
 @click.option("--again", is_flag=True, help="prepare the training data anew, replacing what is there (a damaged "
               "dataset)")
 @click.option("--workers", type=click.IntRange(1), help="processes that encode the corpus (default: every core)")
@@ -151,7 +157,7 @@ def prepare(ctx: click.Context, recipe_file: Path, overrides: tuple[str, ...], a
 @click.argument("recipe_file", metavar="RECIPE", type=click.Path(path_type=Path))
 @click.option("-o", "--output", "--out", "out", type=click.Path(path_type=Path),
               help="run directory (default: runs/<recipe name>); --out is the same option")
-@click.option("--set", "overrides", multiple=True, help=SET_HELP)
+@click.option("--set", "overrides", multiple=True, help=set_help("train.max_steps=100"))
 @click.option("--resume", is_flag=True, help="continue from the run directory's latest checkpoint")
 @click.option("--overwrite", is_flag=True, help="replace the run already in the run directory (its recipe, "
               "tokenizers, checkpoints, average and metrics are removed first)")
@@ -286,7 +292,7 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
                    "((5 + length) / 6) ** alpha with [decode] alpha (beam's score, as decode's n-best lines show "
                    "it; greedy and sampling: the total)")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="write the scores here instead of stdout")
-@click.option("--set", "overrides", multiple=True, help=SET_HELP + "; e.g. --set decode.alpha=1.0")
+@click.option("--set", "overrides", multiple=True, help=set_help("decode.alpha=1.0"))
 @click.option("--ensemble", multiple=True, type=click.Path(path_type=Path),
               help="also a checkpoint or run directory whose probabilities are averaged in, as in decode")
 @CHECKPOINT_OPTION
@@ -331,8 +337,8 @@ def _metric_line(metrics: dict[str, float]) -> str:
               help="a recipe file or run directory naming the task")
 @click.option("--task", "task_name", help="a task plugin name (with its default settings)")
 @click.option("--set", "overrides", multiple=True,
-              help=SET_HELP + "; with --task, that task's settings only, e.g. --set task.literature_bleu=true "
-                   "(translation: also the Multi30k papers' lowercased Moses-tokenized BLEU)")
+              help=set_help("task.literature_bleu=true") + " (translation: also the Multi30k papers' lowercased "
+                   "Moses-tokenized BLEU); with --task, that task's settings only")
 @click.option("--allow-errors", is_flag=True, help=ALLOW_ERRORS_HELP)
 @click.pass_context
 def evaluate(ctx: click.Context, hypotheses: Path, references: tuple[Path, ...], recipe_or_run: Path | None,

@@ -13,12 +13,15 @@ from typing import Any, Generic, TypeVar
 from seqxduce.api import Settings, UserError
 from seqxduce.registry import Component, Registry, registry
 from seqxduce.settings import DecodeCore, ModelCore, TaskCore, TokenizerCore, TrainSettings
-from seqxduce.settings_check import make_settings, where
+from seqxduce.settings_check import default_of, make_settings, road_keys, unread_by, where
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
+
+# the recipes this checkout ships (check_unread warns about their keys for the other road rather than refusing)
+SHIPPED_RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 
 # section -> (plugin kind or None, the core's own settings for that section)
 SECTIONS: dict[str, tuple[str | None, type]] = {
@@ -187,11 +190,13 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise UserError(f"{path}: not valid TOML: {err}") from None
 
 
-def load_recipe(path: str | Path, overrides: list[str] | tuple[str, ...] = (), reg: Registry | None = None) -> Recipe:
-    """Read, override and validate a recipe file."""
+def load_recipe(path: str | Path, overrides: list[str] | tuple[str, ...] = (), reg: Registry | None = None,
+                saved: bool = False) -> Recipe:
+    """Read, override and validate a recipe file (saved: a run's own recipe.toml, see build_recipe)."""
     path = Path(path)
     data = read_toml(path)
-    return build_recipe(data, source=str(path), base_dir=path.parent.resolve(), overrides=overrides, reg=reg)
+    return build_recipe(data, source=str(path), base_dir=path.parent.resolve(), overrides=overrides, reg=reg,
+                        saved=saved)
 
 
 def build_recipe(
@@ -200,8 +205,10 @@ def build_recipe(
     base_dir: Path | None = None,
     overrides: list[str] | tuple[str, ...] = (),
     reg: Registry | None = None,
+    saved: bool = False,
 ) -> Recipe:
-    """Validate a recipe given as a dict (as read from TOML)."""
+    """Validate a recipe given as a dict (as read from TOML). saved: the recipe a run trained with, whose keys
+    its road does not read are warned about rather than refused (the run exists; see check_unread)."""
     reg = reg or registry()
     data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
     _check_sections(data, source)
@@ -221,6 +228,7 @@ def build_recipe(
     resolved = {name: _resolve_section(name, data.get(name, {}), source, reg, texts.get(name, {}))
                 for name in SECTIONS}
     _check_same_as(resolved, source, texts)
+    check_unread(resolved, data, texts, source, lenient=saved or shipped(base_dir))
     return Recipe(
         source=source,
         base_dir=base_dir or Path.cwd(),
@@ -252,6 +260,57 @@ def _check_same_as(resolved: dict[str, Section], source: str, texts: Mapping[str
                     there = where(source, other_name, other_key, texts.get(other_name, {}))
                     raise UserError(f"{here} = {toml_value(mine)}, but {there} = {toml_value(theirs)}: the two must be "
                                     f"the same; set both to one value")
+
+
+def shipped(base_dir: Path | None) -> bool:
+    """Whether a recipe lies in this checkout's recipes/ folder."""
+    return base_dir is not None and Path(base_dir).resolve().is_relative_to(SHIPPED_RECIPES)
+
+
+def check_unread(resolved: Mapping[str, Section], data: Mapping[str, Mapping[str, Any]],
+                 texts: Mapping[str, Mapping[str, str]], source: str, lenient: bool = False) -> None:
+    """Refuse a setting the recipe or a --set gives that the section's road does not read (declared with
+    setting(ignored_when=..., read_when=...)), e.g. [train] lr under schedule = "inverse_sqrt", which would
+    otherwise do nothing without a word. A --set is refused always. A file's key counts when it differs from
+    its default (a run's recipe.toml holds every default); it is refused too, but only warned about, once,
+    where the file did not choose to be on that road: a --set switched the road, or the file is lenient (a
+    run's saved recipe, which has trained already, or one of recipes/, which carry a key for the other road
+    that a documented --set takes, e.g. ut_copy.toml's steps for --set model.act=false)."""
+    for name, section in resolved.items():
+        parts = [part for part in (section.core, section.settings) if part is not None]
+        values = {f.name: getattr(part, f.name) for part in parts for f in dataclasses.fields(part)}
+        sets, written = texts.get(name, {}), data.get(name, {})
+        for part in parts:
+            for f in dataclasses.fields(part):
+                road = unread_by(f.metadata, values)
+                value = getattr(part, f.name)
+                if not road or (f.name not in sets and (f.name not in written or value == default_of(f))):
+                    continue
+                message = (f"{where(source, name, f.name, sets)} = {toml_value(value)} is not read with "
+                           f"[{name}] {road}" + (f" ({_origin(name, f.metadata, sets)})" if
+                                                 road_keys(f.metadata) & set(sets) else "")
+                           + (f"; {f.metadata['instead']}" if f.metadata.get("instead") else ""))
+                if f.name in sets or not (lenient or road_keys(f.metadata) & set(sets)):
+                    raise UserError(message)
+                _warn_once(message)
+
+
+def _origin(section: str, meta: Mapping[str, Any], sets: Mapping[str, str]) -> str:
+    """The --set that chose the road, for a message."""
+    key = sorted(road_keys(meta) & set(sets))[0]
+    return f"--set {section}.{key}={sets[key]}"
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """One line on stderr, once per process (a recipe is loaded several times by one command)."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        from seqxduce.console import console
+
+        console.print(f"warning: {message}", markup=False)
 
 
 def _check_sections(data: dict[str, Any], source: str) -> None:

@@ -276,7 +276,7 @@ class RunDir:
         """The resolved recipe saved here, with command-line overrides applied."""
         if not self.recipe_file.is_file():
             raise UserError(f"{self.path}: not a run directory (no {RECIPE_FILE}); give the --out of `seqxduce train`")
-        return load_recipe(self.recipe_file, tuple(overrides))
+        return load_recipe(self.recipe_file, tuple(overrides), saved=True)
 
     def write_recipe(self, recipe: Recipe) -> None:
         """Save the recipe, its relative paths resolved against this directory (the caller's recipe is kept)."""

@@ -35,7 +35,8 @@ class DecodeCore(Settings):
                                 min=0)
     quantize: str = setting("none", help="int8 = decode with every nn.Linear dynamically quantized to int8 "
                                          "(CPU only; faster, outputs may differ slightly); none = as trained",
-                            choices=("none", "int8"))
+                            choices=("none", "int8"), read_when={"precision": ("recipe",)},
+                            instead='precision = "int8" quantizes, whatever quantize says')
     precision: str = setting("recipe", help="what decoding computes in: fp32, bf16 (autocast), fp16 (autocast, "
                                             "CUDA only), int8 (dynamically quantized Linear layers, CPU only), or "
                                             "recipe = int8 with quantize = \"int8\", else [train] precision",
@@ -85,13 +86,20 @@ class TrainSettings(Settings):
                             choices=("inverse_sqrt", "constant", "cosine", "linear"))
     # eq. 3 divides by warmup^1.5, so 0 has no meaning
     warmup_steps: int = setting(4000, help="linear warm-up steps of the inverse_sqrt, cosine and linear schedules "
-                                           "(paper: 4000)", min=1)
+                                           "(paper: 4000)", min=1, ignored_when={"schedule": ("constant",)},
+                               instead='the constant schedule starts at lr; schedule = "cosine" or "linear" '
+                                       'warms up to it')
     lr_scale: float = setting(1.0, help="factor on the paper's d_model^-0.5 * min(step^-0.5, step*warmup^-1.5)",
-                              min=0.0, min_exclusive=True)
+                              min=0.0, min_exclusive=True, read_when={"schedule": ("inverse_sqrt",)},
+                              instead="the other schedules' rate is lr")
     lr: float = setting(5e-4, help="learning rate of the constant schedule; the peak (after warm-up) of the cosine "
-                                   "and linear ones", min=0.0, min_exclusive=True)
+                                   "and linear ones", min=0.0, min_exclusive=True,
+                     ignored_when={"schedule": ("inverse_sqrt",)},
+                     instead='the paper\'s schedule takes its rate from d_model and warmup_steps: scale it with '
+                             'lr_scale, or choose schedule = "constant", "cosine" or "linear" to set lr')
     lr_floor: float = setting(0.0, help="the learning rate the cosine and linear schedules decay to at max_steps",
-                              min=0.0)
+                              min=0.0, read_when={"schedule": ("cosine", "linear")},
+                              instead='schedule = "cosine" or "linear" decays to it')
     clip_norm: float = setting(0.0, help="clip the gradient norm to this (0 = off)", min=0.0)
     # fp16 loss scaling overflows now and then (the scale then halves); a run that diverged does so every step
     max_nonfinite_steps: int = setting(10, help="updates with a non-finite loss or gradient are skipped (counted "
@@ -106,11 +114,15 @@ class TrainSettings(Settings):
     curriculum_start_len: int = setting(0, help="length curriculum: at step 0 train only on pairs whose source "
                                                 "has at most this many tokens (eos included); 0 = off", min=0)
     curriculum_steps: int = setting(0, help="steps over which the curriculum's source cap grows linearly to "
-                                            "the longest training source", min=0)
+                                            "the longest training source", min=0,
+                                   ignored_when={"curriculum_start_len": (0,)},
+                                   instead="set curriculum_start_len to start a length curriculum")
     curriculum_hold_steps: int = setting(0, help="steps the curriculum's source cap stays at curriculum_start_len "
                                                  "before it starts to grow (a two-stage curriculum: short "
                                                  "sources alone until they are learned); 0 = grow from step 0",
-                                         min=0)
+                                         min=0, ignored_when={"curriculum_start_len": (0,)},
+                                         instead="set curriculum_start_len (and curriculum_steps) to start a "
+                                                 "length curriculum")
     log_every: int = setting(50, help="steps between progress lines in the metrics log", min=1)
     validate_every: int = setting(500, help="steps between validations (loss, ppl, task metric); 0 = only at end",
                                   min=0)
@@ -118,7 +130,8 @@ class TrainSettings(Settings):
     valid_search: str = setting("recipe", help="how validation decodes for the task metric: recipe = with the "
                                                "recipe's [decode] decoder, as `seqxduce decode` does; greedy = "
                                                "greedy search (faster when the recipe's beam is wide)",
-                                choices=("recipe", "greedy"))
+                                choices=("recipe", "greedy"), ignored_when={"valid_decode_examples": (0,)},
+                                instead="set valid_decode_examples > 0 to decode a validation sample")
     patience: int = setting(0, help="early stopping: stop after this many validations in a row without a better "
                                     "validation metric (the task's metric on the decoded sample, higher or lower "
                                     "better as the task says; the valid loss when valid_decode_examples = 0); "
@@ -170,7 +183,3 @@ class TrainSettings(Settings):
         if self.patience and not self.validate_every:
             raise UserError(f"[train] patience = {self.patience} counts validations, but validate_every = 0 "
                             "validates only at the end; set validate_every > 0, or patience = 0")
-        if self.curriculum_hold_steps and not self.curriculum_start_len:
-            raise UserError(f"[train] curriculum_hold_steps = {self.curriculum_hold_steps} holds a length curriculum "
-                            "that is off; set curriculum_start_len (and curriculum_steps), or "
-                            "curriculum_hold_steps = 0")

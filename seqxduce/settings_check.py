@@ -23,7 +23,8 @@ from seqxduce.errors import UserError
 def setting(default: Any = dataclasses.MISSING, help: str = "", choices: Sequence[Any] | None = None,
             min: float | None = None, max: float | None = None,
             min_exclusive: bool = False, max_exclusive: bool = False, same_as: str | None = None,
-            per_request: bool = False) -> Any:
+            per_request: bool = False, ignored_when: Mapping[str, Sequence[Any]] | None = None,
+            read_when: Mapping[str, Sequence[Any]] | None = None, instead: str = "", file: bool = False) -> Any:
     """Declare one recipe setting as a dataclass field with its default, one-line help, allowed values and bounds.
 
     min/max bound a number (or each number of a list); *_exclusive makes one strict. same_as = "section.key":
@@ -31,10 +32,18 @@ def setting(default: Any = dataclasses.MISSING, help: str = "", choices: Sequenc
     loader), e.g. a decoder's key that must repeat its task's. per_request = True: a decoder's scalar key that a
     `seqxduce serve` request may set for itself (beam, alpha, ...); a key that must agree with the task or the
     model, or that is not a scalar, stays the server's (see request_keys).
+
+    ignored_when = {"key": (values...)} / read_when = {"key": (values...)}: the road this setting is read on, by
+    another key of the same recipe section (e.g. lr is ignored when schedule = "inverse_sqrt"); a recipe or --set
+    that gives it on another road is refused (see unread_by), the message ending with `instead`: what to use.
+    file = True: the value names a file whose bytes are the setting (a tokenizer's model_file): what is keyed by
+    the settings (the prepared training data) is keyed by the file's content, not its path.
     """
     metadata = {"help": help, "choices": tuple(choices) if choices else None,
                 "min": min, "max": max, "min_exclusive": min_exclusive, "max_exclusive": max_exclusive,
-                "same_as": same_as, "per_request": per_request}
+                "same_as": same_as, "per_request": per_request,
+                "ignored_when": {k: tuple(v) for k, v in (ignored_when or {}).items()},
+                "read_when": {k: tuple(v) for k, v in (read_when or {}).items()}, "instead": instead, "file": file}
     if isinstance(default, (list, dict)):
         value = default
         return field(default_factory=lambda: type(value)(value), metadata=metadata)
@@ -48,7 +57,9 @@ def setting_like(cls: type, name: str, default: Any, help: str | None = None) ->
     return setting(default, help=inherited["help"] if help is None else help, choices=inherited["choices"],
                    min=inherited["min"], max=inherited["max"], min_exclusive=inherited["min_exclusive"],
                    max_exclusive=inherited["max_exclusive"], same_as=inherited.get("same_as"),
-                   per_request=inherited.get("per_request", False))
+                   per_request=inherited.get("per_request", False), ignored_when=inherited.get("ignored_when"),
+                   read_when=inherited.get("read_when"), instead=inherited.get("instead", ""),
+                   file=inherited.get("file", False))
 
 
 class Settings:
@@ -138,6 +149,37 @@ def bounds_text(meta: Mapping[str, Any]) -> str:
     if low is not None:
         return f"{'>' if meta.get('min_exclusive') else '>='} {low:g}"
     return f"{'<' if meta.get('max_exclusive') else '<='} {high:g}"
+
+
+def unread_by(meta: Mapping[str, Any], section: Mapping[str, Any]) -> str:
+    """The other key's value under which a setting declared with ignored_when/read_when is not read
+    (`schedule = "inverse_sqrt"`), or "" when the section's values take the road that reads it."""
+    for key, values in meta.get("ignored_when", {}).items():
+        if key in section and section[key] in values:
+            return f"{key} = {shown(section[key])}"
+    for key, values in meta.get("read_when", {}).items():
+        if key in section and section[key] not in values:
+            return f"{key} = {shown(section[key])}"
+    return ""
+
+
+def road_keys(meta: Mapping[str, Any]) -> set[str]:
+    """The keys a setting's ignored_when/read_when declaration depends on."""
+    return {*meta.get("ignored_when", {}), *meta.get("read_when", {})}
+
+
+def default_of(f: dataclasses.Field) -> Any:
+    """A setting's declared default (MISSING when it has none)."""
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default
+
+
+def shown(value: Any) -> str:
+    """A value as a recipe writes it: "text" quoted, true/false, numbers as they are."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return f'"{value}"' if isinstance(value, str) else f"{value!r}"
 
 
 # ---------------------------------------------------------------- from a recipe's values

@@ -87,7 +87,7 @@ def test_training_with_a_hold_sees_only_short_sources_until_the_hold_ends(tmp_pa
 def test_a_start_without_steps_or_below_every_source_is_a_clear_error(tmp_path):
     with pytest.raises(UserError, match="curriculum_steps"):
         load_recipe(RECIPE, ["train.curriculum_start_len=3"])
-    with pytest.raises(UserError, match="curriculum_hold_steps = 5 holds a length curriculum that is off"):
+    with pytest.raises(UserError, match=r"hold_steps = 5 is not read with \[train\] curriculum_start_len = 0"):
         load_recipe(RECIPE, ["train.curriculum_hold_steps=5"])
     with pytest.raises(UserError, match="curriculum_start_len = 1 leaves no training pair"):
         Trainer(assemble(load_recipe(RECIPE, ["train.curriculum_start_len=1", "train.curriculum_steps=4"]),

@@ -180,11 +180,11 @@ def bench_module():
 @pytest.mark.parametrize("size", ["cpu", "paper"])
 def test_bench_builds_a_valid_recipe_for_every_model_and_task(size):
     bench = bench_module()
-    args = argparse.Namespace(offset_max=400, test_len=400, device="cpu", seed=1, set=["train.lr=0.002"])
+    args = argparse.Namespace(offset_max=400, test_len=400, device="cpu", seed=1, set=["train.lr_scale=0.5"])
     for task in bench.TASKS:
         for kind in bench.MODELS:
             recipe = bench.recipe_for(task, kind, bench.SIZES[size], args)
-            assert recipe.train.lr == 0.002  # --set comes last
+            assert recipe.train.lr_scale == 0.5  # --set comes last
             # every model keeps the recipe's position handling
             assert recipe.model.settings.source_bos is (task != "copy")
             assert recipe.model.settings.source_positions == ("backward" if task == "reverse" else "forward")

@@ -26,13 +26,15 @@ class AlgorithmicSettings(Settings):
     valid_size: int = setting(500, help="examples in the valid split", min=0)
     test_size: int = setting(500, help="examples in the test split", min=0)
     seed: int = setting(1234, help="data seed; each split draws from its own seed derived from this one")
-    lsb_first: bool = setting(False, help="addition: least-significant digit first (as tensor2tensor)")
+    lsb_first: bool = setting(False, help="addition: least-significant digit first (as tensor2tensor)",
+                              read_when={"kind": ("addition",)}, instead='only kind = "addition" has digits')
     operands: str = setting("separate", help="addition: separate = 'a + b' (tensor2tensor, the paper); "
                                              "paired = one token per digit position holding that digit of a "
                                              "and of b ('37': 3 and 7), the shorter number zero-padded, so the "
                                              "digits to add share a position (a length counts pairs; not the "
                                              "paper's task)",
-                            choices=("separate", "paired"))
+                            choices=("separate", "paired"), read_when={"kind": ("addition",)},
+                            instead='only kind = "addition" has operands')
 
     def validate(self) -> None:
         """Each split's longest source must hold its shortest one and the shortest source of the kind."""

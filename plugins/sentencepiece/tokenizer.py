@@ -1,4 +1,5 @@
-"""A SentencePiece tokenizer with the core's fixed special ids: pad 0, bos 1, eos 2, unk 3."""
+"""A SentencePiece tokenizer: one trained here has the ids pad 0, bos 1, eos 2, unk 3; a given model_file keeps its own
+(any ids, as long as all four pieces exist and pad, bos and eos differ)."""
 
 from __future__ import annotations
 

@@ -38,7 +38,9 @@ class CommonSettings(Settings):
     position_offsets: str = setting("shared", help="with position_offset_max: shared = one offset per pair for "
                                                    "source and target; independent = one each, so training also "
                                                    "sees source-target position distances beyond its lengths",
-                                    choices=("shared", "independent"))
+                                    choices=("shared", "independent"),
+                                    ignored_when={"position_offset_max": (0,)},
+                                    instead="set position_offset_max > 0 to draw offsets")
     source_positions: str = setting("forward", help="forward: source positions count up from the first token; "
                                                     "backward: they count down to the source's eos (0 there, "
                                                     "plus any offset), so the end of every source sits at the "
@@ -59,9 +61,11 @@ class CommonSettings(Settings):
                                        "this many characters (fastText; the entry lower-cased, in < >), so rare "
                                        "words share what their spelling says with common ones and an unknown-word "
                                        "class such as <unk-lc-ing> with the -ing words; 0 = off", min=0)
-    char_ngrams_min: int = setting(3, help="shortest character n-gram of char_ngrams", min=1)
+    char_ngrams_min: int = setting(3, help="shortest character n-gram of char_ngrams", min=1,
+                                   ignored_when={"char_ngrams": (0,)}, instead="set char_ngrams > 0 to turn them on")
     char_ngram_buckets: int = setting(16384, help="hash buckets (embedding rows) of the character n-grams",
-                                      min=1)
+                                      min=1, ignored_when={"char_ngrams": (0,)},
+                                      instead="set char_ngrams > 0 to turn them on")
     activation: str = setting("relu", help="activation of the feed-forward's inner layer: relu (paper), gelu (exact), "
                                            "gelu_tanh (its tanh approximation) or swish (x * sigmoid(x), "
                                            "Marian's)", choices=("relu", "gelu", "gelu_tanh", "swish"))
@@ -113,25 +117,32 @@ class TransformerSettings(CommonSettings):
         return {"max_positions"} if self.positions == "sinusoid" else set()
 
 
+# ACT's keys are read only with act = true (steps without it)
+_WITH_ACT = {"ignored_when": {"act": (False,)}, "instead": "set act = true for Adaptive Computation Time"}
+
+
 @dataclass
 class UniversalSettings(CommonSettings):
     """The Universal Transformer of Dehghani et al. 2019, with optional Adaptive Computation Time."""
 
-    steps: int = setting(6, help="recurrent depth steps T without ACT (one shared layer applied T times)", min=1)
+    steps: int = setting(6, help="recurrent depth steps T without ACT (one shared layer applied T times)", min=1,
+                         ignored_when={"act": (True,)}, instead="with ACT, act_max_steps bounds the depth")
     act: bool = setting(False, help="Adaptive Computation Time: each position decides when to stop (Graves 2016)")
-    act_max_steps: int = setting(8, help="most depth steps a position may take with ACT", min=1)
+    act_max_steps: int = setting(8, help="most depth steps a position may take with ACT", min=1, **_WITH_ACT)
     act_epsilon: float = setting(0.01, help="a position halts once its halting probabilities pass 1 - epsilon",
-                                 min=0.0, max=1.0, min_exclusive=True, max_exclusive=True)
+                                 min=0.0, max=1.0, min_exclusive=True, max_exclusive=True, **_WITH_ACT)
     act_loss_weight: float = setting(0.01, help="weight of the ponder cost (mean N + R) added to the loss "
-                                                "(0 = no ponder cost)", min=0.0)
-    act_halting_bias_init: float = setting(1.0, help="initial bias of the halting unit (higher halts sooner)")
+                                                "(0 = no ponder cost)", min=0.0, **_WITH_ACT)
+    act_halting_bias_init: float = setting(1.0, help="initial bias of the halting unit (higher halts sooner)",
+                                           **_WITH_ACT)
     timestep_signal: str = setting("sinusoid", help="depth-step signal added at each step: sinusoid of t, "
                                                     "or learned (one vector per step)",
                                    choices=("sinusoid", "learned"))
     transition: str = setting("ffn", help="transition function: ffn (position-wise) or sepconv "
                                           "(depthwise-separable convolution, causal in the decoder)",
                               choices=("ffn", "sepconv"))
-    conv_kernel: int = setting(3, help="kernel width of the sepconv transition", min=1)
+    conv_kernel: int = setting(3, help="kernel width of the sepconv transition", min=1,
+                               read_when={"transition": ("sepconv",)}, instead='set transition = "sepconv"')
 
     def decode_time_keys(self) -> set[str]:
         """Keys `seqxduce decode --set model.KEY=...` may change: the recurrence depth (the shared layer runs

@@ -9,21 +9,34 @@ from seqxduce.api import Settings, UserError, setting
 DATASETS = ("wmt14", "multi30k", "files")
 
 
+# the keys of one kind of dataset: the others name their files themselves
+_FILES = {"read_when": {"dataset": ("files",)}, "instead": "a downloaded dataset names its own files; use valid_set "
+                                                           "and test_set, or dataset = \"files\""}
+_DOWNLOADED = {"read_when": {"dataset": ("wmt14", "multi30k")},
+               "instead": "the files dataset reads <data_dir>/<prefix>.<lang>: use train_prefix, valid_prefix and "
+                          "test_prefix"}
+
+
 @dataclass
 class TranslationSettings(Settings):
     dataset: str = setting("files", help="wmt14, multi30k (both download themselves) or files (your own text)",
                            choices=DATASETS)
     src_lang: str = setting("en", help="source language code; also the suffix of the source files")
     tgt_lang: str = setting("de", help="target language code; also the suffix of the target files")
-    train_prefix: str = setting("train", help="files dataset: training text is <data_dir>/<prefix>.<lang>")
-    valid_prefix: str = setting("valid", help="files dataset: validation text is <data_dir>/<prefix>.<lang>")
-    test_prefix: str = setting("test", help="files dataset: test text is <data_dir>/<prefix>.<lang>")
+    train_prefix: str = setting("train", help="files dataset: training text is <data_dir>/<prefix>.<lang>",
+                                **_FILES)
+    valid_prefix: str = setting("valid", help="files dataset: validation text is <data_dir>/<prefix>.<lang>",
+                                **_FILES)
+    test_prefix: str = setting("test", help="files dataset: test text is <data_dir>/<prefix>.<lang>", **_FILES)
     valid_set: str = setting("", help="wmt14: a sacrebleu test set (default wmt13 = newstest2013); "
-                                      "multi30k: a split file name (default val)")
+                                      "multi30k: a split file name (default val)", **_DOWNLOADED)
     test_set: str = setting("", help="wmt14: a sacrebleu test set (default wmt14/full = newstest2014, 3003 "
-                                     "lines); multi30k: test_2016_flickr (default), test_2017_flickr, ...")
+                                     "lines); multi30k: test_2016_flickr (default), test_2017_flickr, ...",
+                             **_DOWNLOADED)
     corpora: list[str] = setting([], help="wmt14: training corpora to use (default all of the paper's: "
-                                          "europarl, commoncrawl, news-commentary, and un, giga for en-fr)")
+                                          "europarl, commoncrawl, news-commentary, and un, giga for en-fr)",
+                                  read_when={"dataset": ("wmt14",)}, instead="the multi30k and files datasets have "
+                                                                             "one training corpus")
     more_references: list[str] = setting([], help="files dataset: further reference translations of the test "
                                                   "split, file names under data_dir (one line per test line); "
                                                   "BLEU and chrF score all references as sacreBLEU does")

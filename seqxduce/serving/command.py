@@ -70,7 +70,8 @@ def public_info(info: dict[str, Any], verbose: bool) -> dict[str, Any]:
 
 @click.command("serve")
 @click.argument("run", metavar="RUN", type=click.Path(path_type=Path))
-@click.option("--checkpoint", help="which of the run's checkpoints: best, average, last or a file (as decode; "
+@click.option("--checkpoint", metavar="best|average|last|PATH",
+              help="which of the run's checkpoints: best, average, last or a file (as decode; "
               "default the average if any, else the newest)")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="address to listen on (keep 127.0.0.1 behind a reverse proxy; see the README's Serve section)")

@@ -37,7 +37,8 @@ def learning_rate(settings: TrainSettings, step: int, d_model: int | None) -> fl
         return decayed_lr(step, settings.lr, settings.lr_floor, settings.warmup_steps, settings.max_steps,
                           settings.schedule)
     if not d_model:
-        raise UserError("[train] schedule = \"inverse_sqrt\" needs the model's d_model; set schedule = \"constant\"")
+        raise UserError("[train] schedule = \"inverse_sqrt\" needs the model's d_model; set schedule = \"constant\", "
+                        "\"cosine\" or \"linear\" (with lr)")
     return inverse_sqrt_lr(step, d_model, settings.warmup_steps, settings.lr_scale)
 
 

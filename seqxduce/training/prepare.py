@@ -13,6 +13,7 @@ else by the text of their examples."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import multiprocessing
@@ -117,8 +118,21 @@ def limits(recipe: Recipe) -> tuple[int, int]:
 def prepared_folder(recipe: Recipe, fingerprint: str, root: Path | None = None) -> Path:
     """The folder of a new run's dataset and tokenizers: keyed by the data, [task], [tokenizer] and the limits."""
     resolved = recipe.resolved()
-    key = _key(fingerprint, resolved["task"], resolved["tokenizer"], limits(recipe))
+    files = _file_digests(recipe)  # a part only when there are files: the other datasets keep their keys
+    key = _key(fingerprint, resolved["task"], resolved["tokenizer"], *([files] if files else []), limits(recipe))
     return (root or cache_root()) / f"prepared-{key}"
+
+
+def _file_digests(recipe: Recipe) -> dict[str, str]:
+    """The digest of each file a [tokenizer] setting names (declared setting(file=True): a model_file), so that a
+    model replaced at the same path makes a new dataset; a file not there is left to the tokenizer to refuse."""
+    settings = recipe.tokenizer.settings
+    found = {}
+    for f in dataclasses.fields(settings) if dataclasses.is_dataclass(settings) else ():
+        path = Path(str(getattr(settings, f.name))).expanduser()
+        if f.metadata.get("file") and getattr(settings, f.name) and path.is_file():
+            found[f.name] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
 
 
 def tokens_folder(recipe: Recipe, fingerprint: str, tokenizer_files: Sequence[Path], tokenizers: components.Tokenizers,

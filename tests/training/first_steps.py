@@ -3,9 +3,12 @@
 as float.hex), and at the end a digest of the weights. A change of the data path (how pairs are read, batched,
 sharded) must leave them bit for bit as they were.
 
-Recorded from the code at 80e374f (before the binarized dataset), on this repository's CPU machine, with
+Recorded from the code at 80e374f (before the binarized dataset), on this repository's CPU machine then (a Xeon
+with AMX), with
     python -m tests.training.first_steps --write
-which writes tests/fixtures/first_steps/*.json; tests/training/test_first_steps.py trains again and compares."""
+which writes tests/fixtures/first_steps/*.json, with the kind of CPU that made them (cpu_kind());
+tests/training/test_first_steps.py trains again and compares: the batches exactly and the losses within rounding on
+every CPU, bit for bit on the kind that recorded them (another kind's kernels sum in another order)."""
 
 from __future__ import annotations
 
@@ -38,6 +41,17 @@ def cases(shared: Path) -> dict[str, tuple[Path, list[str]]]:
                       # is compared is the data path, not the recipe's learning rate
                       "train.schedule=inverse_sqrt", "train.lr_scale=0.5"]),
     }
+
+
+def cpu_kind() -> str:
+    """What decides the float kernels torch runs here: its CPU capability (AVX2, AVX512, ...; ATEN_CPU_CAPABILITY
+    lowers it), AMX tiles, and the environment variables that cap MKL's and oneDNN's instruction sets."""
+    kind = torch.backends.cpu.get_cpu_capability()
+    if getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)():
+        kind += "+AMX"
+    caps = [f"{name}={os.environ[name]}" for name in ("MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
+            if os.environ.get(name)]
+    return " ".join([kind, *caps])
 
 
 def _digest(*tensors: torch.Tensor) -> str:
@@ -91,6 +105,7 @@ def main() -> None:
         print(name, figures["weights"], figures["steps"][-1])
         if args.write:
             FIXTURES.mkdir(parents=True, exist_ok=True)
+            figures["cpu"] = cpu_kind()
             (FIXTURES / f"{name}.json").write_text(json.dumps(figures, indent=0) + "\n")
 
 

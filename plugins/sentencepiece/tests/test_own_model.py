@@ -94,3 +94,16 @@ def test_a_size_mismatch_and_a_model_without_pad_are_refused(tmp_path: Path) -> 
     plain = _model(tmp_path / "plain.model", 30)  # spm_train's defaults: no pad piece
     result = _train(_recipe(tmp_path, f'model_file = "{plain}"\nvocab_size = 30'), tmp_path / "run2")
     assert result.exit_code == 1 and "no pad piece" in result.output
+
+
+def test_a_model_replaced_at_the_same_path_is_prepared_anew(tmp_path: Path) -> None:
+    # the prepared training data (tokenizers and ids) are keyed by the model file's bytes, not its path
+    own = _model(tmp_path / "own.model", 30, pad_id=3, unk_id=0, bos_id=1, eos_id=2)
+    recipe = _recipe(tmp_path, f'model_file = "{own}"\nvocab_size = 30')
+    assert _train(recipe, tmp_path / "first").exit_code == 0
+    replaced = _model(tmp_path / "other.model", 30, pad_id=0, unk_id=1, bos_id=2, eos_id=3).read_bytes()
+    assert replaced != own.read_bytes()
+    own.write_bytes(replaced)
+    result = _train(recipe, tmp_path / "second")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "second" / "tokenizer.model").read_bytes() == replaced

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from seqxduce_sentencepiece import build_sentencepiece
 from seqxduce_sentencepiece.settings import SentencePieceSettings
 
+import seqxduce
 from seqxduce.api import UserError
 from seqxduce.cli import add_plugin_commands
 
@@ -86,13 +87,22 @@ def test_samples_do_not_depend_on_the_thread_or_on_sampling_beside_them(saved):
     (dict(model_type="word", sample_alpha=0.1), r"\[tokenizer\] sample_alpha = 0.1: a word model .*model_type"),
     (dict(model_type="bpe", sample_alpha=1.0), r"\[tokenizer\] sample_alpha = 1 drops every BPE merge"),
     (dict(model_type="unigram", sample_alpha=0.1, sample_nbest=1), r"\[tokenizer\] sample_nbest = 1 .*-1"),
-    (dict(model_type="bpe", sample_alpha=0.1, sample_nbest=8), r"sample_nbest = 8 applies to unigram sampling"),
-    (dict(model_type="unigram", sample_nbest=8), r"sample_nbest = 8 applies to unigram sampling"),
     (dict(sample_alpha=-0.1), r"sample_alpha = -0.1 is out of range"),
 ])
 def test_bad_settings_are_refused(settings, message):
     with pytest.raises(UserError, match=message):
         SentencePieceSettings(**settings)
+
+
+@pytest.mark.parametrize("sets, road", [
+    (["tokenizer.model_type=bpe", "tokenizer.sample_alpha=0.1"], 'model_type = "bpe"'),
+    (["tokenizer.model_type=unigram"], "sample_alpha = 0.0"),
+])
+def test_sample_nbest_without_unigram_sampling_is_refused_as_unread(sets, road, tmp_path):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(RECIPE)
+    with pytest.raises(UserError, match=rf"^--set tokenizer.sample_nbest = 8 is not read with \[tokenizer\] {road}"):
+        seqxduce.load_recipe(recipe, [*sets, "tokenizer.sample_nbest=8"])
 
 
 RECIPE = """
