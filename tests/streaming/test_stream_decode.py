@@ -49,7 +49,8 @@ def test_a_streamed_decode_writes_what_decoding_the_whole_input_at_once_gives(tr
     assert not partial_path(out).exists() and not record_path(out).exists()
 
 
-def test_buffers_number_n_best_lines_and_prefixes_by_their_place_in_the_whole_input(trained_copy_run: Path, tmp_path: Path):
+def test_buffers_number_n_best_lines_and_prefixes_by_their_place_in_the_whole_input(
+        trained_copy_run: Path, tmp_path: Path):
     lines = sources(300, seed=1)
     prefixes = ["" if i % 3 else lines[i].split()[-1] for i in range(len(lines))]
     given, prefix_file = write(tmp_path / "in.txt", lines), write(tmp_path / "prefix.txt", prefixes)
@@ -94,7 +95,8 @@ def test_progress_goes_to_a_log_file_as_plain_lines(trained_copy_run: Path, tmp_
     assert progress[-1].startswith("decode: 600/600 lines (100.0%)")
 
 
-def test_a_complete_output_is_left_as_it_is_and_a_stopped_one_is_not_overwritten(trained_copy_run: Path, tmp_path: Path):
+def test_a_complete_output_is_left_as_it_is_and_a_stopped_one_is_not_overwritten(
+        trained_copy_run: Path, tmp_path: Path):
     given, out = write(tmp_path / "in.txt", sources(50, seed=4)), tmp_path / "out.txt"
     assert invoke("decode", trained_copy_run, "--input", given, "-o", out, "--resume").exit_code == 0  # a first start
     before = out.read_bytes()
@@ -128,7 +130,8 @@ def _kill_and_resume(trained_copy_run: Path, tmp_path: Path, given: Path, out: P
 
 
 @pytest.mark.slow
-def test_a_decode_killed_or_stopped_anywhere_then_resumed_equals_one_never_stopped(trained_copy_run: Path, tmp_path: Path):
+def test_a_decode_killed_or_stopped_anywhere_then_resumed_equals_one_never_stopped(
+        trained_copy_run: Path, tmp_path: Path):
     given = write(tmp_path / "in.txt", sources(2500, seed=5))
     whole = tmp_path / "whole.txt"
     finished = run("decode", trained_copy_run, "--input", given, "-o", whole, "--buffer-size", "64")
