@@ -26,6 +26,7 @@ from seqxduce.engine import (
     attention,
     average,
     decode,
+    decode_file,
     decode_split,
     evaluate,
     export_run,
@@ -36,6 +37,7 @@ from seqxduce.engine import (
     prepare,
     recipe_cost,
     score,
+    score_file,
     serve,
     train,
 )
@@ -48,5 +50,6 @@ __all__ = [
     "Report", "Settings", "StepConstraint", "Task", "Tokenizer", "TrainingStopped", "UserError", "VocabInfo",
     "setting", "hookimpl",
     "train", "decode", "decode_split", "evaluate", "average", "load_recipe", "prepare",
-    "info", "plot", "attention", "recipe_cost", "score", "export_run", "serve", "import_model",
+    "info", "plot", "attention", "recipe_cost", "score", "export_run", "serve", "import_model", "decode_file",
+    "score_file",
 ]

@@ -13,7 +13,8 @@ keys its recipe has). A comment on the line before a block steers it:
     <!-- doc-test: setup marian DIR -->       before the block, DIR gets a tiny Marian model in the Hugging Face
                                               format (as an OPUS-MT download), over the parallel-text words
 
-Lines of other programs (pip, ruff, pytest, torchrun) are not run.
+`cat FILE... > OUT` lines run too (the back-translation section joins files with them); lines of other programs
+(pip, ruff, pytest, torchrun) are not run.
 """
 
 from __future__ import annotations
@@ -116,6 +117,8 @@ def runnable(command: list[str]) -> bool:
         return True
     if command[0] in ("python", "python3") and command[1:2] == ["-c"]:
         return True
+    if command[0] == "cat" and command[-2:-1] == [">"]:
+        return True
     return command[0] == "echo" and "|" in command and command[command.index("|") + 1] == "seqxduce"
 
 
@@ -159,6 +162,8 @@ def setup(kind_and_dir: str, cwd: Path) -> None:
         for split, chosen in (("train", pairs * 3), ("valid", pairs[:6]), ("test", pairs[6:12])):
             (where / f"{split}.en").write_text("".join(s + "\n" for s, _ in chosen), encoding="utf-8")
             (where / f"{split}.de").write_text("".join(t + "\n" for _, t in chosen), encoding="utf-8")
+        # German text without translations, for the back-translation section
+        (where / "mono.de").write_text("".join(t + "\n" for _, t in reversed(pairs)), encoding="utf-8")
     elif kind == "treebank":
         trees = ["(S (NP (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat)))) (. .))",
                  "(S (NP (DT A) (NN dog)) (VP (VBD ran)) (. .))",
@@ -183,6 +188,10 @@ def run(command: list[str], cwd: Path, where: Block) -> None:
     args = command[1:]
     if command[0] == "seqxduce" and args and args[0] in ("train", "prepare"):  # prepare: the tokenizer train keys
         args = tiny(args, cwd)
+    if command[0] == "cat":  # `cat A B > C`, as the shell would
+        out = cwd / command[-1]
+        out.write_bytes(b"".join((cwd / name).read_bytes() for name in command[1:-2]))
+        return
     previous = Path.cwd()
     os.chdir(cwd)
     try:

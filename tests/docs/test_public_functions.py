@@ -24,7 +24,8 @@ RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
 def test_the_package_offers_a_function_per_command_without_importing_torch():
     code = ("import sys, seqxduce; names = ['train', 'decode', 'decode_split', 'evaluate', 'average', 'prepare', "
-            "'load_recipe', 'info', 'plot', 'attention', 'recipe_cost', 'score', 'export_run', 'serve']; "
+            "'load_recipe', 'info', 'plot', 'attention', 'recipe_cost', 'score', 'export_run', 'serve', "
+            "'decode_file', 'score_file']; "
             "assert all(callable(getattr(seqxduce, n)) for n in names); assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -102,3 +103,17 @@ def test_serve_serves_with_the_options_given_until_sigterm(tiny_run):
         if server.poll() is None:
             server.kill()
             server.wait()
+
+
+def test_decode_file_and_score_file_write_what_the_commands_write(tiny_run, tmp_path):
+    sources, targets = ["1 2 3", "4 5", "6"], ["3 2 1", "5 4", "6"]
+    (tmp_path / "src").write_text("".join(f"{s}\n" for s in sources), encoding="utf-8")
+    (tmp_path / "tgt").write_text("".join(f"{t}\n" for t in targets), encoding="utf-8")
+    done = seqxduce.decode_file(tiny_run, tmp_path / "src", tmp_path / "out", resume=True)
+    assert (done.done, done.new) == (3, 3)
+    assert (tmp_path / "out").read_text().splitlines() == [o.text for o in seqxduce.decode(tiny_run, sources)]
+    assert seqxduce.decode_file(tiny_run, tmp_path / "src", tmp_path / "out", resume=True).complete_already
+    seqxduce.score_file(tiny_run, tmp_path / "src", tmp_path / "tgt", tmp_path / "scores")
+    result = CliRunner().invoke(cli, ["score", str(tiny_run), "--source", str(tmp_path / "src"), "--target",
+                                      str(tmp_path / "tgt")])
+    assert result.exit_code == 0 and result.stdout == (tmp_path / "scores").read_text()
