@@ -396,9 +396,11 @@ def _checkpoint_files(loaded: LoadedRun) -> list[Path]:
 
 
 def _say(message: str) -> None:
+    """A note on stderr, from one process only under torchrun (rank 0)."""
     from seqxduce.console import console
 
-    console.print(message, markup=False, highlight=False)
+    if os.environ.get("RANK", "0") == "0":
+        console.print(message, markup=False, highlight=False)
 
 
 def score_file(run: str | Path, source_file: str | Path, target_file: str | Path, output: str | Path | None = None,
