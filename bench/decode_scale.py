@@ -121,7 +121,15 @@ def before(commit: str, run: str, given: Path, out: Path, sets: list[str], work:
     code = ("import sys; sys.argv = ['seqxduce'] + sys.argv[1:]; from seqxduce.cli import main; main()")
     command = [sys.executable, "-c", code, "decode", run, "--input", str(given), "-o", str(out),
                *[a for s in sets for a in ("--set", s)]]
-    env = {**os.environ, "PYTHONPATH": f"{tree}:{tree / 'plugins'}"}
+    # the built-in plugins are installed under other names (seqxduce_transformer is plugins/transformer): links
+    # by those names put the old tree's plugins first on the path, before the installed ones
+    shim = work / f"plugins-{commit}"
+    shim.mkdir(exist_ok=True)
+    for plugin in (tree / "plugins").iterdir():
+        link = shim / f"seqxduce_{plugin.name}"
+        if (plugin / "__init__.py").exists() and not link.exists():
+            link.symlink_to(plugin)
+    env = {**os.environ, "PYTHONPATH": f"{tree}:{shim}"}
     try:
         return measure(command, env, out, cwd=tree)
     finally:
@@ -172,6 +180,11 @@ def main(argv: list[str] | None = None) -> int:
         native = [m for m in outputs if not m.startswith("ct2") and m != "before"]
         same = len({outputs[m].read_bytes() for m in native}) <= 1
         print(f"{'':>9} outputs of {', '.join(native)}: {'identical' if same else 'DIFFER'}", flush=True)
+        if "before" in outputs and native:  # the code before sorted the whole input: other batches, same texts?
+            ours, theirs = outputs[native[0]].read_text().splitlines(), outputs["before"].read_text().splitlines()
+            equal = sum(a == b for a, b in zip(ours, theirs))
+            print(f"{'':>9} {native[0]} against {args.code_at[:9]}: {equal:,} of {len(theirs):,} lines equal",
+                  flush=True)
     return 0
 
 

@@ -119,3 +119,18 @@ def test_stream_writes_every_piece_in_order_and_counts_them(tmp_path: Path):
     files.finish()
     assert done == 10 and (tmp_path / "o.txt").read_text() == "".join(f"S{i}\n" for i in range(10))
     assert json.loads(json.dumps({"ok": True}))  # the record is JSON (read back by the resume above)
+
+
+def test_what_a_split_keeps_for_its_metric_is_read_back_by_a_resume_and_then_removed(tmp_path: Path):
+    files = OutputFiles({"output": tmp_path / "test.hyp"}, {}, keep=True)
+    files.open(resume=False)
+    files.write(Piece(0, 2, {"output": ["a", "b"]}, kept=[{"text": "a", "figures": {}},
+                                                          {"text": "b", "figures": {"invalid": 1.0}}]))
+    files.close()
+    again = OutputFiles({"output": tmp_path / "test.hyp"}, {}, keep=True)
+    assert again.open(resume=True)
+    assert again.kept == [{"text": "a", "figures": {}}, {"text": "b", "figures": {"invalid": 1.0}}]
+    again.write(Piece(2, 1, {"output": ["c"]}, kept=[{"text": "c", "figures": {}}]))
+    again.finish()
+    assert (tmp_path / "test.hyp").read_text() == "a\nb\nc\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["test.hyp"]  # no partial, record or kept file left
