@@ -29,7 +29,7 @@ import torch
 
 from seqxduce.api import ImportedModel, Importer, UserError
 
-from .config import check_special_ids, model_settings
+from .config import check_special_ids, inert_note, model_settings
 from .generation import decode_settings
 from .tokenizer import EOS, PAD, read_vocab
 from .weights import read_weights
@@ -98,6 +98,7 @@ class MarianImporter(Importer):
         }
         notes.insert(0, f"read {weights_file}: {sum(t.numel() for t in weights.values() if t is not None):,} "
                         f"values in {len(tensors)} tensors")
+        notes += [note for note in (inert_note(config),) if note]
         return ImportedModel(recipe=recipe, tokenizers=tokenizers, weights=weights, notes=notes)
 
 

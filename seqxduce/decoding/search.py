@@ -204,12 +204,16 @@ class _StepScores:
 def _next_logprobs(model: Model, last: torch.Tensor, memory, cache, request: DecodeRequest,
                    constraint: StepConstraint | None, step: int, limits: torch.Tensor, min_len: int,
                    shortest: int, prefixes: _Prefixes | None = None, sources: torch.Tensor | None = None,
-                   free_eos: bool = False, share: int = 1) -> tuple[_StepScores, object]:
+                   free_eos: bool = False, share: int = 1, renormalize: bool = False) -> tuple[_StepScores, object]:
     """One decoder step: float32 log-probs (N, V) with the target prefix, the constraint, specials and length
     limits applied (`shortest`: see _force_length; `sources`: the source of each row, for the prefixes), as
-    _StepScores (`share`: see there)."""
+    _StepScores (`share`: see there). renormalize: the model's log-probs renormalized once specials are banned
+    (Hugging Face's renormalize_logits), before the prefix and the limits pick among them."""
     logprobs, cache = model.step(last, memory, cache)
     logprobs = logprobs.float()
+    if renormalize:
+        _forbid_specials(logprobs, request)
+        logprobs = logprobs.log_softmax(dim=-1)
     if prefixes is not None and sources is not None:
         logprobs = prefixes.force(logprobs, step, sources)
     if constraint is not None:
@@ -315,6 +319,7 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
     shortest = shortest_limit(request, settings.max_len_a, settings.max_len_b)
     form = settings.length_penalty
     free_eos = settings.limit_eos == "free"
+    renormalize = settings.renormalize
     penalties = _Penalties(request, settings.max_len_a, settings.max_len_b, alpha, form)
     memory = model.encode(request.src)
     # row r of the search batch belongs to source alive[r // beam]
@@ -345,7 +350,7 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
         row_limits = src_limits.unsqueeze(1).expand(n_alive, beam // sharing).reshape(-1)
         row_sources = alive.repeat_interleave(beam // sharing) if prefixes.width > step else None
         found, cache = _next_logprobs(model, last, memory, cache, request, constraint, step, row_limits, min_len,
-                                      shortest, prefixes, row_sources, free_eos, sharing)
+                                      shortest, prefixes, row_sources, free_eos, sharing, renormalize)
         vocab = found.values.size(-1)
         # 2*beam candidates always hold at least beam that do not end in eos (one eos per row at most). No
         # row gives more than 2*beam of a source's best 2*beam, so each row's best 2*beam tokens are taken
