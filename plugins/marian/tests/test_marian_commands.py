@@ -219,3 +219,30 @@ def test_a_2020_layout_folder_imports(marian_folder: Path, tmp_path: Path) -> No
     assert "_num_labels" in output and "output_past" in output
     decode = seqxduce.engine.load_run(tmp_path / "run").recipe.decode.settings
     assert (decode.beam, decode.max_len_b, decode.renormalize) == (6, 510, False)
+
+
+def _refusal(folder: Path, out: Path) -> str:
+    result = _invoke("import", folder, "--from", "marian", "-o", out)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    return result.output.strip()
+
+
+def test_refusals_name_the_users_files_and_fix(marian_folder: Path, marian_run: Path, tmp_path: Path) -> None:
+    """A damaged source.spm is named where it is (not as a temporary copy); a config.json that disagrees with the
+    weights' shapes is the folder's fault, not a plugin's bug; importing over a run suggests what import can do."""
+    folder = _copy(marian_folder, tmp_path)
+    (folder / "source.spm").write_bytes(b"not a sentencepiece model")
+    line = _refusal(folder, tmp_path / "a")
+    assert line.startswith(f"Error: {folder / 'source.spm'}: not a SentencePiece model")
+    assert "seqxduce-import" not in line
+
+    folder = _copy(marian_folder, tmp_path / "b")
+    config = json.loads((folder / "config.json").read_text())
+    config.update(encoder_ffn_dim=2 * config["encoder_ffn_dim"], decoder_ffn_dim=2 * config["decoder_ffn_dim"])
+    (folder / "config.json").write_text(json.dumps(config))
+    line = _refusal(folder, tmp_path / "c")
+    assert "config.json" in line and "fc1" in line and "different models" in line and "report" not in line
+
+    line = _refusal(marian_folder, marian_run)
+    assert "--overwrite" in line and "--resume" not in line
