@@ -25,6 +25,19 @@ def sentences(count: int, seed: int = 0, longest: int = 9) -> list[str]:
     return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, longest))) for _ in range(count)]
 
 
+def target_prefixes(sources: list[str], seed: int = 1) -> list[str]:
+    """A target prefix per source, for the prefix tests and the parity benchmark: a third none, a third the word
+    the tiny model's output starts with (it reverses the words), a third one or two words that are not in the
+    source at all, which the model finds unlikely."""
+    rng = random.Random(seed)
+    prefixes = []
+    for i, source in enumerate(sources):
+        words = source.split()
+        absent = [w for w in WORDS if w not in words]
+        prefixes.append(["", words[-1], " ".join(rng.sample(absent, rng.randint(1, 2)))][i % 3])
+    return prefixes
+
+
 def build_tiny_marian(folder: Path, seed: int = 0, d_model: int = 32, layers: int = 2, heads: int = 4,
                       d_ff: int = 64, activation: str = "swish", shared: bool = True, bias_scale: float = 0.5,
                       train_steps: int = 150, text: list[str] | None = None, pieces: int = 40,

@@ -103,19 +103,11 @@ def test_serve_takes_a_prefix_per_input(marian_run: Path, tmp_path: Path) -> Non
 
 
 def _ranked_sources(count: int) -> tuple[list[str], list[str]]:
-    """Sources with target prefixes: a third none, a third the word the model's output starts with (it reverses
-    the words), a third one or two words that are not in the source at all, which the model finds unlikely."""
-    import random
+    """Sources with target prefixes (seqxduce_marian.testing.target_prefixes: every third an unlikely one)."""
+    from seqxduce_marian.testing import sentences, target_prefixes
 
-    from seqxduce_marian.testing import WORDS, sentences
-
-    rng = random.Random(1)
-    sources, prefixes = sentences(count, seed=5), []
-    for i, source in enumerate(sources):
-        words = source.split()
-        absent = [w for w in WORDS if w not in words]
-        prefixes.append(["", words[-1], " ".join(rng.sample(absent, rng.randint(1, 2)))][i % 3])
-    return sources, prefixes
+    sources = sentences(count, seed=5)
+    return sources, target_prefixes(sources)
 
 
 RANKED = 150  # sources of the ranking tests
