@@ -319,7 +319,7 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
     shortest = shortest_limit(request, settings.max_len_a, settings.max_len_b)
     form = settings.length_penalty
     free_eos = settings.limit_eos == "free"
-    renormalize = settings.renormalize
+    renormalize = getattr(settings, "renormalize", False)  # settings made before the key (a plugin's own) lack it
     penalties = _Penalties(request, settings.max_len_a, settings.max_len_b, alpha, form)
     memory = model.encode(request.src)
     # row r of the search batch belongs to source alive[r // beam]
