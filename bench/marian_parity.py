@@ -1,7 +1,7 @@
 """Parity of an imported Marian model, three ways: with Hugging Face's generate(), with CTranslate2's own converter,
 and fine-tuning it (the loss on new text falls; a resumed fine-tuning is bit-exact).
 
-    python bench/marian_parity.py [--model DIR] [--sources 300] [--max-new-tokens 30]
+    python bench/marian_parity.py [--model DIR] [--sources 300] [--max-new-tokens 30] [--skip-fine-tuning]
 
 Without --model it builds the tests' tiny MarianMTModel (seqxduce_marian.testing: SentencePiece models trained on
 generated sentences, a few training steps on reversing them, a random final_logits_bias) in a temporary folder;
@@ -13,8 +13,16 @@ with --model it takes a Marian folder in the Hugging Face format (an OPUS-MT dow
    its forced eos at that limit as decode.limit_eos = "free", early_stopping = "never" for the exact search
    seqxduce runs): equal outputs, and the largest difference of their log-probabilities (teacher-forced by
    Hugging Face, eos included; for outputs that reach the limit, generate's own forced eos is free);
+   The same with target prefixes (seqxduce_marian.testing.target_prefixes: a third none, a third the word the
+   output starts with, a third one or two words absent from the source, which the model finds unlikely), given to
+   generate() as decoder_input_ids = [<pad>] + prefix with the limit counting the prefix, as an imported
+   max_length does: equal outputs over all rows and over the unlikely-prefix rows, the largest difference of the
+   scores (generate's sequences_scores: what follows the prefix, over that part's length) and the mean output
+   length of both;
 2. `seqxduce export --to ctranslate2` of the import against ct2-transformers-converter of the folder: equal
-   outputs (as pieces) under greedy and beam 4;
+   outputs (as pieces) under greedy and beam 4; and seqxduce's beam 4 (no length penalty) with the prefixes above
+   against translate_batch(target_prefix=...) of the converter's model, over the rows whose output goes on past
+   its prefix (CTranslate2 never ends an output right after its prefix);
 3. fine-tuning the import on a copying task it was not trained for (the tests' generated sentences): the
    summed log-probability of 40 held-out pairs before and after 12 steps, and whether 6 steps + --resume to 12
    equal 12 in one go, tensor by tensor.
@@ -73,6 +81,66 @@ def generate_parity(folder: Path, run: Path, sources: list[str], max_new: int) -
         rows.append(f"| generate() | {search} | {same}/{len(sources)} ({100 * same / len(sources):.1f}%) "
                     f"| {gap:.1e}{'' if beam == 1 else f' ({len(equal)} ending before the limit)'} |")
     return rows
+
+
+def prefix_parity(folder: Path, run: Path, sources: list[str], max_new: int) -> list[str]:
+    """Rows of part 1 with target prefixes."""
+    from seqxduce_marian.testing import hf_generate, target_prefixes
+
+    import seqxduce
+    from seqxduce.decoding.decode import encode_prefixes
+
+    prefixes = target_prefixes(sources)
+    rows = []
+    for beam, penalty in ((1, 0.0), (4, 1.0)):
+        overrides = ["decode.max_len_a=0", f"decode.max_len_b={max_new - 1}"]
+        overrides += (["decode.name=greedy"] if beam == 1 else
+                      ["decode.name=beam", f"decode.beam={beam}", f"decode.alpha={penalty}",
+                       "decode.length_penalty=power", "decode.limit_eos=free", "decode.early_stop=false"])
+        loaded = seqxduce.engine.load_run(run, overrides)
+        src, tgt = loaded.tokenizers.src, loaded.tokenizers.tgt
+        prefix_ids = encode_prefixes(tgt, prefixes, "prefix ")
+        reference = hf_generate(folder, [src.encode(s) + [src.eos_id] for s in sources], beam, max_new,
+                                length_penalty=penalty, prefixes=prefix_ids)
+        hyps = [o.nbest[0][1] for o in seqxduce.engine.decode(loaded, sources, prefixes=prefixes)]
+        same = [h.tokens == ref[0] for h, ref in zip(hyps, reference)]
+        unlikely = same[2::3]
+        gap = max((abs(h.score - ref[2]) for h, ref, s in zip(hyps, reference, same) if s and ref[2] is not None),
+                  default=float("nan"))
+        ours_len = sum(len(h.tokens) for h in hyps) / len(hyps)
+        theirs_len = sum(len(ref[0]) for ref in reference) / len(reference)
+        search = "greedy" if beam == 1 else f"beam {beam}, length_penalty {penalty:g}"
+        rows.append(f"| generate(decoder_input_ids) | {search}, target prefixes | {sum(same)}/{len(sources)} "
+                    f"({100 * sum(same) / len(sources):.1f}%); unlikely prefixes {sum(unlikely)}/{len(unlikely)}; "
+                    f"mean output {ours_len:.1f} tokens (generate {theirs_len:.1f}) | "
+                    f"{'-' if beam == 1 else f'{gap:.1e} (scores)'} |")
+    return rows
+
+
+def ctranslate2_prefix_parity(run: Path, sources: list[str], max_new: int, work: Path) -> str:
+    """The target_prefix row of part 2 (after ctranslate2_parity converted the folder into work / "theirs")."""
+    import ctranslate2
+    from seqxduce_marian.testing import target_prefixes
+
+    import seqxduce
+    from seqxduce.decoding.decode import encode_prefixes
+
+    prefixes = target_prefixes(sources)
+    loaded = seqxduce.engine.load_run(run, ["decode.max_len_a=0", f"decode.max_len_b={max_new - 1}",
+                                            "decode.alpha=0", "decode.beam=4"])
+    src, tgt = loaded.tokenizers.src, loaded.tokenizers.tgt
+    prefix_ids = encode_prefixes(tgt, prefixes, "prefix ")
+    found = ctranslate2.Translator(str(work / "theirs")).translate_batch(
+        [[src.id_to_token(i) for i in src.encode(s)] + ["</s>"] for s in sources],
+        target_prefix=[[tgt.id_to_token(i) for i in p] for p in prefix_ids], beam_size=4, length_penalty=0.0,
+        max_decoding_length=max_new, min_decoding_length=0)
+    ours = [o.nbest[0][1].tokens for o in seqxduce.engine.decode(loaded, sources, prefixes=prefixes)]
+    going_on = [([tgt.id_to_token(i) for i in o], f.hypotheses[0]) for o, f, p in zip(ours, found, prefix_ids)
+                if len(o) > len(p)]
+    same = sum(a == b for a, b in going_on)
+    return (f"| translate_batch(target_prefix), converter's model | beam 4, no length penalty, target prefixes "
+            f"| {same}/{len(going_on)} ({100 * same / max(len(going_on), 1):.1f}%) of the outputs that go on past "
+            f"their prefix ({len(sources) - len(going_on)} end right after it) | |")
 
 
 def ctranslate2_parity(folder: Path, run: Path, sources: list[str], max_new: int, work: Path) -> list[str]:
@@ -139,6 +207,7 @@ def main() -> None:
     parser.add_argument("--model", type=Path, help="a Marian folder in the Hugging Face format (default: the tiny one)")
     parser.add_argument("--sources", type=int, default=300)
     parser.add_argument("--max-new-tokens", type=int, default=30)
+    parser.add_argument("--skip-fine-tuning", action="store_true", help="print parts 1 and 2 only")
     args = parser.parse_args()
     from seqxduce_marian.testing import build_tiny_marian, sentences
 
@@ -153,10 +222,14 @@ def main() -> None:
         print("|---|---|---|---|")
         for row in generate_parity(folder, run, sources, args.max_new_tokens):
             print(row, flush=True)
+        for row in prefix_parity(folder, run, sources, args.max_new_tokens):
+            print(row, flush=True)
         for row in ctranslate2_parity(folder, run, sources, args.max_new_tokens, work):
             print(row, flush=True)
-        for row in fine_tuning(run, work):
-            print(row, flush=True)
+        print(ctranslate2_prefix_parity(run, sources, args.max_new_tokens, work), flush=True)
+        if not args.skip_fine_tuning:
+            for row in fine_tuning(run, work):
+                print(row, flush=True)
 
 
 if __name__ == "__main__":

@@ -388,7 +388,8 @@ class DecodeRequest:
     eos_id: int
     pad_id: int
     # per source, target ids every output must start with (then searched freely), as CTranslate2's target_prefix;
-    # None or [] = none. The core's searches force them; they belong to the output and count in its log-prob
+    # None or [] = none. The core's searches force them; they belong to the output and count in its logprob, not
+    # in its score (what follows the prefix ranks hypotheses, as Hugging Face's decoder_input_ids)
     prefixes: list[list[int]] | None = None
 
 

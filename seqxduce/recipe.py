@@ -219,7 +219,7 @@ def build_recipe(
             raise UserError(f"--set {section}.{key}: unknown section [{section}]; sections are {', '.join(SECTIONS)}")
     for section, key, value in parsed:
         if key == "name" and data.get(section, {}).get("name") != value:
-            _drop_plugin_keys(data, section)
+            _drop_plugin_keys(data, section, reg, value)
     for section, key, value in parsed:
         data.setdefault(section, {})[key] = value
     texts: dict[str, dict[str, str]] = {}  # section -> key -> the raw text of its --set (the last one wins)
@@ -321,11 +321,36 @@ def _check_sections(data: dict[str, Any], source: str) -> None:
             raise UserError(f"{source}: {name} must be a table ([{name}])")
 
 
-def _drop_plugin_keys(data: dict[str, Any], section: str) -> None:
-    """--set section.name=other switches plugins: the old plugin's keys from the file no longer apply."""
+def _drop_plugin_keys(data: dict[str, Any], section: str, reg: Registry, new_name: Any) -> None:
+    """--set section.name=other switches plugins: the old plugin's keys from the file no longer apply, except the
+    settings both plugins share (see _shared_settings), which keep the file's values: a run's length limits stay
+    its limits when `--set decode.name=greedy` replaces its beam search."""
     if section in data:
-        core_keys = {f.name for f in dataclasses.fields(SECTIONS[section][1])} - {"preset"}
-        data[section] = {k: v for k, v in data[section].items() if k in core_keys}
+        kind, core_cls = SECTIONS[section]
+        core_keys = {f.name for f in dataclasses.fields(core_cls)} - {"preset"}
+        old_name = data[section].get("name", _default_of(core_cls, "name") if _has_default(core_cls, "name") else None)
+        shared = _shared_settings(reg, kind, old_name, new_name) if kind is not None else set()
+        data[section] = {k: v for k, v in data[section].items() if k in core_keys or k in shared}
+
+
+def _shared_settings(reg: Registry, kind: str, old_name: Any, new_name: Any) -> set[str]:
+    """The keys two plugins of a kind declare as one setting: a field both settings classes inherit from the same
+    class (every search's SearchSettings: max_len_a, max_len_b, min_len). A key that merely has the same name in
+    two unrelated classes may mean something else, and is not kept."""
+    try:
+        classes = [reg.get(kind, str(name)).settings for name in (old_name, new_name)]
+    except UserError:  # an unknown name is refused when the section is resolved, naming the --set
+        return set()
+    if not all(cls is not None and dataclasses.is_dataclass(cls) for cls in classes):
+        return set()
+    old, new = classes
+    both = {f.name for f in dataclasses.fields(old)} & {f.name for f in dataclasses.fields(new)}
+    return {key for key in both if _declared_by(old, key) is _declared_by(new, key)}
+
+
+def _declared_by(cls: type, key: str) -> type:
+    """The class of cls's MRO whose own body declares the field `key`."""
+    return next(c for c in cls.__mro__ if key in c.__dict__.get("__annotations__", {}))
 
 
 def _resolve_section(name: str, values: dict[str, Any], source: str, reg: Registry,

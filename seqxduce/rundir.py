@@ -221,9 +221,10 @@ class RunDir:
         named = [self.recipe_file, self.metrics_file, self.average_file]
         return [p for p in named if p.exists()] + self.step_checkpoints()
 
-    def check_start(self, resume: bool, overwrite: bool = False) -> None:
+    def check_start(self, resume: bool, overwrite: bool = False, resumable: bool = True) -> None:
         """Whether a run may start here, checked before any work: a new run needs a directory free of another
-        run's files (unless overwrite); a resumed one a checkpoint to go on from; both a place to write."""
+        run's files (unless overwrite); a resumed one a checkpoint to go on from; both a place to write.
+        resumable: whether the command can --resume (`import` cannot: its refusal names only what it can do)."""
         if resume and overwrite:
             raise UserError("train: give --resume (continue the run) or --overwrite (replace it), not both")
         if self.path.exists() and not self.path.is_dir():
@@ -239,9 +240,9 @@ class RunDir:
             return
         found = self.run_files()
         if found and not overwrite:
-            raise UserError(f"--out {self.path}: holds another run's files ({_describe(found, self.path)}); "
-                            "continue that run with --resume, replace it with --overwrite, or train into another "
-                            "--out")
+            advice = ("continue that run with --resume, replace it with --overwrite, or train into another --out"
+                      if resumable else "replace it with --overwrite, or write into another --out")
+            raise UserError(f"--out {self.path}: holds another run's files ({_describe(found, self.path)}); {advice}")
         existing = next(p for p in (self.path, *self.path.absolute().parents) if p.exists())
         if not existing.is_dir():
             raise UserError(f"--out {self.path}: {existing} is a file, not a folder")

@@ -104,6 +104,17 @@ def test_switching_a_plugin_with_set_drops_the_old_plugins_keys():
     assert not hasattr(r.decode.settings, "beam")
 
 
+@pytest.mark.parametrize("decoder", ["greedy", "sampling"])
+def test_switching_the_decoder_keeps_the_limits_every_search_shares(decoder):
+    """An imported run's [decode] (beam, its own length limit): another decoder keeps the limit, as --beam 1 does,
+    and leaves the beam's own keys (a sampling decoder's nbest is another setting of the same name)."""
+    data = recipe(decode__max_len_a=0.0, decode__max_len_b=510, decode__min_len=2, decode__nbest=2, decode__beam=4)
+    r = build_recipe(data, overrides=[f"decode.name={decoder}"])
+    settings = r.decode.settings
+    assert (settings.max_len_a, settings.max_len_b, settings.min_len) == (0.0, 510, 2)
+    assert not hasattr(settings, "beam") and getattr(settings, "nbest", 1) == 1
+
+
 @dataclass
 class ScratchSettings:
     limit: int | None = setting(None, help="an optional limit (none = no limit)")

@@ -21,7 +21,9 @@ INERT = {"_name_or_path", "architectures", "transformers_version", "model_type",
          "return_dict", "bos_token_id", "_attn_implementation_autoset", "problem_type", "tokenizer_class",
          "prefix", "task_specific_params", "finetuning_task", "chunk_size_feed_forward", "pruned_heads",
          "tie_encoder_decoder", "add_cross_attention", "cross_attention_hidden_size", "is_encoder_decoder",
-         "is_decoder", "extra_pos_embeddings", "sep_token_id", "_commit_hash", "model_max_length"}
+         "is_decoder", "extra_pos_embeddings", "sep_token_id", "_commit_hash", "model_max_length",
+         # older saves (the 2020 OPUS-MT layout): label counts and the old name of use_cache
+         "_num_labels", "output_past"}
 
 # keys with the only value the Transformer (and Hugging Face's MarianMTModel) computes with
 FIXED: dict[str, Any] = {"normalize_before": False, "normalize_embedding": False, "add_final_layer_norm": False,
@@ -62,6 +64,12 @@ def check_keys(config: dict[str, Any], where: str) -> None:
             raise UserError(f"{where}: {key} = {value!r} is a key the Marian importer does not know; seqxduce "
                             "imports only what it represents exactly: remove the key if it changes nothing, or "
                             "ask for it to be supported")
+
+
+def inert_note(config: dict[str, Any]) -> str | None:
+    """The import's note naming the keys of config.json left out because they change nothing it computes."""
+    left = sorted(key for key in config if key in INERT)
+    return f"config.json: not imported, as they change nothing the model computes: {', '.join(left)}" if left else None
 
 
 def model_settings(config: dict[str, Any], where: str, vocab_sizes: tuple[int, int]) -> dict[str, Any]:

@@ -4,8 +4,10 @@ num_beams > 1 is beam search of that width, otherwise greedy; max_length M (coun
 is at most M - 2 tokens and eos, max_new_tokens N at most N - 1 tokens and eos; length_penalty p divides a
 finished hypothesis's log-probability by its length (eos included) to the power p, which is the beam decoder's
 length_penalty = "power" with alpha = p; forced_eos_token_id, which ends a hypothesis at the length limit with an
-eos of log-probability 0, is limit_eos = "free". Banning <pad> (Marian's bad_words_ids) is what every seqxduce search
-does. Anything else that changes what generate() returns is refused in one line.
+eos of log-probability 0, is limit_eos = "free"; renormalize_logits (on the hub's OPUS-MT generation_config.json
+since transformers PR #25459), which renormalizes each step's log-probabilities once <pad> is banned, is the beam
+decoder's renormalize = true (with greedy it changes no output and is noted). Banning <pad> (Marian's bad_words_ids)
+is what every seqxduce search does. Anything else that changes what generate() returns is refused in one line.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ NEUTRAL: dict[str, Any] = {"num_beam_groups": 1, "do_sample": False, "num_return
                            "no_repeat_ngram_size": 0, "repetition_penalty": 1.0, "diversity_penalty": 0.0,
                            "encoder_no_repeat_ngram_size": 0, "forced_bos_token_id": None,
                            "exponential_decay_length_penalty": None, "suppress_tokens": None,
-                           "begin_suppress_tokens": None, "renormalize_logits": False, "min_new_tokens": None,
+                           "begin_suppress_tokens": None, "min_new_tokens": None,
                            "remove_invalid_values": False}
 SAMPLING_ONLY = {"temperature", "top_k", "top_p", "typical_p"}  # inert without do_sample
 
@@ -39,6 +41,7 @@ def decode_settings(config: dict[str, Any], where: str, pad: int) -> tuple[dict[
         raise UserError(f"{where}: min_length = {config['min_length']!r}: not imported (decode.min_len counts output "
                         "tokens, generate's min_length the decoder's input); remove it, and set decode.min_len")
     beam = int(config.get("num_beams") or 1)
+    renormalize = config.get("renormalize_logits") is True
     decode: dict[str, Any] = {"name": "beam" if beam > 1 else "greedy", "max_len_a": 0.0}
     notes = []
     if config.get("max_new_tokens"):
@@ -50,9 +53,16 @@ def decode_settings(config: dict[str, Any], where: str, pad: int) -> tuple[dict[
         penalty = float(config.get("length_penalty", 1.0))
         decode.update(beam=beam, alpha=penalty, length_penalty="power",
                       early_stop=config.get("early_stopping") is True,
-                      limit_eos="free" if config.get("forced_eos_token_id") is not None else "scored")
+                      limit_eos="free" if config.get("forced_eos_token_id") is not None else "scored",
+                      renormalize=renormalize)
         notes.append(f"generation: beam {beam}, score = log-probability / length^{penalty:g} (decode.beam, "
                      "decode.alpha, decode.length_penalty = \"power\")")
+        if renormalize:
+            notes.append("generation: renormalize_logits = true: each step's log-probabilities renormalized once "
+                         "<pad> is banned (decode.renormalize)")
     else:
         notes.append("generation: greedy (num_beams = 1)")
+        if renormalize:  # a per-step constant: the most probable token stays the most probable
+            notes.append("generation: renormalize_logits = true changes no greedy output; the scores stay the "
+                         "model's log-probabilities")
     return decode, notes

@@ -29,9 +29,9 @@ import torch
 
 from seqxduce.api import ImportedModel, Importer, UserError
 
-from .config import check_special_ids, model_settings
+from .config import check_special_ids, inert_note, model_settings
 from .generation import decode_settings
-from .tokenizer import EOS, PAD, read_vocab
+from .tokenizer import EOS, PAD, MarianTokenizer, read_vocab
 from .weights import read_weights
 
 ATTENTION = {"q_proj": "query", "out_proj": "out"}
@@ -84,12 +84,13 @@ class MarianImporter(Importer):
             spm_file = source / spm_name
             if not spm_file.is_file():
                 raise UserError(f"{spm_file}: no such file; a Marian model comes with source.spm and target.spm")
+            MarianTokenizer().use(spm_file.read_bytes(), side_pieces, str(spm_file))  # refused here, named as given
             shutil.copyfile(spm_file, workdir / f"{side}.spm")
             mapping = {piece: index for index, piece in enumerate(side_pieces)}
             (workdir / f"{side}.vocab.json").write_text(json.dumps(mapping, ensure_ascii=False), encoding="utf-8")
             tokenizers[side] = (workdir, side)
         tensors, weights_file = read_weights(source)
-        weights = map_weights(tensors, model, source / weights_file)
+        weights = map_weights(tensors, model, source / weights_file, (len(pieces), len(tgt_pieces)))
         recipe = {
             "task": {"name": "translation", "dataset": "files", "data_dir": "data"},
             "tokenizer": {"name": "marian", "shared": False},
@@ -98,13 +99,22 @@ class MarianImporter(Importer):
         }
         notes.insert(0, f"read {weights_file}: {sum(t.numel() for t in weights.values() if t is not None):,} "
                         f"values in {len(tensors)} tensors")
+        notes += [note for note in (inert_note(config),) if note]
         return ImportedModel(recipe=recipe, tokenizers=tokenizers, weights=weights, notes=notes)
 
 
-def map_weights(tensors: dict[str, torch.Tensor], model: dict[str, Any], where: Path) -> dict[str, torch.Tensor]:
-    """Hugging Face names -> the Transformer's state_dict (module docstring), float32; leftovers refused."""
+def map_weights(tensors: dict[str, torch.Tensor], model: dict[str, Any], where: Path,
+                rows: tuple[int, int]) -> dict[str, torch.Tensor]:
+    """Hugging Face names -> the Transformer's state_dict (module docstring), float32; leftovers refused, and a
+    tensor of another shape than config.json describes (rows: the source and target vocabulary sizes)."""
     left = {name.removeprefix("model.") if name.startswith("model.") else name: t.float() for name, t in
             tensors.items()}
+    for name, tensor in left.items():
+        expected = _expected_shape(name, model, rows)
+        if expected is not None and tuple(tensor.shape) != expected:
+            raise UserError(f"{where}: tensor {name!r} has shape {tuple(tensor.shape)}, but "
+                            f"{where.parent / 'config.json'} describes {expected}; the two come from different "
+                            "models: give the config.json these weights were saved with")
     out: dict[str, torch.Tensor] = {}
 
     def take(name: str) -> torch.Tensor:
@@ -159,6 +169,24 @@ def map_weights(tensors: dict[str, torch.Tensor], model: dict[str, Any], where: 
         raise UserError(f"{where}: tensor {name!r} (and {len(left) - 1} more) has no place in Marian's Transformer "
                         "as config.json describes it; nothing is dropped silently, so the model is not imported")
     return out
+
+
+def _expected_shape(name: str, model: dict[str, Any], rows: tuple[int, int]) -> tuple[int, ...] | None:
+    """The shape config.json gives a Hugging Face tensor (None: one not checked here, e.g. a position table)."""
+    d, ff = model["d_model"], model["d_ff"]
+    whole = {"shared.weight": (rows[0], d), "encoder.embed_tokens.weight": (rows[0], d),
+             "decoder.embed_tokens.weight": (rows[1], d), "lm_head.weight": (rows[1], d),
+             "final_logits_bias": (1, rows[1])}
+    if name in whole:
+        return whole[name]
+    if ".layers." not in name:
+        return None
+    module, part = name.split(".")[-2:]
+    weight = {"q_proj": (d, d), "k_proj": (d, d), "v_proj": (d, d), "out_proj": (d, d), "fc1": (ff, d),
+              "fc2": (d, ff)}
+    if module in weight:
+        return weight[module] if part == "weight" else (weight[module][0],)
+    return (d,) if module.endswith("layer_norm") else None
 
 
 def _check_positions(table: torch.Tensor, d_model: int, where: Path, side: str) -> None:

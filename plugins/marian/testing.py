@@ -25,6 +25,19 @@ def sentences(count: int, seed: int = 0, longest: int = 9) -> list[str]:
     return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, longest))) for _ in range(count)]
 
 
+def target_prefixes(sources: list[str], seed: int = 1) -> list[str]:
+    """A target prefix per source, for the prefix tests and the parity benchmark: a third none, a third the word
+    the tiny model's output starts with (it reverses the words), a third one or two words that are not in the
+    source at all, which the model finds unlikely."""
+    rng = random.Random(seed)
+    prefixes = []
+    for i, source in enumerate(sources):
+        words = source.split()
+        absent = [w for w in WORDS if w not in words]
+        prefixes.append(["", words[-1], " ".join(rng.sample(absent, rng.randint(1, 2)))][i % 3])
+    return prefixes
+
+
 def build_tiny_marian(folder: Path, seed: int = 0, d_model: int = 32, layers: int = 2, heads: int = 4,
                       d_ff: int = 64, activation: str = "swish", shared: bool = True, bias_scale: float = 0.5,
                       train_steps: int = 150, text: list[str] | None = None, pieces: int = 40,
@@ -99,31 +112,44 @@ def _train(model, folder: Path, text: list[str], steps: int, seed: int) -> None:
 
 
 def hf_generate(folder: Path, source_ids: list[list[int]], beam: int, max_new_tokens: int,
-                length_penalty: float = 1.0, batch_size: int = 32,
-                forced_eos: int | None = 0) -> list[tuple[list[int], float]]:
-    """Hugging Face generate()'s output per source (ids without the start token and eos) and its log-probability
-    (eos included) from a teacher-forced pass; source_ids end in eos. early_stopping = "never" is the exact search
-    seqxduce's beam search runs; <pad> is banned as seqxduce's searches ban it."""
+                length_penalty: float = 1.0, batch_size: int = 32, forced_eos: int | None = 0,
+                prefixes: list[list[int]] | None = None,
+                renormalize: bool = False) -> list[tuple[list[int], float, float | None]]:
+    """Hugging Face generate()'s output per source (ids without the start token and eos, a target prefix
+    included), its log-probability (eos and prefix included) from a teacher-forced pass, and with beam > 1
+    generate's own score of it (sequences_scores); source_ids end in eos. A prefix is given as generate takes
+    one, decoder_input_ids = [<pad>] + prefix, and counts in the limit of max_new_tokens tokens after the start
+    (eos included), as an imported max_length does. early_stopping = "never" is the exact search seqxduce's beam
+    search runs; <pad> is banned as seqxduce's searches ban it; renormalize: generate's renormalize_logits."""
     import torch
     from transformers import MarianMTModel
 
     model = MarianMTModel.from_pretrained(folder).eval()
     pad, eos = model.config.pad_token_id, model.config.eos_token_id
-    out = []
-    for start in range(0, len(source_ids), batch_size):
-        chunk = source_ids[start:start + batch_size]
-        width = max(len(s) for s in chunk)
-        ids = torch.tensor([s + [pad] * (width - len(s)) for s in chunk])
-        mask = (ids != pad).long()
-        with torch.no_grad():
-            generated = model.generate(input_ids=ids, attention_mask=mask, num_beams=beam, do_sample=False,
-                                       max_new_tokens=max_new_tokens, length_penalty=length_penalty,
-                                       early_stopping="never" if beam > 1 else False, bad_words_ids=[[pad]],
-                                       min_length=0, num_return_sequences=1, forced_eos_token_id=forced_eos)
-        for row, sequence in enumerate(generated.tolist()):
-            tokens = sequence[1:]
-            tokens = tokens[: tokens.index(eos)] if eos in tokens else [t for t in tokens if t != pad]
-            out.append((tokens, _logprob(model, ids[row:row + 1], mask[row:row + 1], tokens, pad, eos)))
+    prefixes = prefixes or [[] for _ in source_ids]
+    by_length: dict[int, list[int]] = {}  # generate takes one prompt length per batch
+    for i, prefix in enumerate(prefixes):
+        by_length.setdefault(len(prefix), []).append(i)
+    out: list[tuple[list[int], float, float | None]] = [([], 0.0, None)] * len(source_ids)
+    for rows in by_length.values():
+        for start in range(0, len(rows), batch_size):
+            chunk = rows[start:start + batch_size]
+            width = max(len(source_ids[i]) for i in chunk)
+            ids = torch.tensor([source_ids[i] + [pad] * (width - len(source_ids[i])) for i in chunk])
+            mask = (ids != pad).long()
+            with torch.no_grad():
+                generated = model.generate(
+                    input_ids=ids, attention_mask=mask, decoder_input_ids=torch.tensor([[pad] + prefixes[i]
+                                                                                        for i in chunk]),
+                    num_beams=beam, do_sample=False, max_length=max_new_tokens + 1, length_penalty=length_penalty,
+                    early_stopping="never" if beam > 1 else False, bad_words_ids=[[pad]], min_length=0,
+                    num_return_sequences=1, forced_eos_token_id=forced_eos, return_dict_in_generate=True,
+                    output_scores=beam > 1, renormalize_logits=renormalize)
+            scores = generated.sequences_scores.tolist() if beam > 1 else [None] * len(chunk)
+            for row, (i, sequence) in enumerate(zip(chunk, generated.sequences.tolist())):
+                tokens = sequence[1:]
+                tokens = tokens[: tokens.index(eos)] if eos in tokens else [t for t in tokens if t != pad]
+                out[i] = (tokens, _logprob(model, ids[row:row + 1], mask[row:row + 1], tokens, pad, eos), scores[row])
     return out
 
 

@@ -4,7 +4,8 @@ A Marian model has two SentencePiece models (source.spm, target.spm) and one voc
 not SentencePiece's own: a piece missing from vocab.json is <unk>. In a run directory each side is one tokenizer
 ([tokenizer] shared = false) saved as PREFIX.spm and PREFIX.vocab.json. As Hugging Face's MarianTokenizer does, a
 leading language tag `>>xx<<` is one token, eos (`</s>`) ends the source (the core
-appends it), and the decoder starts from <pad> (bos_id = pad_id: Marian has no bos).
+appends it), the decoder starts from <pad> (bos_id = pad_id: Marian has no bos), and ids become text as
+MarianTokenizer.decode(ids, skip_special_tokens=True) makes it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sentencepiece as spm
 from seqxduce.api import Tokenizer, UserError
 
 PAD, EOS, UNK = "<pad>", "</s>", "<unk>"
+SPACE = "\u2581"  # SentencePiece's word boundary, "▁"
 
 
 def read_vocab(path: Path) -> list[str]:
@@ -103,22 +105,13 @@ class MarianTokenizer(Tokenizer):
         return [self.ids.get(piece, self.unk_id) for piece in self.pieces_of(text)]
 
     def decode(self, ids: Sequence[int]) -> str:
-        """Ids to text; pad and eos are dropped, a language tag is kept as a word."""
-        words: list[str] = []
-        run: list[str] = []
-        processor = self._ready()
-        for index in ids:
-            index = int(index)
-            if index in (self.pad_id, self.eos_id):
-                continue
-            piece = self.pieces[index]
-            if piece.startswith(">>") and piece.endswith("<<"):
-                words.extend([processor.decode_pieces(run), piece])
-                run = []
-            else:
-                run.append(piece)
-        words.append(processor.decode_pieces(run))
-        return " ".join(w for w in words if w)
+        """Ids to text as Hugging Face's MarianTokenizer.decode(ids, skip_special_tokens=True) gives them: pad, eos
+        and unk dropped, the other pieces joined by the SentencePiece model, and every '▁' left then read as the
+        space it stands for. SentencePiece keeps a piece it lacks as it is, '▁' and all: in the OPUS-MT layout
+        vocab.json is the union of both sides, so a target may hold a piece only the source model has."""
+        skip = {self.pad_id, self.eos_id, self.unk_id}
+        pieces = [self.pieces[int(index)] for index in ids if int(index) not in skip]
+        return self._ready().decode_pieces(pieces).replace(SPACE, " ").strip()
 
     @property
     def vocab_size(self) -> int:

@@ -5,6 +5,14 @@ Beam search keeps `beam` live hypotheses per source in one (B*beam)-row batch, m
 end in eos to an n-best finished list scored with the GNMT length penalty, drops a source from the batch once
 no live hypothesis can still beat its n-best (or, with early_stop, once it has `beam` finished ones), and never
 recomputes a prefix (the model's cache is reordered).
+
+A target prefix (DecodeRequest.prefixes) is forced token by token, then the search goes on freely. It is ranked
+as Hugging Face's generate(decoder_input_ids=...) and CTranslate2's target_prefix rank it: a hypothesis's score
+is the log-probability of what follows the prefix (eos included) divided by the length penalty of that part's
+length, so that an unlikely prefix costs every hypothesis the same and long continuations gain nothing by
+diluting it. The prefix still belongs to the output: its tokens are in Hypothesis.tokens and their
+log-probabilities in Hypothesis.logprob and positional_logprobs (the model's probability of the whole output,
+as `seqxduce score` gives it); greedy search's score leaves the prefix out the same way.
 """
 
 from __future__ import annotations
@@ -103,17 +111,28 @@ def _force_length(logprobs: torch.Tensor, step: int, limits: torch.Tensor, eos: 
 
 
 class _Prefixes:
-    """The target prefixes of a request (DecodeRequest.prefixes) as a (sources, longest) table, -1 past each end."""
+    """The target prefixes of a request (DecodeRequest.prefixes) as a (sources, longest) table, -1 past each end,
+    and their lengths (sources,) on the device."""
 
     def __init__(self, request: DecodeRequest):
         given = request.prefixes or []
         self.width = max((len(p) for p in given), default=0)
         self.table = None
+        self.lengths = torch.zeros(request.src.size(0), dtype=torch.long, device=request.src.device)
         if self.width:
             table = torch.full((len(given), self.width), -1, dtype=torch.long)
             for i, prefix in enumerate(given):
                 table[i, : len(prefix)] = torch.tensor(prefix, dtype=torch.long)
             self.table = table.to(request.src.device)
+            self.lengths = torch.tensor([len(p) for p in given], dtype=torch.long, device=request.src.device)
+
+    def unscored(self, scores: torch.Tensor, step: int, sources: torch.Tensor) -> torch.Tensor:
+        """scores (N, k) of rows of `sources` (N,) with a forced token's log-prob counted as 0 where a row's prefix
+        is not over at `step`: the prefix is given, not chosen, so its cost ranks no hypothesis above another."""
+        if self.table is None or step >= self.width:
+            return scores
+        forced = (self.table[sources, step] >= 0).unsqueeze(1)  # (N, 1)
+        return torch.where(forced & torch.isfinite(scores), torch.zeros_like(scores), scores)
 
     def force(self, logprobs: torch.Tensor, step: int, sources: torch.Tensor) -> torch.Tensor:
         """logprobs (N, V) of rows of `sources` (N,) with, where a row's prefix is not over at `step`, every token
@@ -185,12 +204,16 @@ class _StepScores:
 def _next_logprobs(model: Model, last: torch.Tensor, memory, cache, request: DecodeRequest,
                    constraint: StepConstraint | None, step: int, limits: torch.Tensor, min_len: int,
                    shortest: int, prefixes: _Prefixes | None = None, sources: torch.Tensor | None = None,
-                   free_eos: bool = False, share: int = 1) -> tuple[_StepScores, object]:
+                   free_eos: bool = False, share: int = 1, renormalize: bool = False) -> tuple[_StepScores, object]:
     """One decoder step: float32 log-probs (N, V) with the target prefix, the constraint, specials and length
     limits applied (`shortest`: see _force_length; `sources`: the source of each row, for the prefixes), as
-    _StepScores (`share`: see there)."""
+    _StepScores (`share`: see there). renormalize: the model's log-probs renormalized once specials are banned
+    (Hugging Face's renormalize_logits), before the prefix and the limits pick among them."""
     logprobs, cache = model.step(last, memory, cache)
     logprobs = logprobs.float()
+    if renormalize:
+        _forbid_specials(logprobs, request)
+        logprobs = logprobs.log_softmax(dim=-1)
     if prefixes is not None and sources is not None:
         logprobs = prefixes.force(logprobs, step, sources)
     if constraint is not None:
@@ -264,10 +287,12 @@ def greedy_search(model: Model, request: DecodeRequest, settings: SearchSettings
     tokens = torch.stack(chosen, dim=1).tolist()  # (B, steps)
     logps = torch.stack(scores, dim=1).tolist()
     live = torch.stack(alive, dim=1).sum(dim=1).tolist()  # steps each row took, eos included
+    given = prefixes.lengths.tolist()  # the forced tokens: in the output and its log-prob, not in its score
     out = []
-    for t, lp, n in zip(tokens, logps, live):
+    for t, lp, n, forced in zip(tokens, logps, live, given):
         kept = [tok for tok in t[:n] if tok != request.eos_id]
-        out.append([Hypothesis(tokens=kept, score=sum(lp[:n]), logprob=sum(lp[:n]), positional_logprobs=lp[:n])])
+        out.append([Hypothesis(tokens=kept, score=sum(lp[forced:n]), logprob=sum(lp[:n]),
+                               positional_logprobs=lp[:n])])
     return out
 
 
@@ -294,6 +319,7 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
     shortest = shortest_limit(request, settings.max_len_a, settings.max_len_b)
     form = settings.length_penalty
     free_eos = settings.limit_eos == "free"
+    renormalize = getattr(settings, "renormalize", False)  # settings made before the key (a plugin's own) lack it
     penalties = _Penalties(request, settings.max_len_a, settings.max_len_b, alpha, form)
     memory = model.encode(request.src)
     # row r of the search batch belongs to source alive[r // beam]
@@ -324,7 +350,7 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
         row_limits = src_limits.unsqueeze(1).expand(n_alive, beam // sharing).reshape(-1)
         row_sources = alive.repeat_interleave(beam // sharing) if prefixes.width > step else None
         found, cache = _next_logprobs(model, last, memory, cache, request, constraint, step, row_limits, min_len,
-                                      shortest, prefixes, row_sources, free_eos, sharing)
+                                      shortest, prefixes, row_sources, free_eos, sharing, renormalize)
         vocab = found.values.size(-1)
         # 2*beam candidates always hold at least beam that do not end in eos (one eos per row at most). No
         # row gives more than 2*beam of a source's best 2*beam, so each row's best 2*beam tokens are taken
@@ -332,6 +358,8 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
         # beam * vocab sums, without adding the scores to every (row, token)
         width = min(2 * beam, vocab)
         row_scores, row_tokens = found.topk(width)  # (N, width)
+        if prefixes.width > step:  # a forced token adds nothing to the ranking score (module docstring)
+            row_scores = prefixes.unscored(row_scores, step, alive.repeat_interleave(beam))
         candidates = (scores.view(-1, 1) + row_scores).view(n_alive, beam * width)
         top_scores, top_index = candidates.topk(min(2 * beam, beam * vocab), dim=1)
         top_beam = torch.div(top_index, width, rounding_mode="floor")
@@ -342,7 +370,7 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
         # eos candidates ranked within the first `beam` of their source are offered to its n-best list
         from_rows = torch.arange(n_alive, device=device).unsqueeze(1) * beam + top_beam[:, :beam]  # (n_alive, beam)
         finished.offer(step, from_rows, top_scores[:, :beam], found.at(from_rows, request.eos_id),
-                       (is_eos & finite)[:, :beam], penalties.at(step + 1), request.eos_id)
+                       (is_eos & finite)[:, :beam], penalties.after(step + 1, prefixes, alive), request.eos_id)
 
         # the first `beam` live (non-eos) candidates continue
         live_rank = torch.where(is_eos, torch.full_like(top_scores, float("inf")),
@@ -357,13 +385,14 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
         if early_stop:
             full = finished.full()
         else:
-            full = _live_bound(new_scores.max(dim=1).values, step + 1, src_limits, alpha, form) <= finished.worst()
+            full = _live_bound(new_scores.max(dim=1).values, step + 1 - _forced(prefixes, alive),
+                               src_limits - _forced(prefixes, alive), alpha, form) <= finished.worst()
         source_done = full | ~torch.isfinite(new_scores).any(dim=1)
         scores = new_scores
         n_done = int(source_done.sum())  # the step's one host read
         if n_done > 0:
             finished.finish_dead_ends(source_done, step, scores, origin, new_token, new_logprob,
-                                      penalties.at(step + 2))
+                                      penalties.after(step + 2, prefixes, alive))
             # the sources still going first, in their order, then those done
             order = torch.argsort(source_done.to(torch.uint8), stable=True)
             kept, gone = order[: n_alive - n_done], order[n_alive - n_done:]
@@ -383,7 +412,7 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
             last = new_token
         step += 1
 
-    return results.hypotheses(history, nbest)
+    return results.hypotheses(history, nbest, prefixes.lengths.tolist())
 
 
 class GreedyDecoder(Decoder):
@@ -406,17 +435,28 @@ class BeamDecoder(Decoder):
         return beam_search(model, request, self.settings)
 
 
-def _live_bound(best_live: torch.Tensor, length: int, limits: torch.Tensor, alpha: float,
+def _forced(prefixes: _Prefixes, sources: torch.Tensor) -> torch.Tensor | int:
+    """The prefix length of each of `sources` (0 without prefixes: a plain int, no device work)."""
+    return prefixes.lengths[sources] if prefixes.width else 0
+
+
+def _live_bound(best_live: torch.Tensor, length: int | torch.Tensor, limits: torch.Tensor, alpha: float,
                 form: str = "gnmt") -> torch.Tensor:
     """The highest normalized score any continuation of a live hypothesis can still finish with.
 
     A live log-prob only falls, so it is at most best_live (<= 0) when it ends; dividing it by the length
     penalty of the final length (eos included) is largest at the longest length for alpha > 0 and at the next
-    step for alpha < 0; alpha = 0 leaves the log-prob as it is.
+    step for alpha < 0; alpha = 0 leaves the log-prob as it is. `length` (tokens so far) and `limits` count
+    what the score counts: with target prefixes, the tokens after each source's (a tensor per source).
     """
     if alpha == 0:
         return best_live
-    shortest = length_penalty(length + 1, alpha, form)
+    if isinstance(length, torch.Tensor):  # a source still inside its prefix has scored nothing yet: at least 1
+        next_len = (length + 1).clamp(min=1).double()
+        shortest = next_len ** alpha if form == "power" else ((5.0 + next_len) / 6.0) ** alpha
+        shortest = shortest.float()
+    else:
+        shortest = length_penalty(length + 1, alpha, form)
     final = limits.float() + 1.0  # the row's length limit plus its eos
     longest = final ** alpha if form == "power" else ((5.0 + final) / 6.0) ** alpha
     return torch.maximum(best_live / shortest, best_live / longest)
@@ -442,6 +482,14 @@ class _Penalties:
         self.alpha, self.form = alpha, form
         self.device = request.src.device
         self.table = torch.empty(0, dtype=torch.float64, device=self.device)
+
+    def after(self, length: int, prefixes: _Prefixes, sources: torch.Tensor) -> torch.Tensor:
+        """The penalty of hypotheses of `length` tokens (eos included) whose scores count only what follows the
+        prefixes of `sources` (n,): (n, 1), or at(length) when the request has no prefix."""
+        if not prefixes.width:
+            return self.at(length)
+        self.at(length)  # grows the table to cover it
+        return self.table[(length - prefixes.lengths[sources]).clamp(min=1)].unsqueeze(1)
 
     def at(self, length: int) -> torch.Tensor:
         """(1,) the penalty of `length` (a slice, never a host scalar: see _Finished.offer)."""
@@ -536,7 +584,7 @@ class _Finished:
         best = scores.argmax(dim=1)
         row = torch.arange(scores.size(0), device=scores.device) * beam + best  # the new rows
         total = scores.gather(1, best.unsqueeze(1)).squeeze(1)
-        score = total.double() / penalty
+        score = total.double() / penalty.view(-1)  # (1,) or, with prefixes, one per source
         where = torch.stack([torch.full_like(best, step), origin[row], token[row], torch.full_like(best, step + 1)], 1)
         self.score[:, 0] = torch.where(dead, score, self.score[:, 0])
         self.where[:, 0] = torch.where(dead.unsqueeze(1), where, self.where[:, 0])
@@ -552,8 +600,10 @@ class _Finished:
         self.score[sources], self.count[sources] = other.score[index], other.count[index]
         self.where[sources], self.logprob[sources] = other.where[index], other.logprob[index]
 
-    def hypotheses(self, history: _History, nbest: int) -> list[list[Hypothesis]]:
-        """The first `nbest` of each list as Hypothesis objects, their tokens followed back through history."""
+    def hypotheses(self, history: _History, nbest: int, forced: list[int]) -> list[list[Hypothesis]]:
+        """The first `nbest` of each list as Hypothesis objects, their tokens followed back through history;
+        forced: each source's prefix length, whose log-probs the search left out of the scores and a
+        hypothesis's logprob counts again."""
         where = self.where.view(-1, 4)
         step, row, last, length = where.unbind(1)
         tokens, positional = history.trace(step, row)
@@ -566,7 +616,9 @@ class _Finished:
             hyps = []
             for slot in range(min(count, nbest)):
                 m = source * self.size + slot
+                given = sum(positional[m][: forced[source]]) if forced[source] else 0.0
                 hyps.append(Hypothesis(tokens=tokens[m][: lengths[m]], score=scores[source][slot],
-                                       logprob=totals[source][slot], positional_logprobs=positional[m][: steps[m] + 1]))
+                                       logprob=totals[source][slot] + given,
+                                       positional_logprobs=positional[m][: steps[m] + 1]))
             out.append(hyps)
         return out

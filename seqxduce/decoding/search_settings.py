@@ -60,6 +60,9 @@ class BeamSettings(SearchSettings):
     limit_eos: str = setting("scored", help="the eos a hypothesis is forced to end with at the length limit: "
                                             "scored = at its log-probability; free = at log-probability 0, as "
                                             "Hugging Face's forced_eos_token_id scores it", choices=("scored", "free"))
+    renormalize: bool = setting(False, help="renormalize each step's log-probabilities over the tokens left once "
+                                            "pad and bos are banned, as Hugging Face's renormalize_logits (false: "
+                                            "the model's own log-probabilities)")
     nbest: int = setting(1, help="finished hypotheses returned per source (at most beam)", min=1, per_request=True)
     early_stop: bool = setting(False, help="fairseq's early stop: a source ends once it has `beam` finished "
                                            "hypotheses, even if a live one could still score higher (faster, "

@@ -32,7 +32,7 @@ def import_model(source: str | Path, name: str, out: str | Path, overwrite: bool
     if not source.is_dir():
         raise UserError(f"import {source}: no such folder; give the folder of the model to import")
     run = RunDir(out)
-    run.check_start(resume=False, overwrite=overwrite)
+    run.check_start(resume=False, overwrite=overwrite, resumable=False)
     importer = component.build(component.settings() if component.settings else None)
     with tempfile.TemporaryDirectory(prefix="seqxduce-import-") as work:
         imported = importer.read(source, Path(work))

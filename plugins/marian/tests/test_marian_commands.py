@@ -169,3 +169,80 @@ def test_recipe_describes_the_model(marian_run: Path) -> None:
     assert (recipe.decode.core.name, decode.beam, decode.alpha, decode.length_penalty, decode.limit_eos,
             decode.max_len_a, decode.max_len_b) == ("beam", 4, 1.0, "power", "free", 0.0, 62)
     assert (recipe.tokenizer.core.name, recipe.tokenizer.core.shared) == ("marian", False)
+
+
+def test_the_hubs_generation_keys_import_and_decode_as_generate(marian_folder: Path, tmp_path: Path) -> None:
+    """A folder as current transformers saves OPUS-MT models on the hub: generation_config.json with
+    renormalize_logits = true (transformers PR #25459) and bos_token_id. It imports with renormalize on, and beam
+    search then gives generate()'s outputs and scores."""
+    from seqxduce_marian.testing import hf_generate, sentences
+    from transformers import GenerationConfig, MarianMTModel
+
+    folder = _copy(marian_folder, tmp_path)
+    generation = json.loads((folder / "generation_config.json").read_text())
+    generation.update(renormalize_logits=True, bos_token_id=0, forced_eos_token_id=0, max_length=31)
+    (folder / "generation_config.json").write_text(json.dumps(generation))
+    MarianMTModel.from_pretrained(folder)
+    GenerationConfig.from_pretrained(folder)
+    output = _ok("import", folder, "--from", "marian", "-o", tmp_path / "run")
+    assert "renormalize_logits = true" in output
+    loaded = seqxduce.engine.load_run(tmp_path / "run", ["decode.early_stop=false"])
+    assert loaded.recipe.decode.settings.renormalize is True
+    sources = sentences(100, seed=9)
+    source_ids = [loaded.tokenizers.src.encode(s) + [loaded.tokenizers.src.eos_id] for s in sources]
+    reference = hf_generate(folder, source_ids, 4, 30, length_penalty=1.0, renormalize=True)
+    outputs = seqxduce.engine.decode(loaded, sources)
+    equal = [(o.nbest[0][1].score, ref[2]) for o, ref in zip(outputs, reference) if o.nbest[0][1].tokens == ref[0]]
+    assert len(equal) >= 99
+    assert max(abs(a - b) for a, b in equal) < 1e-4
+
+
+def test_a_2020_layout_folder_imports(marian_folder: Path, tmp_path: Path) -> None:
+    """The layout of the first OPUS-MT uploads: generation defaults inside config.json (no
+    generation_config.json), _num_labels and output_past, pickled weights. MarianMTModel.from_pretrained loads
+    it, and so does the import, its harmless keys noted."""
+    from seqxduce_marian.weights import read_safetensors
+    from transformers import MarianMTModel
+
+    folder = _copy(marian_folder, tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    generation = json.loads((folder / "generation_config.json").read_text())
+    config.update(_num_labels=3, output_past=True, id2label={"0": "LABEL_0", "1": "LABEL_1", "2": "LABEL_2"},
+                  label2id={"LABEL_0": 0, "LABEL_1": 1, "LABEL_2": 2}, num_beams=6, max_length=512,
+                  bad_words_ids=generation["bad_words_ids"], classif_dropout=0.0, normalize_embedding=False)
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "generation_config.json").unlink()
+    torch.save(read_safetensors(folder / "model.safetensors"), folder / "pytorch_model.bin")
+    (folder / "model.safetensors").unlink()
+    MarianMTModel.from_pretrained(folder)
+    output = _ok("import", folder, "--from", "marian", "-o", tmp_path / "run")
+    assert "_num_labels" in output and "output_past" in output
+    decode = seqxduce.engine.load_run(tmp_path / "run").recipe.decode.settings
+    assert (decode.beam, decode.max_len_b, decode.renormalize) == (6, 510, False)
+
+
+def _refusal(folder: Path, out: Path) -> str:
+    result = _invoke("import", folder, "--from", "marian", "-o", out)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    return result.output.strip()
+
+
+def test_refusals_name_the_users_files_and_fix(marian_folder: Path, marian_run: Path, tmp_path: Path) -> None:
+    """A damaged source.spm is named where it is (not as a temporary copy); a config.json that disagrees with the
+    weights' shapes is the folder's fault, not a plugin's bug; importing over a run suggests what import can do."""
+    folder = _copy(marian_folder, tmp_path)
+    (folder / "source.spm").write_bytes(b"not a sentencepiece model")
+    line = _refusal(folder, tmp_path / "a")
+    assert line.startswith(f"Error: {folder / 'source.spm'}: not a SentencePiece model")
+    assert "seqxduce-import" not in line
+
+    folder = _copy(marian_folder, tmp_path / "b")
+    config = json.loads((folder / "config.json").read_text())
+    config.update(encoder_ffn_dim=2 * config["encoder_ffn_dim"], decoder_ffn_dim=2 * config["decoder_ffn_dim"])
+    (folder / "config.json").write_text(json.dumps(config))
+    line = _refusal(folder, tmp_path / "c")
+    assert "config.json" in line and "fc1" in line and "different models" in line and "report" not in line
+
+    line = _refusal(marian_folder, marian_run)
+    assert "--overwrite" in line and "--resume" not in line

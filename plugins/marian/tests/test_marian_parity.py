@@ -94,3 +94,35 @@ def test_export_decodes_like_ctranslate2_converter(marian_folder: Path, marian_r
                    [tokens + ["</s>"] for tokens in batch], **options)]
         same = sum(a.hypotheses[0] == b.hypotheses[0] for a, b in zip(*got))
         assert same >= 0.99 * SOURCES, (beam, same)
+
+
+def test_detokenization_matches_hugging_face(marian_folder: Path, tmp_path: Path) -> None:
+    """Every piece of the joint vocabulary, alone and in every pair, and random sequences decode as
+    MarianTokenizer.decode(ids, skip_special_tokens=True): pieces only the source model has (the tiny model's
+    vocab.json is the union of a unigram and a BPE model's), a language tag and a piece neither model has."""
+    import json
+    import random
+    import shutil
+
+    from seqxduce_marian.tokenizer import MarianTokenizer as Ours
+    from seqxduce_marian.tokenizer import read_vocab
+    from transformers import MarianTokenizer
+
+    for name in ("source.spm", "target.spm"):
+        shutil.copyfile(marian_folder / name, tmp_path / name)
+    mapping = json.loads((marian_folder / "vocab.json").read_text(encoding="utf-8"))
+    for extra in (">>fra<<", "\u2581highchair", "chair\u2581"):
+        mapping[extra] = len(mapping)
+    (tmp_path / "vocab.json").write_text(json.dumps(mapping), encoding="utf-8")
+    hf = MarianTokenizer(str(tmp_path / "source.spm"), str(tmp_path / "target.spm"), str(tmp_path / "vocab.json"))
+    ours = Ours()
+    ours.use((tmp_path / "target.spm").read_bytes(), read_vocab(tmp_path / "vocab.json"), "target.spm")
+    ids = list(range(len(mapping)))
+    rng = random.Random(0)
+    sequences = [[i] for i in ids] + [[i, j] for i in ids for j in ids]
+    sequences += [[rng.choice(ids) for _ in range(rng.randint(3, 12))] for _ in range(500)]
+    for use_source in (False, True):  # Hugging Face's default with one vocab.json is the source model
+        wrong = [s for s in sequences
+                 if ours.decode(s) != hf.decode(s, skip_special_tokens=True, use_source_tokenizer=use_source)]
+        assert not wrong, [hf.convert_ids_to_tokens(s) for s in wrong[:3]]
+    assert ours.decode([mapping["\u2581dog"], mapping["\u2581highchair"]]) == "dog highchair"

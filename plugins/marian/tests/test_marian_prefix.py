@@ -100,3 +100,84 @@ def test_serve_takes_a_prefix_per_input(marian_run: Path, tmp_path: Path) -> Non
     finally:
         server.kill()
         server.wait()
+
+
+def _ranked_sources(count: int) -> tuple[list[str], list[str]]:
+    """Sources with target prefixes (seqxduce_marian.testing.target_prefixes: every third an unlikely one)."""
+    from seqxduce_marian.testing import sentences, target_prefixes
+
+    sources = sentences(count, seed=5)
+    return sources, target_prefixes(sources)
+
+
+RANKED = 150  # sources of the ranking tests
+LIMIT = 30  # Hugging Face's max_length less its start token: seqxduce's max_len_b = 29 tokens and eos
+
+
+def test_beam_ranks_a_prefix_as_hugging_face_does(marian_folder: Path, marian_run: Path) -> None:
+    """generate(decoder_input_ids=[<pad>] + prefix) with the imported length penalty of 1: >= 99% equal outputs
+    (every third prefix an unlikely word), and seqxduce's score of an equal output is generate's: the
+    log-probability after the prefix (eos included) over that part's length; logprob counts the prefix."""
+    from seqxduce_marian.testing import hf_generate
+
+    import seqxduce
+    from seqxduce.decoding.decode import encode_prefixes
+
+    sources, prefixes = _ranked_sources(RANKED)
+    loaded = seqxduce.engine.load_run(marian_run, ["decode.max_len_a=0", f"decode.max_len_b={LIMIT - 1}",
+                                                   "decode.limit_eos=free", "decode.early_stop=false"])
+    assert (loaded.recipe.decode.settings.alpha, loaded.recipe.decode.settings.length_penalty) == (1.0, "power")
+    prefix_ids = encode_prefixes(loaded.tokenizers.tgt, prefixes, "prefix ")
+    source_ids = [loaded.tokenizers.src.encode(s) + [loaded.tokenizers.src.eos_id] for s in sources]
+    reference = hf_generate(marian_folder, source_ids, 4, LIMIT, length_penalty=1.0, prefixes=prefix_ids)
+    outputs = seqxduce.engine.decode(loaded, sources, prefixes=prefixes)
+    equal = [(o.nbest[0][1], ref, len(p)) for o, ref, p in zip(outputs, reference, prefix_ids)
+             if o.nbest[0][1].tokens == ref[0]]
+    assert len(equal) >= 0.99 * RANKED
+    assert all(o.nbest[0][1].tokens[:len(p)] == p for o, p in zip(outputs, prefix_ids))
+    assert max(abs(hyp.score - ref[2]) for hyp, ref, _ in equal) < 1e-4
+    before_limit = [(hyp, ref) for hyp, ref, _ in equal if len(ref[0]) < LIMIT - 1]
+    assert max(abs(hyp.logprob - ref[1]) for hyp, ref in before_limit) < 1e-4
+    unlikely = [(o.nbest[0][1], len(p)) for o, p in list(zip(outputs, prefix_ids))[2::3]]
+    assert sum(sum(hyp.positional_logprobs[:n]) < -2.0 for hyp, n in unlikely) > len(unlikely) // 2
+
+
+def test_beam_with_a_prefix_equals_ctranslate2_target_prefix(marian_folder: Path, marian_run: Path,
+                                                             tmp_path: Path) -> None:
+    """CTranslate2's translate_batch(target_prefix=...) on its own converter of the folder, beam 4 without a
+    length penalty (its search then stops at the first finished best hypothesis, as exact as ours): >= 99% equal
+    where our output goes on past its prefix. CTranslate2 never ends an output right after its prefix (where
+    Hugging Face and we may: eos is then the best continuation), so those rows are left out of the count."""
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    from ctranslate2.converters import TransformersConverter
+
+    import seqxduce
+    from seqxduce.decoding.decode import encode_prefixes
+
+    sources, prefixes = _ranked_sources(RANKED)
+    loaded = seqxduce.engine.load_run(marian_run, ["decode.max_len_a=0", f"decode.max_len_b={LIMIT - 1}",
+                                                   "decode.alpha=0"])
+    tgt, src = loaded.tokenizers.tgt, loaded.tokenizers.src
+    prefix_ids = encode_prefixes(tgt, prefixes, "prefix ")
+    TransformersConverter(str(marian_folder)).convert(str(tmp_path / "ct2"))
+    found = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu").translate_batch(
+        [[src.id_to_token(i) for i in src.encode(s)] + ["</s>"] for s in sources],
+        target_prefix=[[tgt.id_to_token(i) for i in p] for p in prefix_ids], beam_size=4, length_penalty=0.0,
+        max_decoding_length=LIMIT, min_decoding_length=0)
+    ours = [o.nbest[0][1].tokens for o in seqxduce.engine.decode(loaded, sources, prefixes=prefixes)]
+    going_on = [(o, f.hypotheses[0]) for o, f, p in zip(ours, found, prefix_ids) if len(o) > len(p)]
+    assert len(going_on) > RANKED // 4 and any(p for o, f, p in zip(ours, found, prefix_ids) if len(o) > len(p))
+    same = sum([tgt.id_to_token(i) for i in o] == theirs for o, theirs in going_on)
+    assert same >= 0.99 * len(going_on)
+
+
+def test_greedy_scores_what_follows_the_prefix(marian_run: Path) -> None:
+    """Greedy's score leaves the forced tokens out as beam's does; its logprob keeps them."""
+    import seqxduce
+
+    loaded = seqxduce.engine.load_run(marian_run, ["decode.name=greedy"])
+    forced, free = seqxduce.engine.decode(loaded, ["the cat sat", "the cat sat"], prefixes=["house red", ""])
+    hyp, given = forced.nbest[0][1], len(loaded.tokenizers.tgt.encode("house red"))
+    assert hyp.score == pytest.approx(sum(hyp.positional_logprobs[given:]))
+    assert hyp.logprob == pytest.approx(sum(hyp.positional_logprobs))
+    assert free.nbest[0][1].score == pytest.approx(free.nbest[0][1].logprob)
