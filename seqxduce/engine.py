@@ -250,7 +250,7 @@ def _decode_file_ct2(run, input, output, split, overrides, ensemble, checkpoint,
     from seqxduce.export.ct2_decoding import Ct2DecodeJob, load_export
 
     for flag, value in (("--checkpoint", checkpoint), ("--alignments", alignments), ("--ensemble", ensemble or None),
-                        ("--annotations", annotations), ("--prefix-file", prefix_file)):
+                        ("--annotations", annotations)):
         if value is not None:
             raise UserError(f"decode --engine ctranslate2: {flag} is not supported there (CTranslate2 decodes one "
                             "exported model, without attention or per-position figures); decode with --engine "
@@ -259,10 +259,12 @@ def _decode_file_ct2(run, input, output, split, overrides, ensemble, checkpoint,
     with tempfile.TemporaryDirectory(prefix="seqxduce-ct2-") as work:
         exported = load_export(run, overrides, Path(work), changes=changes)
         _say(f"decoding with CTranslate2: {exported.directory}")
-        job = Ct2DecodeJob(str(run), tuple(overrides), tuple(changes), split=split is not None)
+        job = Ct2DecodeJob(str(run), tuple(overrides), tuple(changes), split=split is not None,
+                           prefix_where=f"--prefix-file {prefix_file}:")
         files = sorted(p for p in Path(exported.directory).iterdir() if p.is_file())
         return _stream_decode(job, job.processor_for(exported), exported.task, exported.recipe,
-                              f"ctranslate2:{Path(run).resolve()}", files, input, output, split, None, None, None,
+                              f"ctranslate2:{Path(run).resolve()}", files, input, output, split, None, None,
+                              prefix_file,
                               resume, buffer_size, processes if processes is not None else 1, total, examples,
                               on_cpu=exported.translator.device == "cpu")
 

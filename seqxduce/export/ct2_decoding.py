@@ -27,7 +27,7 @@ import torch
 from seqxduce import components
 from seqxduce.api import Example, Hypothesis, Report, Task, UserError
 from seqxduce.decoding.changes import Change, SearchShape, with_changes
-from seqxduce.decoding.decode import Output, format_outputs, score_outputs, split_examples
+from seqxduce.decoding.decode import Output, encode_prefixes, format_outputs, score_outputs, split_examples
 from seqxduce.decoding.search import length_penalty
 from seqxduce.decoding.streaming import Buffer, Piece, Processor
 from seqxduce.export.exporting import export_run, is_export, require_ctranslate2
@@ -79,53 +79,65 @@ def load_export(path: Path | str, overrides: Sequence[str] = (), work: Path | No
     return ExportedRun(recipe, path, components.build_task(recipe), exported.load_tokenizers(recipe), translator)
 
 
-def translate_ids(run: ExportedRun, sources: Sequence[list[int]]) -> list[list[Hypothesis]]:
-    """n-best Hypotheses for source ids (without eos: the export appends it), as seqxduce's search gives them."""
+def translate_ids(run: ExportedRun, sources: Sequence[list[int]],
+                  prefixes: Sequence[list[int]] | None = None) -> list[list[Hypothesis]]:
+    """n-best Hypotheses for source ids (without eos: the export appends it), as seqxduce's search gives them;
+    prefixes: target ids each output starts with (CTranslate2's target_prefix), ranked as seqxduce's search
+    ranks them: a score of what follows the prefix (seqxduce.decoding.search)."""
     settings = run.recipe.decode.settings
     shape = SearchShape.of(settings)
     beam, alpha, form, nbest = shape.beam, shape.alpha, shape.form, shape.nbest  # form: gnmt, or power (HF's)
     src_tok, tgt_tok = run.tokenizers.src, run.tokenizers.tgt
     tgt_ids = {tgt_tok.id_to_token(i): i for i in range(tgt_tok.vocab_size)}
     specials = [[tgt_tok.id_to_token(tgt_tok.pad_id)], [tgt_tok.id_to_token(tgt_tok.bos_id)]]
-    limits = [max(1, int(len(ids) * settings.max_len_a + settings.max_len_b)) for ids in sources]
+    given = [list(p) for p in prefixes] if prefixes is not None else [[] for _ in sources]
+    # the limit leaves room for a forced prefix, as seqxduce's search does
+    limits = [max(1, int(len(ids) * settings.max_len_a + settings.max_len_b), len(p)) for ids, p in zip(sources, given)]
     eos = tgt_tok.id_to_token(tgt_tok.eos_id)
     results: list[list[Hypothesis]] = [[] for _ in sources]
     for limit in sorted(set(limits)):
         chosen = [i for i, n in enumerate(limits) if n == limit]
         batch = [[src_tok.id_to_token(t) for t in sources[i]] for i in chosen]
+        forced = [[tgt_tok.id_to_token(t) for t in given[i]] for i in chosen]
         found = run.translator.translate_batch(
-            batch, beam_size=beam, num_hypotheses=beam, length_penalty=0.0,
-            return_end_token=True, max_decoding_length=limit, min_decoding_length=settings.min_len,
-            suppress_sequences=specials, max_batch_size=run.recipe.decode.core.batch_size)
+            batch, target_prefix=forced if any(forced) else None, beam_size=beam, num_hypotheses=beam,
+            length_penalty=0.0, return_end_token=True, max_decoding_length=limit,
+            min_decoding_length=settings.min_len, suppress_sequences=specials,
+            max_batch_size=run.recipe.decode.core.batch_size)
         outputs = [[h[:-1] if h and h[-1] == eos else h for h in result.hypotheses] for result in found]
-        logprobs = _rescore(run, [(src, out) for src, outs in zip(batch, outputs) for out in outs])
+        positional = _rescore(run, [(src, out) for src, outs in zip(batch, outputs) for out in outs])
         for i, outs in zip(chosen, outputs):
-            hyps = [_hypothesis(out, next(logprobs), alpha, tgt_ids, form) for out in outs]
+            hyps = [_hypothesis(out, next(positional), alpha, tgt_ids, form, len(given[i])) for out in outs]
             results[i] = sorted(hyps, key=lambda h: -h.score)[:nbest]
     return results
 
 
-def _rescore(run: ExportedRun, pairs: list[tuple[list[str], list[str]]]) -> Iterator[float]:
-    """Each output's summed log-probabilities, eos included, by one teacher-forced pass (score_batch appends the
-    eos). The search's own scores will not do: CTranslate2 suppresses pad and bos before the softmax, which
-    renormalises the others, where our search forbids them after it; and at the length limit it stops without
-    the eos that our search forces."""
+def _rescore(run: ExportedRun, pairs: list[tuple[list[str], list[str]]]) -> Iterator[list[float]]:
+    """Each output's log-probabilities per position, eos included, by one teacher-forced pass (score_batch
+    appends the eos). The search's own scores will not do: CTranslate2 suppresses pad and bos before the softmax,
+    which renormalises the others, where our search forbids them after it; and at the length limit it stops
+    without the eos that our search forces."""
     scored = run.translator.score_batch([src for src, _ in pairs], [out for _, out in pairs],
                                         max_batch_size=run.recipe.decode.core.batch_size)
-    return iter([sum(result.log_probs) for result in scored])
+    return iter([list(result.log_probs) for result in scored])
 
 
-def _hypothesis(tokens: list[str], logprob: float, alpha: float, ids: dict[str, int],
-                form: str = "gnmt") -> Hypothesis:
-    """Our Hypothesis of one CTranslate2 output; its length for the penalty counts the eos, as our beam's does."""
+def _hypothesis(tokens: list[str], positional: list[float], alpha: float, ids: dict[str, int],
+                form: str = "gnmt", forced: int = 0) -> Hypothesis:
+    """Our Hypothesis of one CTranslate2 output: its logprob over every position, its score over what follows
+    the `forced` prefix tokens (their length left out of the penalty's, which counts the eos), as our beam's."""
     out = [ids[t] for t in tokens]
-    return Hypothesis(tokens=out, score=logprob / length_penalty(len(out) + 1, alpha, form), logprob=logprob)
+    after = float(sum(positional[forced:]))
+    return Hypothesis(tokens=out, score=after / length_penalty(len(out) - forced + 1, alpha, form),
+                      logprob=float(sum(positional)))
 
 
-def decode_sources(run: ExportedRun, examples: Sequence[Example] | Sequence[str]) -> list[Output]:
-    """Outputs in input order, as seqxduce.decoding.decode.decode_sources gives them."""
+def decode_sources(run: ExportedRun, examples: Sequence[Example] | Sequence[str],
+                   prefixes: Sequence[list[int]] | None = None) -> list[Output]:
+    """Outputs in input order, as seqxduce.decoding.decode.decode_sources gives them (prefixes: target ids per
+    source, decoding.decode.encode_prefixes)."""
     sources = [ex.source if isinstance(ex, Example) else ex for ex in examples]
-    nbests = translate_ids(run, [run.tokenizers.src.encode(s) for s in sources])
+    nbests = translate_ids(run, [run.tokenizers.src.encode(s) for s in sources], prefixes)
     outputs = []
     for source, hyps in zip(sources, nbests):
         texts = [(run.tokenizers.tgt.decode(h.tokens), h) for h in hyps]
@@ -143,6 +155,7 @@ class Ct2DecodeJob:
     overrides: tuple[str, ...] = ()
     changes: tuple[Change, ...] = ()
     split: bool = False
+    prefix_where: str = "prefix "
 
     def processor(self) -> Processor:
         """A worker process's own translator, loaded from an export folder (a run directory would be exported
@@ -156,7 +169,12 @@ class Ct2DecodeJob:
         return lambda buffer: self._piece(run, buffer)
 
     def _piece(self, run: ExportedRun, buffer: Buffer) -> Piece:
-        outputs = decode_sources(run, buffer.items)
+        items, prefixes = buffer.items, None
+        if items and isinstance(items[0], tuple):  # (source, prefix): --prefix-file read in step with the input
+            prefixes = encode_prefixes(run.tokenizers.tgt, [p for _, p in items], self.prefix_where,
+                                       first=buffer.start + 1)
+            items = [source for source, _ in items]
+        outputs = decode_sources(run, items, prefixes)
         lines = [o.text for o in outputs] if self.split else format_outputs(outputs, buffer.start)
         kept = [{"text": o.text, "figures": o.figures} for o in outputs] if self.split else []
         return Piece(buffer.start, len(outputs), {"output": lines}, kept)

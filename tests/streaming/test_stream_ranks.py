@@ -73,3 +73,28 @@ def test_ctranslate2_streams_what_it_decoded_at_once(trained_copy_run: Path, tmp
 
     expected = engine.format_outputs(decode_lines(trained_copy_run, lines, changes=flag_changes(nbest=2)))
     assert out.read_text().splitlines() == expected
+
+
+def test_ctranslate2_takes_a_prefix_file_and_ranks_as_the_native_search(trained_copy_run: Path, tmp_path: Path):
+    """CTranslate2's target_prefix, rescored as seqxduce's beam scores (what follows the prefix): the same outputs
+    as seqxduce's search, but where CTranslate2 cannot end an output right after its prefix (it never does)."""
+    pytest.importorskip("ctranslate2")
+    lines = sources(120, seed=16)
+    prefixes = [""] * 40 + [line.split()[0] for line in lines[40:80]] + ["9 9"] * 40  # none, likely, unlikely
+    given, prefix_file = write(tmp_path / "in.txt", lines), write(tmp_path / "prefix.txt", prefixes)
+    outs = {}
+    for name in ("seqxduce", "ctranslate2"):
+        outs[name] = tmp_path / f"{name}.txt"
+        result = CliRunner().invoke(add_plugin_commands(), [
+            "decode", str(trained_copy_run), "--input", str(given), "--prefix-file", str(prefix_file), "-o",
+            str(outs[name]), "--engine", name, "--nbest", "2", "--set", "decode.alpha=1.0"])
+        assert result.exit_code == 0, result.output
+    native = [line.split("\t") for line in outs["seqxduce"].read_text().splitlines()]
+    ct2 = [line.split("\t") for line in outs["ctranslate2"].read_text().splitlines()]
+    best_native, best_ct2 = native[::2], ct2[::2]
+    for (i, _, text), prefix in zip(best_ct2, prefixes):
+        assert text.startswith(prefix), (i, text, prefix)
+    comparable = [(a, b) for a, b, p in zip(best_native, best_ct2, prefixes) if a[2].strip() != p.strip()]
+    assert len(comparable) >= 80  # 95 here: the unlikely prefixes mostly go on
+    same = sum(a[2] == b[2] and abs(float(a[1]) - float(b[1])) < 1e-3 for a, b in comparable)
+    assert same >= 0.99 * len(comparable), f"{same} of {len(comparable)}"
