@@ -5,8 +5,9 @@ the search, which is export.ct2_decoding's (the one `seqxduce decode --engine ct
 tokenizers, CTranslate2's search over our vocabulary, rescored and ranked as our beam ranks): a request may change
 the settings that search honours (beam, alpha, the length limits, nbest) and nothing else. CTranslate2 cannot
 stop a batch between its steps, so a batch whose clients all left or whose deadline passed ends when its call
-returns (a batch is bounded by --max-batch-tokens and --max-work); a target prefix and /v1/attention need
-seqxduce's own engine and are refused with 422.
+returns (a batch is bounded by --max-batch-tokens and --max-work). A target prefix is CTranslate2's target_prefix,
+ranked as seqxduce's search ranks it (export.ct2_decoding); /v1/attention needs seqxduce's own engine and is
+refused with 422.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from seqxduce.settings_check import request_keys
 
 # what export.ct2_decoding.translate_ids reads of [decode] (besides nbest, a request field of its own)
 HONOURED = ("beam", "alpha", "max_len_a", "max_len_b", "min_len")
-REFUSED = ("a target prefix", "/v1/attention")  # what needs seqxduce's own engine
+REFUSED = ("/v1/attention",)  # what needs seqxduce's own engine
 
 
 def export_facts(run: ExportedRun) -> dict[str, Any]:
@@ -58,16 +59,13 @@ class CT2Service(Service):
             recipe, decode=dataclasses.replace(recipe.decode, settings=settings)))
 
     def decode(self, sources: Sequence[str | Prefixed], key: Hashable, stop: StopCheck | None = None) -> list[Any]:
-        """Decode one batch with CTranslate2 (the batcher reads stop before the call, which cannot be cut short);
-        an input with a target prefix gets a 422 of its own."""
-        plain = [s for s in sources if not isinstance(s, Prefixed)]
-        decoded = iter(self.answers(plain, key) if plain else [])  # the others decoded together, as one batch
-        return [RequestError(422, f"inputs: {source_text(s)[:40]!r}: a target prefix needs seqxduce's own engine; "
-                                  "this server runs --engine ctranslate2") if isinstance(s, Prefixed)
-                else next(decoded) for s in sources]
+        """Decode one batch with CTranslate2 (the batcher reads stop before the call, which cannot be cut
+        short)."""
+        return self.answers(sources, key)
 
     def _decode(self, sources: Sequence[str | Prefixed], key: Hashable) -> list[Output]:
-        return decode_sources(self.decoder(key), [source_text(s) for s in sources])
+        run = self.decoder(key)
+        return decode_sources(run, [source_text(s) for s in sources], self._prefixes(sources, run.tokenizers.tgt))
 
     def attention(self, source: str, target: str | None, key: Hashable, stop: StopCheck | None = None
                   ) -> dict[str, Any]:

@@ -138,11 +138,15 @@ class Service:
 
     def _decode(self, sources: Sequence[str | Prefixed], key: Hashable) -> list[Output]:
         run = self.run
-        prefixes = None
-        if any(isinstance(s, Prefixed) for s in sources):  # an input's "prefix" starts its output
-            given = [s.prefix if isinstance(s, Prefixed) else "" for s in sources]
-            prefixes = encode_prefixes(run.tokenizers.tgt, given, "prefix ")
+        prefixes = self._prefixes(sources, run.tokenizers.tgt)
         return decode_sources(run, [source_text(s) for s in sources], self.decoder(key), prefixes=prefixes)
+
+    @staticmethod
+    def _prefixes(sources: Sequence[str | Prefixed], tokenizer: Any) -> list[list[int]] | None:
+        """Each input's "prefix" (the target text its output starts with) as ids; None when no input has one."""
+        if not any(isinstance(s, Prefixed) for s in sources):
+            return None
+        return encode_prefixes(tokenizer, [s.prefix if isinstance(s, Prefixed) else "" for s in sources], "prefix ")
 
     def _one(self, source: str | Prefixed, key: Hashable) -> Any:
         try:

@@ -1,6 +1,6 @@
 """`seqxduce serve --engine ctranslate2`: the same server over an exported model, answering what `seqxduce decode
 --engine ctranslate2` prints for the same sources and settings, and refusing in one 422 what only seqxduce's own
-engine does (a target prefix, /v1/attention)."""
+engine does (/v1/attention); a target prefix is CTranslate2's target_prefix."""
 
 from __future__ import annotations
 
@@ -47,8 +47,11 @@ def test_answers_equal_decode_with_the_same_engine_and_settings(exported, tmp_pa
         assert info["serve"]["engine"] == "ctranslate2" and "beam" in info["serve"]["request_keys"]
         assert info["serve"]["threads"] == 1  # --threads: torch's count, which the translator was built with
 
-        status, _, answer = call(server, "/v1/decode", {"inputs": [{"source": "1 2", "prefix": "2"}]})
-        assert status == 422 and "a target prefix needs seqxduce's own engine" in answer["error"]
+        status, _, answer = call(server, "/v1/decode", {"inputs": [{"source": "1 2 3", "prefix": "3"}, "4 5"]})
+        assert status == 200 and answer["outputs"][0][0]["text"].startswith("3")
+        prefix_file = tmp_path / "prefix.txt"
+        prefix_file.write_text("3\n\n", encoding="utf-8")
+        assert texts(answer) == decode_ct2(exported, ["1 2 3", "4 5"], tmp_path, "--prefix-file", str(prefix_file))
         status, _, answer = call(server, "/v1/attention", {"input": "1 2"})
         assert status == 422 and "/v1/attention needs seqxduce's own engine" in answer["error"]
         status, _, answer = call(server, "/v1/decode", {"inputs": ["1 2"], "beam": 0})
