@@ -158,7 +158,7 @@ def ut_recipe_overrides(args, device: torch.device) -> list[str]:
     keys = [f"train.device={device.type}", "train.precision=bf16", "train.compile=off", "train.validate_every=0",
             "train.valid_decode_examples=0"]
     if args.tiny:
-        keys += model_overrides("tiny")[:4] + ["model.act_max_steps=2", "model.steps=2", "model.max_positions=64",
+        keys += model_overrides("tiny")[:4] + ["model.act_max_steps=2", "model.max_positions=64",
                                                "task.train_size=200", "task.valid_size=10", "task.test_size=10",
                                                "task.train_max_len=12", "task.test_min_len=12",
                                                "task.test_max_len=12", "train.max_tokens=256"]
