@@ -228,7 +228,7 @@ def decode_file(run: str | Path, input: str | Path | None = None, output: str | 
         raise UserError("decode: give exactly one of --input FILE (or -) and --split NAME")
     if prefix_file is not None and input is None:
         raise UserError("decode --prefix-file: give it with --input (one prefix per source line)")
-    total = _check_stream_input(input, prefix_file, output, resume, processes)
+    total = _check_stream_input(input, prefix_file, output, resume)
     if engine == "ctranslate2":
         return _decode_file_ct2(run, input, output, split, overrides, ensemble, checkpoint, changes,
                                 annotations, alignments, prefix_file, resume, buffer_size, processes, total, examples)
@@ -269,7 +269,7 @@ def _decode_file_ct2(run, input, output, split, overrides, ensemble, checkpoint,
                               on_cpu=exported.translator.device == "cpu")
 
 
-def _check_stream_input(input, prefix_file, output, resume: bool, processes: int | None) -> int | None:
+def _check_stream_input(input, prefix_file, output, resume: bool) -> int | None:
     """The input's line count (None for stdin or a split), refused before any model loads when the prefix file
     does not match it, when --resume has no file to continue, or when torchrun's ranks cannot all read stdin."""
     from seqxduce.decoding.stream_job import under_torchrun
