@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from seqxduce.api import Report, UserError, count_lines, iter_lines, read_lines
+from seqxduce.api import Report, TrainingStopped, UserError, count_lines, iter_lines, read_lines
 from seqxduce.files import check_writable
 from seqxduce.recipe import Recipe, load_recipe
 
@@ -229,21 +229,53 @@ def decode_file(run: str | Path, input: str | Path | None = None, output: str | 
     if prefix_file is not None and input is None:
         raise UserError("decode --prefix-file: give it with --input (one prefix per source line)")
     total = _check_stream_input(input, prefix_file, output, resume)
-    if engine == "ctranslate2":
-        return _decode_file_ct2(run, input, output, split, overrides, ensemble, checkpoint, changes,
-                                annotations, alignments, prefix_file, resume, buffer_size, processes, total, examples)
-    loaded = load_run(run, overrides, [Path(e) for e in ensemble], checkpoint, changes)
-    _say(f"decoding with {loaded.described()}")
-    spec = RunSpec(str(run), tuple(overrides), tuple(str(e) for e in ensemble), checkpoint, tuple(changes))
-    job = DecodeJob(spec, annotate=annotations is not None, align=alignments is not None, split=split is not None,
-                    prefix_where=f"--prefix-file {prefix_file}:")
-    return _stream_decode(job, job.processor_for(loaded), loaded.task, loaded.recipe, loaded.described(),
-                          _checkpoint_files(loaded), input, output, split, annotations, alignments, prefix_file,
-                          resume, buffer_size, processes, total, examples, on_cpu=loaded.device.type == "cpu")
+    with _Stops("decode", output) as stops:
+        if engine == "ctranslate2":
+            return _decode_file_ct2(run, input, output, split, overrides, ensemble, checkpoint, changes, annotations,
+                                    alignments, prefix_file, resume, buffer_size, processes, total, examples, stops)
+        loaded = load_run(run, overrides, [Path(e) for e in ensemble], checkpoint, changes)
+        _say(f"decoding with {loaded.described()}")
+        spec = RunSpec(str(run), tuple(overrides), tuple(str(e) for e in ensemble), checkpoint, tuple(changes))
+        job = DecodeJob(spec, annotate=annotations is not None, align=alignments is not None,
+                        split=split is not None, prefix_where=f"--prefix-file {prefix_file}:")
+        return _stream_decode(job, job.processor_for(loaded), loaded.task, loaded.recipe, loaded.described(),
+                              _checkpoint_files(loaded), input, output, split, annotations, alignments, prefix_file,
+                              resume, buffer_size, processes, total, examples, stops,
+                              on_cpu=loaded.device.type == "cpu")
+
+
+class _Stops:
+    """A signal outside the streamed job's own handling (run_job's): while the model loads, before the job opens
+    its files, and after its files are final (a split's metric, the ending), it ends the command at once, with a
+    line saying what was written, instead of the signal's default action (no word, and no exit status a
+    requeue script can tell from a crash). `written`: the job's files are final."""
+
+    def __init__(self, what: str, output: str | Path | None):
+        self.what, self.output, self.written = what, output, False
+
+    def __enter__(self) -> _Stops:
+        from seqxduce.stopping import stop_at_once
+
+        self._handling = stop_at_once()
+        self._handling.__enter__()
+        return self
+
+    def __exit__(self, kind, error, trace) -> None:
+        from seqxduce.stopping import StoppedAtOnce, signal_name
+
+        self._handling.__exit__(kind, error, trace)
+        if isinstance(error, StoppedAtOnce):
+            said = f"{signal_name(error.signum)}: {self.what} stopped "
+            if self.written:
+                where = "(its outputs went to stdout)" if self.output is None else f"({self.output} is complete)"
+                message = f"{said}after writing every line {where}"
+            else:
+                message = f"{said}before writing any line; run the same command again to start it"
+            raise TrainingStopped(message, exit_code=128 + error.signum) from None
 
 
 def _decode_file_ct2(run, input, output, split, overrides, ensemble, checkpoint, changes, annotations, alignments,
-                     prefix_file, resume, buffer_size, processes, total, examples) -> StreamedFile:
+                     prefix_file, resume, buffer_size, processes, total, examples, stops: _Stops) -> StreamedFile:
     """decode_file with CTranslate2: a run directory is exported into a temporary folder first."""
     import tempfile
 
@@ -266,7 +298,7 @@ def _decode_file_ct2(run, input, output, split, overrides, ensemble, checkpoint,
                               f"ctranslate2:{Path(run).resolve()}", files, input, output, split, None, None,
                               prefix_file,
                               resume, buffer_size, processes if processes is not None else 1, total, examples,
-                              on_cpu=exported.translator.device == "cpu")
+                              stops, on_cpu=exported.translator.device == "cpu")
 
 
 def _check_stream_input(input, prefix_file, output, resume: bool) -> int | None:
@@ -293,7 +325,8 @@ def _check_stream_input(input, prefix_file, output, resume: bool) -> int | None:
 
 def _stream_decode(job, process, task, recipe, described: str, checkpoints: Sequence[Path], input, output, split,
                    annotations, alignments, prefix_file, resume: bool, buffer_size: int | None,
-                   processes: int | None, total: int | None, examples: int, on_cpu: bool) -> StreamedFile:
+                   processes: int | None, total: int | None, examples: int, stops: _Stops,
+                   on_cpu: bool) -> StreamedFile:
     """The streamed job of decode_file, whichever engine's `process` does the buffers."""
     from seqxduce.api import Postprocessed
     from seqxduce.decoding.decode import score_outputs, split_examples
@@ -320,7 +353,8 @@ def _stream_decode(job, process, task, recipe, described: str, checkpoints: Sequ
 
     workers = processes_for_input(processes, total, on_cpu, under_torchrun())
     done = _run_stream(job, process, items, total, finals, record, output is None, resume, buffer_size, workers,
-                       "decode", keep=split is not None, on_piece=show if split is not None and examples else None)
+                       "decode", stops, keep=split is not None,
+                       on_piece=show if split is not None and examples else None)
     done.described = described
     if split is not None and done.writer and not done.complete_already:
         outputs = [Postprocessed(k["text"], k["figures"]) for k in done.kept]
@@ -335,7 +369,8 @@ def processes_for_input(asked: int | None, lines: int | None, on_cpu: bool, torc
 
 
 def _run_stream(job, process, items, total, finals: dict[str, Path], record: dict, to_stdout: bool, resume: bool,
-                buffer_size: int | None, processes: int, what: str, keep: bool = False, on_piece=None):
+                buffer_size: int | None, processes: int, what: str, stops: _Stops, keep: bool = False,
+                on_piece=None):
     """run_job with the outputs' files (refused before any work when a file cannot be written)."""
     from seqxduce.decoding.stream_files import OutputFiles
     from seqxduce.decoding.stream_job import Plan, run_job
@@ -349,6 +384,12 @@ def _run_stream(job, process, items, total, finals: dict[str, Path], record: dic
         _say(f"{what}: {processes} worker processes of {threads} thread(s) each")
         process = None  # each worker loads its own
     result = run_job(job, items, total, files, to_stdout, plan, process, on_piece=on_piece)
+    stops.written = True
+    if result.late_signal:
+        from seqxduce.stopping import signal_name
+
+        where = "its outputs went to stdout" if not finals else f"{next(iter(finals.values()))} is complete"
+        _say(f"{signal_name(result.late_signal)}: came after the last line was written; {where}")
     if result.complete_already:
         _say(f"{what}: {next(iter(finals.values()))} is complete already (no stopped job to continue); run without "
              "--resume to write it anew")
@@ -421,18 +462,20 @@ def score_file(run: str | Path, source_file: str | Path, target_file: str | Path
     if sources != targets:
         raise UserError(f"--source {source_file} has {sources} lines but --target {target_file} has "
                         f"{targets}: give one target line per source line")
-    loaded = load_run(run, overrides, [Path(e) for e in ensemble], checkpoint)
-    _say(f"scoring with {loaded.described()}")
-    job = ScoreJob(RunSpec(str(run), tuple(overrides), tuple(str(e) for e in ensemble), checkpoint), normalize)
-    record = {"command": "score", "source": _file_key(source_file), "target": _file_key(target_file),
-              "checkpoint": loaded.described(), "checkpoint_files": [_file_key(p) for p in _checkpoint_files(loaded)],
-              "normalize": normalize, **_decode_settings(loaded.recipe)}
-    processes = processes_for_input(processes, sources, loaded.device.type == "cpu", under_torchrun())
-    done = _run_stream(job, job.processor_for(loaded), zip(iter_lines(source_file), iter_lines(target_file)),
-                       sources, {"output": Path(output)} if output is not None else {}, record, output is None,
-                       resume, buffer_size, processes, "score")
-    done.described = loaded.described()
-    return done
+    with _Stops("score", output) as stops:
+        loaded = load_run(run, overrides, [Path(e) for e in ensemble], checkpoint)
+        _say(f"scoring with {loaded.described()}")
+        job = ScoreJob(RunSpec(str(run), tuple(overrides), tuple(str(e) for e in ensemble), checkpoint), normalize)
+        record = {"command": "score", "source": _file_key(source_file), "target": _file_key(target_file),
+                  "checkpoint": loaded.described(),
+                  "checkpoint_files": [_file_key(p) for p in _checkpoint_files(loaded)],
+                  "normalize": normalize, **_decode_settings(loaded.recipe)}
+        processes = processes_for_input(processes, sources, loaded.device.type == "cpu", under_torchrun())
+        done = _run_stream(job, job.processor_for(loaded), zip(iter_lines(source_file), iter_lines(target_file)),
+                           sources, {"output": Path(output)} if output is not None else {}, record,
+                           output is None, resume, buffer_size, processes, "score", stops)
+        done.described = loaded.described()
+        return done
 
 
 def export_run(run: str | Path, output: str | Path, engine: str = "ctranslate2", quantization: str = "none",

@@ -96,6 +96,28 @@ def stop_on_signals(request: StopRequest, after: str) -> Iterator[StopRequest]:
         yield request
 
 
+class StoppedAtOnce(BaseException):
+    """Raised by stop_at_once's handler where the signal lands (a BaseException, as Abandoned)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def stop_at_once() -> Iterator[None]:
+    """While this lasts, a signal raises StoppedAtOnce where it lands: for the stretches of a command that keep
+    nothing of their own (loading a model before a job opens its files, a metric computed from outputs already
+    written), so that a signal there ends the command at once with its own line instead of the signal's default
+    action (which ends the process with no word and no exit status a script can tell from a crash)."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise StoppedAtOnce(signum)
+
+    with handled(handler):
+        yield
+
+
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
     """Hold the stop signals (delivered when this ends): around starting worker processes, which inherit the

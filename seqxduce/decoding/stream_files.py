@@ -97,14 +97,19 @@ class OutputFiles:
                             "start again")
 
     def _start(self) -> None:
+        # the record first: a job stopped or killed while these files are made then leaves a record of 0 lines
+        # done, which a resume continues, never partial files without a record, which it must refuse
+        self._save_record(fresh=True)
         for path in self.partials.values():
             path.parent.mkdir(parents=True, exist_ok=True)
             self.handles[path.name] = open(path, "wb")  # noqa: SIM115 (closed by close())
-        self._save_record()
 
     def _continue(self, saved: dict) -> None:
         for name, path in self.partials.items():
             size = saved["sizes"].get(name)
+            if size == 0 and not path.exists():  # stopped before _start made it
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.touch()
             if size is None or not path.exists() or path.stat().st_size < size:
                 raise UserError(f"--resume: {path} is missing or shorter than its record says ({size} bytes); delete "
                                 f"{self.record.name} and the *.partial files and decode again without --resume")
@@ -130,9 +135,10 @@ class OutputFiles:
         self.done += piece.count
         self._save_record()
 
-    def _save_record(self, complete: bool = False) -> None:
-        sizes = {name: self.handles[path.name].tell() if path.name in self.handles else path.stat().st_size
-                 for name, path in self.partials.items()}
+    def _save_record(self, complete: bool = False, fresh: bool = False) -> None:
+        """fresh: the files are about to be made empty (a stale one of an earlier job may still be there)."""
+        sizes = {name: 0 if fresh else self.handles[path.name].tell() if path.name in self.handles
+                 else path.stat().st_size for name, path in self.partials.items()}
         atomic_write_text(self.record, json.dumps({"done": self.done, "sizes": sizes, "job": self.job,
                                                    "complete": complete}, indent=1) + "\n")
 

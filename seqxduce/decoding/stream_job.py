@@ -9,6 +9,8 @@ device, since they exchange only text.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -32,7 +34,7 @@ from seqxduce.decoding.streaming import (
     stream,
 )
 from seqxduce.errors import TrainingStopped
-from seqxduce.stopping import StopRequest, signal_name, stop_on_signals
+from seqxduce.stopping import Abandoned, StopRequest, signal_name, stop_on_signals
 
 
 @dataclass
@@ -47,6 +49,7 @@ class JobResult:
     seconds: float = 0.0
     complete_already: bool = False
     writer: bool = True  # this process wrote the outputs (every process, or rank 0 under torchrun)
+    late_signal: int = 0  # a signal that came after the last piece was written (the job ended complete)
 
 
 @dataclass
@@ -82,39 +85,53 @@ def run_job(job: BufferJob, items: Iterable, total: int | None, files: OutputFil
     """Run `job` over the input `items` (total: their number when known, for the progress's ETA): pieces to
     stdout (the main stream) and/or to `files`; process: this process's processor when it has the run loaded
     already (else the job loads it where the buffers are done). Raises TrainingStopped on a signal after
-    writing every piece done, saying how to continue."""
+    writing every piece done, saying how to continue.
+
+    A signal at any moment of the job leaves files that the same command with --resume continues: while the files
+    open and the workers start it stops at once (a record of 0 lines, or of a stopped job's, is all there is);
+    between buffers after the piece in hand is written; after the last piece, while the workers end and the files
+    take their final names, it stops nothing: the job ends complete, and JobResult.late_signal says it came."""
     started = time.perf_counter()
     rank, world, group, owned = _join_ranks()
+    request = StopRequest()
     try:
-        start = _start_position(files, plan, rank, world, group)
-        if start is None:
-            return JobResult(complete_already=True, writer=rank == 0)
-        if not plan.grid.is_start(start):
-            raise UserError(f"--resume: {start:,} lines are done, which is not where a buffer of --buffer-size "
-                            f"{plan.grid.size} starts; resume with the --buffer-size the job began with")
-        result = JobResult(done=start, kept=list(files.kept) if files is not None and rank == 0 else [],
-                           writer=rank == 0)
-        runner = _runner(job, process, plan, rank, world, group)
-        sink = _sink(files, to_stdout) if rank == 0 else None
-        request = StopRequest()
-
-        def count(piece: Piece) -> None:
-            result.done += piece.count
-            result.new += piece.count
-            result.kept.extend(piece.kept)
-            progress.advance(piece.count)
-            if on_piece is not None:
-                on_piece(piece)
-
-        with stop_on_signals(request, "the buffer under way is written"), \
-                PairsProgress(plan.what, total, enabled=rank == 0, unit="lines", start=start) as progress:
+        with stop_on_signals(request, "the buffer under way is written"):
+            # nothing is done yet: a stop here loses nothing (not under torchrun, where a rank abandoning the
+            # broadcast of the start would leave the others waiting in it: the ranks stop after their first round)
+            startup = request.abandonable() if world == 1 else contextlib.nullcontext()
             try:
-                stream(runner, read_buffers(items, plan.grid, skip=start), sink, request, on_piece=count)
-            except Stopped as stop:
-                raise TrainingStopped(_stopped_message(plan, request, result, total, files, to_stdout),
-                                      exit_code=stop.exit_code) from None
-        if files is not None and rank == 0:
-            files.finish()
+                with startup:
+                    start = _start_position(files, plan, rank, world, group)
+                    if start is None:
+                        return JobResult(complete_already=True, writer=rank == 0)
+                    if not plan.grid.is_start(start):
+                        return _ended_at(start, items, files, plan, rank)
+                    runner = _runner(job, process, plan, rank, world, group)
+            except Abandoned:
+                before = JobResult(done=files.done if files is not None else 0)
+                raise TrainingStopped(_stopped_message(plan, request, before, total, files, to_stdout),
+                                      exit_code=request.exit_code) from None
+            result = JobResult(done=start, kept=list(files.kept) if files is not None and rank == 0 else [],
+                               writer=rank == 0)
+            sink = _sink(files, to_stdout) if rank == 0 else None
+
+            def count(piece: Piece) -> None:
+                result.done += piece.count
+                result.new += piece.count
+                result.kept.extend(piece.kept)
+                progress.advance(piece.count)
+                if on_piece is not None:
+                    on_piece(piece)
+
+            with PairsProgress(plan.what, total, enabled=rank == 0, unit="lines", start=start) as progress:
+                try:
+                    stream(runner, read_buffers(items, plan.grid, skip=start), sink, request, on_piece=count)
+                except Stopped as stop:
+                    raise TrainingStopped(_stopped_message(plan, request, result, total, files, to_stdout),
+                                          exit_code=stop.exit_code) from None
+            if files is not None and rank == 0:
+                files.finish()  # a signal now only sets request.signal: the files must all take their names
+            result.late_signal = request.signal
         result.seconds = time.perf_counter() - started
         return result
     finally:
@@ -124,6 +141,20 @@ def run_job(job: BufferJob, items: Iterable, total: int | None, files: OutputFil
             import torch.distributed as dist
 
             dist.destroy_process_group()
+
+
+def _ended_at(start: int, items: Iterable, files: OutputFiles | None, plan: Plan, rank: int) -> JobResult:
+    """A resume at a position no buffer starts at: the job was stopped after writing its last, short buffer and
+    before its files took their final names. That holds only if the input ends there; then the files are made
+    final, else the record belongs to another buffer size."""
+    held = sum(1 for _ in itertools.islice(iter(items), start + 1))
+    if held != start:
+        raise UserError(f"--resume: {start:,} lines are done, which is not where a buffer of --buffer-size "
+                        f"{plan.grid.size} starts; resume with the --buffer-size the job began with")
+    kept = list(files.kept) if files is not None and rank == 0 else []
+    if files is not None and rank == 0:
+        files.finish()
+    return JobResult(done=start, kept=kept, writer=rank == 0)
 
 
 def _join_ranks() -> tuple[int, int, Any, bool]:

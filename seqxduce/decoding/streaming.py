@@ -133,9 +133,13 @@ class InProcess:
         self.process = process
 
     def pieces(self, buffers: Iterator[Buffer], request: StopRequest) -> Iterator[Piece]:
-        for buffer in buffers:
+        while True:
             try:
-                with request.abandonable():  # a buffer not yet written is dropped, not finished
+                # a buffer not yet written is dropped, not finished; its reading too (stdin may wait for lines)
+                with request.abandonable():
+                    buffer = next(buffers, None)
+                    if buffer is None:
+                        return
                     piece = self.process(buffer)
             except Abandoned:
                 raise Stopped(request.exit_code) from None

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import random
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from click.testing import CliRunner
 import seqxduce.engine as engine
 from seqxduce.cli import add_plugin_commands
 from seqxduce.decoding.stream_files import partial_path, record_path
-from tests.fault_tools import run, start, wait_for
+from tests.fault_tools import HANG_GUARD_S, run, start, wait_for
 
 NBEST = ["--nbest", "2"]
 
@@ -106,42 +105,81 @@ def test_a_complete_output_is_left_as_it_is_and_a_stopped_one_is_not_overwritten
     assert result.exit_code == 1 and "--resume continues a stopped job's --output file" in result.output
 
 
-def _kill_and_resume(trained_copy_run: Path, tmp_path: Path, given: Path, out: Path, how: int, wait: float,
-                     extra: tuple = ()) -> str:
-    """Start a decode, stop it with `how` once it wrote a piece and `wait` seconds more, then resume it; the log."""
+# A signal at each moment of a decode's life (tests/faults/held.py holds the process there), and what it must
+# give: (exit status, what the stopped command leaves). A stop or a kill never loses a written line, never leaves
+# files that --resume refuses, and the same command with --resume then writes the file of a decode never stopped.
+STOPPED, KILLED = 128 + signal.SIGTERM, -signal.SIGKILL
+OUTCOMES = {
+    # the model loaded, no file opened: the command ends at once, nothing written
+    ("loaded", signal.SIGTERM): (STOPPED, "nothing"),
+    # the files open, no buffer done: stopped at once, a record of 0 lines
+    ("opened", signal.SIGTERM): (STOPPED, "record"),
+    ("opened", signal.SIGKILL): (KILLED, "record"),
+    # between pieces: after the piece in hand, the partial file holding exactly the lines the record counts
+    ("piece", signal.SIGTERM): (STOPPED, "record"),
+    ("piece", signal.SIGKILL): (KILLED, "record"),
+    # every piece written, the files not yet final: a stop ends nothing (the job ends complete, exit 0); a kill
+    # leaves a record at the input's end, which no buffer starts at, and a resume makes the files final
+    ("written", signal.SIGTERM): (0, "complete"),
+    ("written", signal.SIGKILL): (KILLED, "record"),
+    # the files final
+    ("finished", signal.SIGTERM): (0, "complete"),
+    ("finished", signal.SIGKILL): (KILLED, "complete"),
+}
+
+
+def _signalled_at(moment: str, how: int, trained_copy_run: Path, tmp_path: Path, given: Path, out: Path,
+                  extra: tuple = ()) -> str:
+    """Decode `given` into `out`, held at `moment` and sent `how` there; check what it left against OUTCOMES,
+    then resume it with the same command; the stopped process's log."""
     args = ("decode", trained_copy_run, "--input", given, "-o", out, "--buffer-size", "64", *extra)
-    process = start(*args, log=tmp_path / "stopped.log")
-    wait_for(lambda: record_path(out).exists() and json.loads(record_path(out).read_text())["done"] > 0, process)
-    time.sleep(wait)
+    marker, log = tmp_path / f"held-{moment}", tmp_path / f"{moment}-{how}.log"
+    process = start(moment, marker, *args, log=log, module=("tests.faults.held",))
+    wait_for(marker.exists, process)
     process.send_signal(how)
-    process.wait(timeout=60)
-    log = (tmp_path / "stopped.log").read_text()
-    if process.returncode == 0:  # it finished before the signal: nothing to resume
-        return log
-    assert process.returncode == (-how if how == signal.SIGKILL else 128 + how), log
-    done = json.loads(record_path(out).read_text())["done"]
-    assert done > 0 and done % 64 == 0
-    if how == signal.SIGTERM:  # a stop keeps exactly the lines the record counts, and says how to go on
-        assert len(partial_path(out).read_text().splitlines()) == done
-        assert "SIGTERM: decode stopped after" in log and "--resume to continue" in log
+    marker.unlink()
+    process.wait(timeout=HANG_GUARD_S)
+    said = log.read_text()
+    status, left = OUTCOMES[moment, how]
+    assert process.returncode == status, said
+    record = json.loads(record_path(out).read_text()) if record_path(out).exists() else None
+    if left == "nothing":
+        assert record is None and not partial_path(out).exists() and not out.exists(), said
+        assert "SIGTERM: decode stopped before writing any line" in said
+    elif left == "record":
+        assert record is not None and not out.exists(), said
+        assert (record["done"] == 0) == (moment == "opened"), record
+        if how == signal.SIGTERM:  # a stop keeps exactly the lines the record counts, and says how to go on
+            assert len(partial_path(out).read_text().splitlines()) == record["done"]
+            assert "SIGTERM: decode stopped after" in said and "--resume to continue" in said
+    else:
+        assert record is None and not partial_path(out).exists() and out.exists(), said
+        if how == signal.SIGTERM:
+            assert f"SIGTERM: came after the last line was written; {out} is complete" in said
     resumed = run(*args, "--resume")
     assert resumed.returncode == 0, resumed.stderr
-    return log
+    return said
+
+
+@pytest.fixture(scope="module")
+def stopped_input(trained_copy_run: Path, tmp_path_factory) -> tuple[Path, bytes]:
+    """An input of several buffers (its last one short) and its output decoded by a process never stopped."""
+    folder = tmp_path_factory.mktemp("stopped")
+    given, whole = write(folder / "in.txt", sources(500, seed=5)), folder / "whole.txt"
+    finished = run("decode", trained_copy_run, "--input", given, "-o", whole, "--buffer-size", "64")
+    assert finished.returncode == 0, finished.stderr
+    return given, whole.read_bytes()
 
 
 @pytest.mark.slow
-def test_a_decode_killed_or_stopped_anywhere_then_resumed_equals_one_never_stopped(
-        trained_copy_run: Path, tmp_path: Path):
-    given = write(tmp_path / "in.txt", sources(2500, seed=5))
-    whole = tmp_path / "whole.txt"
-    finished = run("decode", trained_copy_run, "--input", given, "-o", whole, "--buffer-size", "64")
-    assert finished.returncode == 0, finished.stderr
-    rng = random.Random(7)
-    for trial, how in enumerate((signal.SIGKILL, signal.SIGTERM, signal.SIGKILL)):
-        out = tmp_path / f"out{trial}.txt"
-        _kill_and_resume(trained_copy_run, tmp_path, given, out, how, rng.uniform(0.0, 1.5))
-        assert out.read_bytes() == whole.read_bytes(), f"trial {trial} ({how!r})"
-        assert not partial_path(out).exists() and not record_path(out).exists()
+@pytest.mark.parametrize("moment, how", list(OUTCOMES), ids=[f"{m}-{signal.Signals(h).name}" for m, h in OUTCOMES])
+def test_a_decode_signalled_at_any_moment_then_resumed_equals_one_never_stopped(
+        moment: str, how: int, trained_copy_run: Path, stopped_input: tuple[Path, bytes], tmp_path: Path):
+    given, whole = stopped_input
+    out = tmp_path / "out.txt"
+    _signalled_at(moment, how, trained_copy_run, tmp_path, given, out)
+    assert out.read_bytes() == whole
+    assert not partial_path(out).exists() and not record_path(out).exists()
 
 
 @pytest.mark.slow
@@ -157,10 +195,13 @@ def test_worker_processes_write_what_one_process_writes(trained_copy_run: Path, 
 
 
 @pytest.mark.slow
-def test_a_stop_ends_the_worker_processes_and_a_resume_continues(trained_copy_run: Path, tmp_path: Path):
-    given = write(tmp_path / "in.txt", sources(2500, seed=8))
-    whole = tmp_path / "whole.txt"
-    assert run("decode", trained_copy_run, "--input", given, "-o", whole, "--buffer-size", "64").returncode == 0
+@pytest.mark.parametrize("moment", ["piece", "written"])
+def test_a_stop_ends_the_worker_processes_and_a_resume_continues(
+        moment: str, trained_copy_run: Path, stopped_input: tuple[Path, bytes], tmp_path: Path):
+    """With a pool of worker processes: stopped between pieces (the workers ended with it), or after its last
+    piece while the pool ends (the job complete)."""
+    given, whole = stopped_input
     out = tmp_path / "out.txt"
-    _kill_and_resume(trained_copy_run, tmp_path, given, out, signal.SIGTERM, 0.3, extra=("--processes", "2"))
-    assert out.read_bytes() == whole.read_bytes()
+    said = _signalled_at(moment, signal.SIGTERM, trained_copy_run, tmp_path, given, out, extra=("--processes", "2"))
+    assert "2 worker processes of 1 thread(s) each" in said
+    assert out.read_bytes() == whole
