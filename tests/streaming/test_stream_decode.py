@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -205,3 +206,19 @@ def test_a_stop_ends_the_worker_processes_and_a_resume_continues(
     said = _signalled_at(moment, signal.SIGTERM, trained_copy_run, tmp_path, given, out, extra=("--processes", "2"))
     assert "2 worker processes of 1 thread(s) each" in said
     assert out.read_bytes() == whole
+
+
+def test_a_decode_waiting_for_stdin_stops_on_a_signal(trained_copy_run: Path, tmp_path: Path):
+    """Reading the next buffer is dropped as a buffer under way is: a decode of a pipe that sends nothing more
+    stops on SIGTERM, instead of waiting for lines that never come (the signal lands while the model loads or
+    while it waits for input: either way the command ends with its line and 143)."""
+    log = tmp_path / "stdin.log"
+    process = start("decode", trained_copy_run, "--input", "-", log=log, stdin=subprocess.PIPE)
+    process.stdin.write("1 2 3\n")
+    process.stdin.flush()
+    wait_for(lambda: "decoding with" in log.read_text(), process)
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=HANG_GUARD_S)
+    process.stdin.close()
+    assert process.returncode == 128 + signal.SIGTERM, log.read_text()
+    assert "SIGTERM: decode stopped" in log.read_text()
