@@ -73,7 +73,8 @@ STREAM_OPTIONS = (
     click.option("--resume", is_flag=True,
                  help="continue the stopped job whose lines are in OUTPUT.partial (the same command line and "
                       "files); without one, start it, so the same command serves a first start and a requeue; "
-                      "an output that is complete already is left as it is"),
+                      "an output this same job completed is left as it is (one of another input, model or "
+                      "settings is refused)"),
     click.option("--buffer-size", type=click.IntRange(min=1), default=8192, show_default=True,
                  help="sources read, sorted by length and decoded together before their outputs are written (the "
                       "first buffers are smaller, so that outputs appear within seconds); memory grows with it, "

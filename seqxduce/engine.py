@@ -293,12 +293,25 @@ def _decode_file_ct2(run, input, output, split, overrides, ensemble, checkpoint,
         _say(f"decoding with CTranslate2: {exported.directory}")
         job = Ct2DecodeJob(str(run), tuple(overrides), tuple(changes), split=split is not None,
                            prefix_where=f"--prefix-file {prefix_file}:")
-        files = sorted(p for p in Path(exported.directory).iterdir() if p.is_file())
+        files = _ct2_model_files(Path(run), Path(exported.directory))
         return _stream_decode(job, job.processor_for(exported), exported.task, exported.recipe,
                               f"ctranslate2:{Path(run).resolve()}", files, input, output, split, None, None,
                               prefix_file,
                               resume, buffer_size, processes if processes is not None else 1, total, examples,
                               stops, on_cpu=exported.translator.device == "cpu")
+
+
+def _ct2_model_files(run: Path, exported: Path) -> list[Path]:
+    """The files a CTranslate2 decode's resume record keys the model by: an export folder's own files; for a run
+    exported on the fly into a temporary folder (a new one each time), the checkpoint the export was made from,
+    as the native engine keys it, so that the same command with --resume finds the same job."""
+    from seqxduce.export.exporting import METADATA_FILE, is_export
+
+    if is_export(run):
+        return sorted(p for p in exported.iterdir() if p.is_file())
+    import json
+
+    return [Path(json.loads((exported / METADATA_FILE).read_text(encoding="utf-8"))["checkpoint"])]
 
 
 def _check_stream_input(input, prefix_file, output, resume: bool) -> int | None:

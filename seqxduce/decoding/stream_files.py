@@ -33,6 +33,12 @@ def record_path(path: Path) -> Path:
     return path.with_name(path.name + ".resume.json")
 
 
+def job_path(path: Path) -> Path:
+    """Beside a finished output, the key of the job that wrote it (hidden: the output is what the user reads), so
+    that --resume on a complete output of another input, run or settings is refused, not taken as done."""
+    return path.with_name(f".{path.name}.job.json")
+
+
 class OutputFiles:
     """The outputs of one job: `finals` maps each stream (output, alignments, annotations) to its final path;
     the first is the main output, beside which the record lives. `job` describes what is decoded and how
@@ -58,7 +64,12 @@ class OutputFiles:
         to do, the output is complete already (resume, no record, the final output there)."""
         saved = self._read_record()
         if saved is None and resume and self.main.exists() and not partial_path(self.main).exists():
+            self._check_finished_job()
             return False
+        if saved is None and not resume and partial_path(self.main).exists():
+            raise UserError(f"--output {self.main}: {partial_path(self.main)} is there without a record "
+                            f"{self.record.name}, so no stopped job of seqxduce's can be continued from it; delete it "
+                            "(or move it away) and decode again")
         if saved is not None and not resume:
             raise UserError(f"--output {self.main}: a stopped job left {partial_path(self.main)} ({saved['done']:,} "
                             f"input lines done); add --resume to continue it, or delete {self.record.name} and the "
@@ -89,12 +100,29 @@ class OutputFiles:
         return saved
 
     def _check_same_job(self, saved: dict) -> None:
-        differ = sorted(key for key in {*saved["job"], *self.job} if saved["job"].get(key) != self.job.get(key))
-        if differ:
-            shown = "; ".join(f"{key}: {saved['job'].get(key)!r} then, {self.job.get(key)!r} now" for key in differ)
+        shown = self._differences(saved["job"])
+        if shown:
             raise UserError(f"--resume: {partial_path(self.main)} was written by another job ({shown}); continue it "
                             f"with the same command line, or delete {self.record.name} and the *.partial files to "
                             "start again")
+
+    def _differences(self, then: dict) -> str:
+        differ = sorted(key for key in {*then, *self.job} if then.get(key) != self.job.get(key))
+        return "; ".join(f"{key}: {then.get(key)!r} then, {self.job.get(key)!r} now" for key in differ)
+
+    def _check_finished_job(self) -> None:
+        """--resume on a complete output: it must be this job's, else its lines are another input's or model's."""
+        fix = "run without --resume to write it anew, or give another --output"
+        try:
+            then = json.loads(job_path(self.main).read_text())["job"]
+        except FileNotFoundError:
+            raise UserError(f"--resume: {self.main} is there, but nothing records which job wrote it (a seqxduce "
+                            f"before this one, or another program); {fix}") from None
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise UserError(f"--resume: {job_path(self.main)} is unreadable ({err}); {fix}") from None
+        shown = self._differences(then)
+        if shown:
+            raise UserError(f"--resume: {self.main} is complete, but another job wrote it ({shown}); {fix}")
 
     def _start(self) -> None:
         # the record first: a job stopped or killed while these files are made then leaves a record of 0 lines
@@ -152,6 +180,7 @@ class OutputFiles:
                 os.replace(partial_path(path), path)
         for path in self.scratch.values():
             path.unlink(missing_ok=True)
+        atomic_write_text(job_path(self.main), json.dumps({"job": self.job}, indent=1) + "\n")
         self.record.unlink(missing_ok=True)
 
     def close(self) -> None:

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 import seqxduce.engine as engine
 from seqxduce.cli import add_plugin_commands
-from seqxduce.decoding.stream_files import partial_path, record_path
+from seqxduce.decoding.stream_files import job_path, partial_path, record_path
 from tests.fault_tools import HANG_GUARD_S, run, start, wait_for
 
 NBEST = ["--nbest", "2"]
@@ -104,6 +104,17 @@ def test_a_complete_output_is_left_as_it_is_and_a_stopped_one_is_not_overwritten
     assert result.exit_code == 0 and "is complete already" in result.output and out.read_bytes() == before
     result = invoke("decode", trained_copy_run, "--input", "-", "--resume", input="1\n")
     assert result.exit_code == 1 and "--resume continues a stopped job's --output file" in result.output
+    other = write(tmp_path / "other.txt", sources(20, seed=40))  # a complete output of another input is not done
+    result = invoke("decode", trained_copy_run, "--input", other, "-o", out, "--resume")
+    assert result.exit_code == 1 and f"{out} is complete, but another job wrote it (input: " in result.output
+    assert out.read_bytes() == before
+    job_path(out).unlink()  # an output nothing says the origin of: not taken as done either
+    result = invoke("decode", trained_copy_run, "--input", given, "-o", out, "--resume")
+    assert result.exit_code == 1 and "nothing records which job wrote it" in result.output
+    partial_path(out).write_text("precious\n")  # a partial file without a record is not overwritten
+    result = invoke("decode", trained_copy_run, "--input", given, "-o", out)
+    assert result.exit_code == 1 and "is there without a record" in result.output
+    assert partial_path(out).read_text() == "precious\n"
 
 
 # A signal at each moment of a decode's life (tests/faults/held.py holds the process there), and what it must

@@ -4,6 +4,7 @@ one process of seqxduce's own search writes."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -134,3 +135,26 @@ def test_ctranslate2_takes_a_prefix_file_and_ranks_as_the_native_search(trained_
     assert len(comparable) >= 80  # 95 here: the unlikely prefixes mostly go on
     same = sum(a[2] == b[2] and abs(float(a[1]) - float(b[1])) < 1e-3 for a, b in comparable)
     assert same >= 0.99 * len(comparable), f"{same} of {len(comparable)}"
+
+
+@pytest.mark.slow
+def test_ctranslate2_stopped_on_a_run_directory_then_resumed_equals_one_never_stopped(
+        trained_copy_run: Path, tmp_path: Path):
+    """A run directory is exported into a new temporary folder by each command: the resume record keys the model
+    by the checkpoint the export was made from, so the same command line with --resume continues the job."""
+    pytest.importorskip("ctranslate2")
+    from tests.fault_tools import HANG_GUARD_S, start, wait_for
+
+    given = write(tmp_path / "in.txt", sources(500, seed=17))
+    args = ("decode", trained_copy_run, "--input", given, "--engine", "ctranslate2", "--buffer-size", "64", "-o")
+    whole, out = tmp_path / "whole.txt", tmp_path / "out.txt"
+    assert run(*args, whole).returncode == 0
+    marker, log = tmp_path / "held", tmp_path / "stopped.log"
+    process = start("piece", marker, *args, out, log=log, module=("tests.faults.held",))
+    wait_for(marker.exists, process)
+    process.send_signal(signal.SIGTERM)
+    marker.unlink()
+    assert process.wait(timeout=HANG_GUARD_S) == 128 + signal.SIGTERM, log.read_text()
+    resumed = run(*args, out, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert out.read_bytes() == whole.read_bytes()
