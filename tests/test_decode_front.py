@@ -13,6 +13,7 @@ from seqxduce import engine
 from seqxduce.cli import add_plugin_commands
 from seqxduce.decoding.decode import length_batches, load_run
 from seqxduce.rundir import BEST_FILE
+from tests.near_ties import TIE, assert_same_texts
 from tests.tiny import TINY_RECIPE
 
 SOURCES = "1 2 3\n4 5\n6\n1 2 3 4 5 6\n"
@@ -101,8 +102,12 @@ def test_batching_by_tokens_decodes_the_same(run: Path):
     lines = SOURCES.splitlines()
     by_count = engine.decode(run, lines)
     by_tokens = engine.decode(run, lines, overrides=["decode.batch_tokens=5"])
-    assert [o.text for o in by_tokens] == [o.text for o in by_count]
-    assert [round(o.nbest[0][1].score, 4) for o in by_tokens] == [round(o.nbest[0][1].score, 4) for o in by_count]
+    # other batches: the last bits of the scores move (rounding them to 4 decimals can still tell them apart),
+    # and a near-tie may go the other way (tests/near_ties.py)
+    assert_same_texts(run, lines, [o.text for o in by_count], [o.text for o in by_tokens])
+    for tokens, count in zip(by_tokens, by_count):
+        if tokens.text == count.text:
+            assert tokens.nbest[0][1].score == pytest.approx(count.nbest[0][1].score, abs=TIE)
 
 
 def test_length_batches_cap_padded_tokens():

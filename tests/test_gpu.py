@@ -10,6 +10,7 @@ from seqxduce import engine
 from seqxduce.data import collate, encode_pairs
 from seqxduce.decoding.decode import LoadedRun, load_run
 from seqxduce.device import autocast_context
+from tests.near_ties import assert_same_texts
 from tests.tiny import TINY_RECIPE as RECIPE
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -51,9 +52,12 @@ def test_a_cuda_checkpoint_decodes_on_the_cpu_to_the_same_outputs(tmp_path):
     sources = [ex.source for ex in load_run(run, ON_CPU).task.examples("valid", run)]
     on_cuda = engine.decode(run, sources)
     on_cpu = engine.decode(run, sources, overrides=ON_CPU)
-    assert [o.text for o in on_cuda] == [o.text for o in on_cpu]
+    # another device's kernels: the same outputs but for a near-tie within the scores' tolerance
+    assert_same_texts(run, sources, [o.text for o in on_cpu], [o.text for o in on_cuda], ON_CPU,
+                      tie=TOLERANCE["fp32"])
     for gpu, cpu in zip(on_cuda, on_cpu):
-        assert gpu.nbest[0][1].score == pytest.approx(cpu.nbest[0][1].score, abs=TOLERANCE["fp32"])
+        if gpu.text == cpu.text:
+            assert gpu.nbest[0][1].score == pytest.approx(cpu.nbest[0][1].score, abs=TOLERANCE["fp32"])
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -10,6 +10,7 @@ from seqxduce.decoding import packed_linear
 from seqxduce.decoding.decode import decode_sources, load_run
 from seqxduce.decoding.options import prepare_for_decoding
 from seqxduce.decoding.packed_linear import PackedLinear, mkl_packing, pack_linear_layers
+from tests.near_ties import TIE, assert_same_texts
 
 needs_mkl = pytest.mark.skipif(not mkl_packing(), reason="torch here has no MKL packed GEMM (not an x86 MKL build)")
 
@@ -76,9 +77,12 @@ def test_fp32_decoding_on_the_cpu_packs_and_decodes_as_the_plain_model(trained_c
     unpacked_run = load_run(trained_copy_run)
     assert not any(isinstance(m, PackedLinear) for m in unpacked_run.model.modules())
     unpacked = decode_sources(unpacked_run, [ex.source for ex in sources])
-    assert [o.nbest[0][1].tokens for o in packed] == [o.nbest[0][1].tokens for o in unpacked]
+    # another GEMM kernel sums in another order: the same outputs but for a near-tie (tests/near_ties.py)
+    assert_same_texts(trained_copy_run, [ex.source for ex in sources], [o.text for o in unpacked],
+                      [o.text for o in packed])
     for a, b in zip(packed, unpacked):
-        assert abs(a.nbest[0][1].score - b.nbest[0][1].score) < 1e-4
+        if a.nbest[0][1].tokens == b.nbest[0][1].tokens:
+            assert abs(a.nbest[0][1].score - b.nbest[0][1].score) < TIE
     plain = load_run(trained_copy_run, ["decode.precision=bf16"]).model  # autocast: nothing packed
     assert not any(isinstance(m, PackedLinear) for m in plain.modules())
     int8 = prepare_for_decoding(nn.Sequential(nn.Linear(4, 4)), "int8", torch.device("cpu"))

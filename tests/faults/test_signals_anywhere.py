@@ -1,5 +1,8 @@
 """A scheduler's signal stops a run within seconds wherever it arrives: during validation and the final
-validation the validation is abandoned and the last step done is saved, named in the message."""
+validation the validation is abandoned and the last step done is saved, named in the message. A signal lands in a
+validation for sure only when the test waits for the validation to be under way: the fault tests' injection
+(`python -m tests.faults.slowed validation`) prints "validating (slowed)" there and holds it, since the step's
+log line comes before the step's own check for a signal (a signal just after it is a signal between steps)."""
 
 from __future__ import annotations
 
@@ -12,10 +15,11 @@ from tests.fault_tools import run, start, wait_for
 from tests.tiny import TINY_RECIPE as TINY
 
 # a valid split whose validation (loss, then decoding every example) lasts far longer than a signal takes to
-# stop it; the training steps stay the tiny recipe's
+# stop it, held besides by the injection; the training steps stay the tiny recipe's
 LONG_VALIDATION = ("--set", "task.valid_size=20000", "--set", "task.valid_max_len=6",
                    "--set", "train.valid_decode_examples=20000", "--set", "train.log_every=1",
                    "--set", "train.checkpoint_every=100000", "--set", "train.average_last=0")
+SLOWED_VALIDATION = ("tests.faults.slowed", "validation")
 
 
 def _lines(run_dir, kind: str) -> list[dict]:
@@ -36,9 +40,9 @@ def _stopped(process, log, code: int) -> str:
 def test_a_signal_during_validation_abandons_it_and_saves_the_step_done(tmp_path):
     out, log = tmp_path / "run", tmp_path / "log"
     process = start("train", TINY, "--out", out, *LONG_VALIDATION, "--set", "train.max_steps=100000",
-                    "--set", "train.validate_every=2", log=log)
-    wait_for(lambda: any(row["step"] == 2 for row in _lines(out, "train")), process)
-    process.send_signal(signal.SIGTERM)  # validation of step 2 is under way (or about to start)
+                    "--set", "train.validate_every=2", log=log, module=SLOWED_VALIDATION)
+    wait_for(lambda: "validating (slowed)" in log.read_text(), process)
+    process.send_signal(signal.SIGTERM)  # validation of step 2 is under way (the first validation)
     text = _stopped(process, log, 143)
     saved = out / "checkpoints" / "step_00000002.pt"
     assert f"SIGTERM: interrupted at step 2 (its validation abandoned); saved {saved}; continue with --resume" in text
@@ -51,8 +55,8 @@ def test_a_signal_during_validation_abandons_it_and_saves_the_step_done(tmp_path
 def test_a_signal_during_the_final_validation_saves_the_last_step_and_resume_finishes(tmp_path):
     out, log = tmp_path / "run", tmp_path / "log"
     process = start("train", TINY, "--out", out, *LONG_VALIDATION, "--set", "train.max_steps=2",
-                    "--set", "train.validate_every=0", log=log)
-    wait_for(lambda: any(row["step"] == 2 for row in _lines(out, "train")), process)
+                    "--set", "train.validate_every=0", log=log, module=SLOWED_VALIDATION)
+    wait_for(lambda: "validating (slowed)" in log.read_text(), process)  # the final validation, after step 2
     process.send_signal(signal.SIGUSR1)  # SLURM's --signal=USR1@SECONDS
     text = _stopped(process, log, 128 + signal.SIGUSR1)
     saved = out / "checkpoints" / "step_00000002.pt"

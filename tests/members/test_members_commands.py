@@ -17,6 +17,7 @@ from seqxduce.cli import add_plugin_commands
 from seqxduce.decoding.decode import load_run
 from seqxduce.decoding.ensemble import EnsembleModel
 from seqxduce.rundir import RunDir
+from tests.near_ties import TIE
 from tests.tiny import TINY_RECIPE
 
 MEMBERS = ["train.members=2", "train.parallel_members=2", "train.validate_every=3"]
@@ -138,8 +139,11 @@ def test_info_names_the_members_and_a_member_names_its_run(run: Path):
 def test_translate_answers_with_the_ensemble(run: Path):
     result = _invoke("translate", run, "--nbest", "2", input="\n".join(SOURCES) + "\n")
     assert result.exit_code == 0, result.output
-    scores = [round(float(line.split("\t")[0]), 4) for line in result.output.splitlines() if "\t" in line]
-    assert scores == [s for row in _scores(seqxduce.decode(run, SOURCES, overrides=["decode.nbest=2"])) for s in row]
+    scores = [float(line.split("\t")[0]) for line in result.output.splitlines() if "\t" in line]
+    expected = [hyp.score for o in seqxduce.decode(run, SOURCES, overrides=["decode.nbest=2"]) for _, hyp in o.nbest]
+    # translate decodes each line alone, decode() both in one padded batch: the scores' last bits differ, so
+    # they agree within the 4 printed decimals and TIE (rank by rank, which a near-tie's swap keeps)
+    assert scores == pytest.approx(expected, abs=5e-5 + TIE)
 
 
 def test_average_refuses_a_folder_and_checkpoints_of_two_members(run: Path, tmp_path: Path):

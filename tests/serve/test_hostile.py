@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from seqxduce.settings_check import request_keys
+from tests.fault_tools import HANG_GUARD_S
 
 from .server_process import Answer, Server, read_answer, request_bytes, serving
 
@@ -190,15 +191,20 @@ def test_connections_past_the_cap_are_answered_503_and_closed(server):
     held(server, answer, 503, "busy")
 
 
+def wait_for_log(server: Server, condition) -> None:
+    """Poll the server's log until condition(log text) holds, failing only at the hang guard."""
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not condition(server.log.read_text()):
+        assert server.process.poll() is None and time.monotonic() < deadline, server.log.read_text()[-2000:]
+        time.sleep(0.05)
+
+
 def test_a_client_that_leaves_mid_body_is_one_log_line(server):
     before = server.log.read_text().count("a client went away while sending")
     with server.connect() as sock:
         sock.sendall(request_bytes("POST", "/v1/decode", {"Host": "127.0.0.1", "Content-Type": "application/json",
                                                           "Content-Length": "100"}) + b'{"inputs": ["1')
-    for _ in range(200):
-        if server.log.read_text().count("a client went away while sending") > before:
-            break
-        time.sleep(0.05)
+    wait_for_log(server, lambda log: log.count("a client went away while sending") > before)
     log = server.log.read_text()
     assert log.count("a client went away while sending") == before + 1 and "Traceback" not in log, log
     assert server.health()["status"] == "ok"
@@ -251,8 +257,9 @@ def test_a_deadline_answers_504_and_stops_the_search_at_its_next_step(tiny_run, 
 
 def test_queued_past_the_deadline_answers_503_and_readiness_says_busy(tiny_run, tmp_path):
     """The first request's batch pauses a minute (the hidden --batch-delay-ms: a step no deadline can cut), so the
-    second is still queued at its deadline."""
-    with serving(tiny_run, tmp_path, "--batch-delay-ms", "60000", "--max-request-seconds", "3",
+    second is still queued at its deadline. The test must see the second queued past --busy-after-seconds before
+    its deadline drops it: a deadline of 10 s, not 3, leaves a loaded machine room to see that."""
+    with serving(tiny_run, tmp_path, "--batch-delay-ms", "60000", "--max-request-seconds", "10",
                  "--busy-after-seconds", "0.5", "--max-wait-ms", "0") as server:
         answers: list = []
         first = post_in_thread(server, {"inputs": ["1 2"]}, answers)
@@ -339,10 +346,9 @@ def test_a_second_signal_exits_at_once(tiny_run, tmp_path):
                                                           "Content-Length": "100"}) + b"{")
         try:
             server.process.send_signal(signal.SIGTERM)
-            for _ in range(200):  # the first signal is being handled once the server stops answering
-                if "Shutting down" in server.log.read_text():
-                    break
-                time.sleep(0.05)
+            # the second signal only once the first was handled: two signals that arrive before the handler runs
+            # are one signal to Python, which would wait out the grace
+            wait_for_log(server, lambda log: "Shutting down" in log)
             server.process.send_signal(signal.SIGTERM)
             assert server.exit_status() == 0, server.log.read_text()  # not the grace of 600 s
         finally:
