@@ -160,9 +160,13 @@ def test_a_set_that_switches_the_road_away_from_a_files_key_warns_once(capsys):
                       "\"constant\", \"cosine\" or \"linear\" to set lr"]
 
 
-def test_a_checkout_recipe_or_a_runs_own_recipe_carrying_one_warns_and_loads(tmp_path, capsys):
-    # ut_copy.toml keeps steps = 8 for `--set model.act=false`
-    assert load_recipe(RECIPES / "ut_copy.toml").model.settings.act
+def test_a_checkout_recipe_or_a_runs_own_recipe_carrying_one_warns_and_loads(tmp_path, capsys, monkeypatch):
+    checkout = tmp_path / "recipes"
+    checkout.mkdir()
+    carrying = checkout / "ut.toml"
+    carrying.write_text((RECIPES / "ut_copy.toml").read_text().replace("[model]\n", "[model]\nsteps = 8\n", 1))
+    monkeypatch.setattr("seqxduce.recipe.SHIPPED_RECIPES", checkout.resolve())
+    assert load_recipe(carrying).model.settings.act
     assert "[model] steps = 8 is not read with [model] act = true" in capsys.readouterr().err
     saved = tmp_path / "recipe.toml"
     saved.write_text((RECIPES / "quickstart.toml").read_text().replace("[train]\n", "[train]\nlr = 1e-9\n", 1))
@@ -177,3 +181,10 @@ def test_a_checkout_recipe_or_a_runs_own_recipe_carrying_one_warns_and_loads(tmp
 @pytest.mark.parametrize("path", sorted(RECIPES.rglob("*.toml")), ids=lambda p: str(p.relative_to(RECIPES)))
 def test_every_recipe_of_the_checkout_loads(path):
     load_recipe(path)
+
+
+def test_the_shipped_recipes_say_only_what_they_mean(capsys):
+    """No recipe we ship gives a setting its road does not read (each would warn on every use)."""
+    for recipe in sorted(RECIPES.rglob("*.toml")):
+        load_recipe(recipe)
+        assert capsys.readouterr().err == "", recipe
