@@ -100,10 +100,22 @@ def build_components(recipe: Recipe, tokenizers: Tokenizers, task: Task | None =
     return Components(task, tokenizers, build_model(recipe, tokenizers.vocab()))
 
 
+# the [train] keys that loading a run for decoding reads: the device and precision it decodes in, and which of a
+# multi-member run's members (`--set train.members=1`: the first alone); any other [train] key changes nothing
+TRAIN_KEYS_DECODE_READS = ("device", "members", "precision")
+
+
 def check_decode_overrides(recipe: Recipe, overrides: list[str] | tuple[str, ...]) -> None:
     """Refuse a `--set model.KEY=...` at decode unless the model's settings name KEY among those that may change
     after training (`Settings.decode_time_keys()`): any other key would build a model that the trained weights
-    do not fit, or, worse, one they fit but that computes something else."""
+    do not fit, or, worse, one they fit but that computes something else. A `--set train.KEY=...` that decoding
+    does not read is refused too: it would change nothing, silently (as training refuses a key its road does not
+    read)."""
+    for section, key, _ in map(split_override, overrides):
+        if section == "train" and key not in TRAIN_KEYS_DECODE_READS:
+            raise UserError(f"--set train.{key}: decoding does not read [train] {key} (a training setting), so it "
+                            f"would change nothing; the [train] keys decoding reads are: "
+                            f"{', '.join(TRAIN_KEYS_DECODE_READS)}")
     keys = [key for section, key, _ in map(split_override, overrides) if section == "model"]
     settings = recipe.model.settings
     allowed = settings.decode_time_keys() if isinstance(settings, Settings) else set()

@@ -156,9 +156,16 @@ def test_other_sections_stay_overridable_at_decode(ut_run):
 
 def test_a_model_without_decode_time_keys_refuses_every_model_override():
     recipe = SimpleNamespace(model=SimpleNamespace(settings=object(), core=SimpleNamespace(name="other")))
-    check_decode_overrides(recipe, ["decode.beam=2", "train.seed=3"])
+    check_decode_overrides(recipe, ["decode.beam=2", "train.device=cpu"])
     with pytest.raises(UserError, match="'other' cannot change layers after training.*: none"):
         check_decode_overrides(recipe, ["model.layers=2"])
+
+
+def test_a_train_key_decoding_does_not_read_is_refused(ut_run):
+    with pytest.raises(UserError, match=r"^--set train.seed: decoding does not read \[train\] seed .*: device, "
+                                        "members, precision$"):
+        load_run(ut_run, ["train.seed=3"])
+    assert load_run(ut_run, ["train.precision=fp32"]).recipe.train.precision == "fp32"
 
 
 def test_weights_that_do_not_fit_name_the_first_parameter_that_differs(tmp_path):
