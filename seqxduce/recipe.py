@@ -271,8 +271,9 @@ def check_unread(resolved: Mapping[str, Section], data: Mapping[str, Mapping[str
                  texts: Mapping[str, Mapping[str, str]], source: str, lenient: bool = False) -> None:
     """Refuse a setting the recipe or a --set gives that the section's road does not read (declared with
     setting(ignored_when=..., read_when=...)), e.g. [train] lr under schedule = "inverse_sqrt", which would
-    otherwise do nothing without a word. A --set is refused always. A file's key counts when it differs from
-    its default (a run's recipe.toml holds every default); it is refused too, but only warned about, once,
+    otherwise do nothing without a word. A --set is refused always. A file's key counts when the file writes it,
+    unless the file is a resolved recipe (lenient, or a section that writes every key, as a run's recipe.toml
+    does) and the value is its default; it is refused too, but only warned about, once,
     where the file did not choose to be on that road: a --set switched the road, or the file is lenient (a
     run's saved recipe, which has trained already, or one of recipes/, which carry a key for the other road
     that a documented --set takes, e.g. ut_copy.toml's steps for --set model.act=false)."""
@@ -280,11 +281,17 @@ def check_unread(resolved: Mapping[str, Section], data: Mapping[str, Mapping[str
         parts = [part for part in (section.core, section.settings) if part is not None]
         values = {f.name: getattr(part, f.name) for part in parts for f in dataclasses.fields(part)}
         sets, written = texts.get(name, {}), data.get(name, {})
+        # a section that writes every key is a resolved recipe (a run's recipe.toml, `recipe show`), whose
+        # defaults were written for completeness, not chosen
+        dump = lenient or set(values) <= set(written)
         for part in parts:
             for f in dataclasses.fields(part):
                 road = unread_by(f.metadata, values)
                 value = getattr(part, f.name)
-                if not road or (f.name not in sets and (f.name not in written or value == default_of(f))):
+                # a resolved recipe counts only the values it changed; a user's own file gives what it writes,
+                # a default too (fairseq's lr = 5e-4 under inverse_sqrt is refused, not taken in silence)
+                given = f.name in written and not (dump and value == default_of(f))
+                if not road or (f.name not in sets and not given):
                     continue
                 message = (f"{where(source, name, f.name, sets)} = {toml_value(value)} is not read with "
                            f"[{name}] {road}" + (f" ({_origin(name, f.metadata, sets)})" if

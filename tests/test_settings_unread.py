@@ -139,7 +139,7 @@ def test_the_quick_start_refuses_an_lr_that_its_schedule_does_not_read(tmp_path)
     assert load_recipe(RECIPES / "quickstart.toml", ["train.lr_scale=0.5"]).train.lr_scale == 0.5
 
 
-def test_a_users_own_file_carrying_one_is_refused_and_its_default_value_is_not_counted(tmp_path):
+def test_a_users_own_file_carrying_one_is_refused_even_at_its_default_but_a_resolved_recipe_is_not(tmp_path):
     text = (RECIPES / "quickstart.toml").read_text()
     mine = tmp_path / "mine.toml"
     mine.write_text(text.replace("[train]\n", "[train]\nlr = 1e-9\n", 1))
@@ -148,6 +148,10 @@ def test_a_users_own_file_carrying_one_is_refused_and_its_default_value_is_not_c
     # a run's recipe.toml holds every key at its value, the unread ones at their defaults: it loads as a file
     mine.write_text(load_recipe(RECIPES / "quickstart.toml").to_toml())
     assert load_recipe(mine).train.lr == 5e-4
+    # but a user's own file that writes the default (fairseq's --lr 5e-4 under inverse_sqrt) chose it: refused
+    mine.write_text(text.replace("[train]\n", "[train]\nlr = 0.0005\n", 1))
+    with pytest.raises(UserError, match=rf"^{mine}: \[train\] lr = 0.0005 is not read with .*lr_scale"):
+        load_recipe(mine)
 
 
 def test_a_set_that_switches_the_road_away_from_a_files_key_warns_once(capsys):
