@@ -280,6 +280,7 @@ def _decode_file_ct2(run, input, output, split, overrides, ensemble, checkpoint,
     import tempfile
 
     from seqxduce.export.ct2_decoding import Ct2DecodeJob, load_export
+    from seqxduce.export.exporting import is_export
 
     for flag, value in (("--checkpoint", checkpoint), ("--alignments", alignments), ("--ensemble", ensemble or None),
                         ("--annotations", annotations)):
@@ -288,6 +289,10 @@ def _decode_file_ct2(run, input, output, split, overrides, ensemble, checkpoint,
                             "exported model, without attention or per-position figures); decode with --engine "
                             "seqxduce" + (", or export the checkpoint you want (`seqxduce export RUN/best.pt`) and "
                                           "decode that" if flag == "--checkpoint" else ""))
+    if (processes or 1) > 1 and not is_export(run):  # before the export, the files and the workers
+        raise UserError(f"--processes {processes} with --engine ctranslate2: {run} is not an export folder (each "
+                        f"worker would export the run again); `seqxduce export {run} -o DIR` first and decode DIR, "
+                        "or give --processes 1")
     with tempfile.TemporaryDirectory(prefix="seqxduce-ct2-") as work:
         exported = load_export(run, overrides, Path(work), changes=changes)
         _say(f"decoding with CTranslate2: {exported.directory}")

@@ -158,3 +158,23 @@ def test_ctranslate2_stopped_on_a_run_directory_then_resumed_equals_one_never_st
     resumed = run(*args, out, "--resume")
     assert resumed.returncode == 0, resumed.stderr
     assert out.read_bytes() == whole.read_bytes()
+
+
+def test_ctranslate2_refuses_worker_processes_on_a_run_directory_before_any_work(
+        trained_copy_run: Path, tmp_path: Path):
+    pytest.importorskip("ctranslate2")
+    given, out = write(tmp_path / "in.txt", sources(30, seed=18)), tmp_path / "out.txt"
+    result = CliRunner().invoke(add_plugin_commands(), ["decode", str(trained_copy_run), "--input", str(given),
+                                                        "-o", str(out), "--engine", "ctranslate2", "--processes", "2"])
+    assert result.exit_code == 1 and "is not an export folder (each worker would export" in result.output
+    assert "decoding with" not in result.output and not list(tmp_path.glob("out.txt*"))
+
+
+def test_ctranslate2_says_it_does_not_renormalize(trained_copy_run: Path, tmp_path: Path):
+    pytest.importorskip("ctranslate2")
+    given = write(tmp_path / "in.txt", sources(3, seed=19))
+    result = CliRunner().invoke(add_plugin_commands(), ["decode", str(trained_copy_run), "--input", str(given),
+                                                        "--engine", "ctranslate2", "--set",
+                                                        "decode.renormalize=true"])
+    assert result.exit_code == 0, result.output
+    assert "warning: [decode] renormalize = true is not applied by --engine ctranslate2" in result.stderr
