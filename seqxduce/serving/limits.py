@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MAX_NBEST = 32  # a bound on the work one request can ask for; a wider beam is refused the same way
-MAX_BEAM = 64
+SERVE_MAX_BEAM = 64  # a server's own cap on a request's beam (the search's MAX_BEAM bounds any decode)
 MAX_INT_DIGITS = 30  # longer integer literals are not converted (Python refuses past 4,300 digits, slowly)
 MAX_KEY_SHOWN = 40  # characters of a client's key or text repeated in an error message
 
@@ -184,8 +184,9 @@ def parse_decode(data: dict[str, Any], limits: Limits, decode_keys: dict[str, An
             allowed = ", ".join(["inputs", "nbest", *sorted(decode_keys)])
             raise RequestError(400, f"{shown(key)}: not a key this server takes; the keys are: {allowed}")
         changes[key] = check_value(key, value, decode_keys[key])
-    if changes.get("beam", 0) > MAX_BEAM:
-        raise RequestError(422, f"beam: {changes['beam']} is out of range for this server; give at most {MAX_BEAM}")
+    if changes.get("beam", 0) > SERVE_MAX_BEAM:
+        raise RequestError(422, f"beam: {changes['beam']} is out of range for this server; give at most "
+                                f"{SERVE_MAX_BEAM}")
     return DecodeAsk(sources, nbest, changes)
 
 
