@@ -9,6 +9,7 @@ from click.testing import CliRunner
 from seqxduce_search.sampling import SamplingDecoder, reshape
 from seqxduce_search.settings import SamplingSettings
 
+from seqxduce import UserError
 from seqxduce.cli import add_plugin_commands
 from seqxduce.testing import BOS, EOS, TableModel
 from seqxduce.testing import table_request as request
@@ -105,3 +106,10 @@ def test_decode_with_sampling_writes_n_samples_per_source(tiny_run, tmp_path):
     assert [line.split("\t")[0] for line in lines] == ["0", "0", "0", "1", "1", "1"]
     again = CliRunner().invoke(add_plugin_commands(), args)
     assert again.stdout == first.stdout
+
+
+@pytest.mark.parametrize("temperature", [1e-300, 5e-324, 1e300, 0.0])
+def test_a_temperature_float32_cannot_compute_is_refused_by_the_setting(temperature):
+    with pytest.raises(UserError, match="temperature"):
+        SamplingSettings(temperature=temperature)
+    assert SamplingSettings(temperature=1e-6).temperature == 1e-6 and SamplingSettings(temperature=1e6)
