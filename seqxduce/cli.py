@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -57,6 +58,17 @@ def cli(ctx: click.Context, debug: bool, strict_plugins: bool) -> None:
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
     ctx.obj["strict"] = strict_plugins
+
+
+def _fit_threads() -> None:
+    """torch's threads fitted to the CPUs this process may use (seqxduce.cpus), said as the command's first line
+    (once per node under torchrun). Here, not in the engine's functions: the thread count is the process's, and a
+    program that calls seqxduce.train keeps the one it set."""
+    from seqxduce.cpus import fit_threads
+
+    line = fit_threads()
+    if os.environ.get("LOCAL_RANK", "0") == "0":
+        click.echo(line, err=True)
 
 
 def _registry(ctx: click.Context):
@@ -180,6 +192,7 @@ def train(ctx: click.Context, recipe_file: Path, out: Path | None, overrides: tu
     With [train] members = N, trains N seeds side by side (RUN and RUN/members/K); decoding RUN ensembles them.
     Ctrl-C or SIGTERM finishes the current step, saves it and exits (130 or 143); --resume continues."""
     _registry(ctx)
+    _fit_threads()
     result = engine.train(recipe_file, out=out, resume=resume, overrides=overrides, overwrite=overwrite,
                           tokenizers_from=tokenizers_from, single=single, init_from=init_from,
                           keep_optimizer=keep_optimizer)
@@ -271,6 +284,7 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
         if path is not None:  # before any work: a decode must not be lost for want of a place to write it
             engine.check_writable(path, f"{option} {path}")
     changes = flag_changes(beam=beam, nbest=nbest, batch_tokens=batch_tokens, device=device, precision=precision)
+    _fit_threads()
     done = engine.decode_file(run, input_file, output, split=split, prefix_file=prefix_file,
                               annotations=annotations, alignments=alignments, overrides=overrides,
                               ensemble=ensemble, checkpoint=checkpoint, changes=changes, engine=engine_name,
@@ -310,6 +324,7 @@ def score(ctx: click.Context, run: Path, source_file: Path, target_file: Path, n
     _registry(ctx)
     if output is not None:
         engine.check_writable(output, f"--output {output}")
+    _fit_threads()
     engine.score_file(run, source_file, target_file, output, normalize=normalize, overrides=overrides,
                       ensemble=ensemble, checkpoint=checkpoint, resume=resume, buffer_size=buffer_size,
                       processes=processes)

@@ -17,7 +17,6 @@ import dataclasses
 import hashlib
 import json
 import multiprocessing
-import os
 import shutil
 import time
 from collections import deque
@@ -32,6 +31,7 @@ import numpy as np
 from seqxduce import components
 from seqxduce.api import Example, Task, Tokenizer, UserError
 from seqxduce.console import PairsProgress, console
+from seqxduce.cpus import usable_cpus
 from seqxduce.data import PairArrays
 from seqxduce.recipe import Recipe
 from seqxduce.rundir import RunDir
@@ -223,10 +223,6 @@ def _in_order(pool: Pool, shards: Iterable[Shard], window: int) -> Iterator[tupl
         yield pending.popleft().get()
 
 
-def available_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
 def encode_into(writer: binarized.DatasetWriter, examples: Iterable[Example], tokenizers: components.Tokenizers,
                 max_src: int, max_tgt: int, workers: int | None = None, show: bool = True,
                 total: int | None = None, encoding: ShardEncoding | None = None, what: str = "encoding") -> int:
@@ -235,7 +231,7 @@ def encode_into(writer: binarized.DatasetWriter, examples: Iterable[Example], to
     bar's, `what` its label; encoding replaces the tokenizers' own. Measured against sentencepiece's own threaded
     batch encoding in bench/data_scale.py."""
     global _JOB
-    workers = workers or available_cores()
+    workers = workers or usable_cpus()
     shards = _shards(examples)
     head = list(islice(shards, -(-IN_PROCESS // SHARD)))  # enough to tell a small corpus from a large one
     pooled = workers > 1 and sum(len(shard[1]) for shard in head) >= IN_PROCESS

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from seqxduce.api import UserError
 from seqxduce.atomic import atomic_write_text
+from seqxduce.cpus import usable_cpus
 from seqxduce.errors import TrainingStopped
 from seqxduce.members import MEMBERS_DIR, MEMBERS_RECIPE, TOKENIZERS_DIR, member_dir
 from seqxduce.recipe import Recipe
@@ -49,10 +50,6 @@ def _cuda_available() -> bool:
     import torch
 
     return torch.cuda.is_available()
-
-
-def available_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def member_command(k: int, recipe: Recipe, run: Path, resume: bool, overwrite: bool,
@@ -199,7 +196,7 @@ def train_members(recipe: Recipe, out: str | Path, resume: bool = False, overwri
                         "tokenizers; give one or the other")
     _set_up_members(recipe, run, resume, overwrite)
     count = recipe.train.members
-    cores = available_cores()
+    cores = usable_cpus()
     parallel = parallel_count(recipe, cores)
     members = []
     for k in range(1, count + 1):
