@@ -32,7 +32,7 @@ class CpuShare:
     def describe(self) -> str:
         """'cgroup cpu.max 2.0 CPUs of 16 visible', 'CPU affinity 4 of 16 visible', 'all 8 CPUs'."""
         if self.quota is not None and self.source.startswith("cgroup"):
-            return f"{self.source} {self.quota:g} CPUs of {self.visible} visible"
+            return f"{self.source} {round(self.quota, 2)} CPUs of {self.visible} visible"
         if self.source == "CPU affinity":
             return f"CPU affinity {self.cpus} of {self.visible} visible"
         return f"all {self.visible} CPUs"
