@@ -34,7 +34,8 @@ class Group(click.Group):
         try:
             return super().invoke(ctx)
         except TrainingStopped as err:  # asked for (Ctrl-C, SIGTERM): not an error, but not a success either
-            click.echo(str(err), err=True)
+            if str(err):  # empty on torchrun's ranks that leave the saying to rank 0
+                click.echo(str(err), err=True)
             ctx.exit(err.exit_code)
         except UserError as err:
             if ctx.obj and ctx.obj.get("debug"):

@@ -106,13 +106,14 @@ def run_job(job: BufferJob, items: Iterable, total: int | None, files: OutputFil
             if on_piece is not None:
                 on_piece(piece)
 
-        with stop_on_signals(request, "the buffer under way is written"), \
+        # under torchrun every rank gets the signal (the launcher forwards it): rank 0 alone says so
+        with stop_on_signals(request, "the buffer under way is written", quiet=rank != 0), \
                 PairsProgress(plan.what, total, enabled=rank == 0, unit="lines", start=start) as progress:
             try:
                 stream(runner, read_buffers(items, plan.grid, skip=start), sink, request, on_piece=count)
             except Stopped as stop:
-                raise TrainingStopped(_stopped_message(plan, request, result, total, files, to_stdout),
-                                      exit_code=stop.exit_code) from None
+                said = _stopped_message(plan, request, result, total, files, to_stdout) if rank == 0 else ""
+                raise TrainingStopped(said, exit_code=stop.exit_code) from None
         if files is not None and rank == 0:
             files.finish()
         result.seconds = time.perf_counter() - started

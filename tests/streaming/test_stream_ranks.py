@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 import seqxduce.engine as engine
 from seqxduce.cli import add_plugin_commands
-from tests.fault_tools import REPO, run
+from tests.fault_tools import REPO, run, start, wait_for
 from tests.streaming.test_stream_decode import sources, write
 
 
@@ -42,6 +42,38 @@ def test_two_torchrun_ranks_write_one_output_equal_to_one_process(trained_copy_r
                        "--buffer-size", "100")
     assert shared.returncode == 0, shared.stderr[-3000:]
     assert scores_ranks.read_bytes() == scores_one.read_bytes()
+
+
+@pytest.mark.slow
+def test_a_stop_under_torchrun_is_said_once_and_resumed_by_the_same_command(trained_copy_run: Path,
+                                                                            tmp_path: Path):
+    """SIGTERM to the launcher (as a scheduler sends it): torchrun forwards it to both ranks, rank 0 alone says
+    that it stops and where the lines are kept; the same command with --resume then finishes the output equal to
+    one process's."""
+    import json
+    import signal
+
+    from seqxduce.decoding.stream_files import record_path
+
+    given = write(tmp_path / "in.txt", sources(20_000, seed=13))
+    out, log = tmp_path / "out.txt", tmp_path / "stopped.log"
+    args = ("decode", trained_copy_run, "--input", given, "-o", out, "--buffer-size", "64")
+    launcher = start("--standalone", "--nproc_per_node", "2", "-m", "seqxduce", *args, log=log,
+                     module=("torch.distributed.run",))
+    wait_for(lambda: record_path(out).exists() and json.loads(record_path(out).read_text())["done"] > 0, launcher)
+    launcher.send_signal(signal.SIGTERM)
+    launcher.wait(timeout=120)
+    said = log.read_text()
+    if launcher.returncode == 0:  # it finished before the signal: nothing stopped
+        pytest.skip("the decode finished before the signal reached it")
+    assert said.count("SIGTERM: stopping") == 1, said
+    assert said.count("SIGTERM: decode stopped after") == 1 and "--resume to continue" in said, said
+    assert "Received 15 death signal, shutting down workers" in said  # torchrun's own words (README)
+    resumed = _torchrun(*args, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    alone = tmp_path / "one.txt"
+    assert run("decode", trained_copy_run, "--input", given, "-o", alone, "--buffer-size", "64").returncode == 0
+    assert out.read_bytes() == alone.read_bytes()
 
 
 def test_score_streams_what_scoring_the_whole_input_gives(trained_copy_run: Path, tmp_path: Path):
