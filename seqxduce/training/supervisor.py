@@ -76,6 +76,7 @@ def _set_up_members(recipe: Recipe, run: Path, resume: bool, overwrite: bool) ->
     """Check the run directory, then write the members' recipe and train their one set of tokenizers (a resumed
     run keeps the ones it has)."""
     from seqxduce.components import build_task, data_dir
+    from seqxduce.training.prepare import train_tokenizers_shown
 
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise UserError(f"[train] members = {recipe.train.members} under torchrun: train the ensemble's members in "
@@ -99,7 +100,7 @@ def _set_up_members(recipe: Recipe, run: Path, resume: bool, overwrite: bool) ->
     task = build_task(recipe)
     where = data_dir(recipe)
     task.prepare(where)
-    tokenizers.train_tokenizers(recipe, task.examples("train", where))
+    train_tokenizers_shown(tokenizers, recipe, task.examples("train", where))
 
 
 @dataclass
