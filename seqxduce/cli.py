@@ -41,6 +41,10 @@ class Group(click.Group):
             if ctx.obj and ctx.obj.get("debug"):
                 raise
             raise click.ClickException(str(err)) from None
+        finally:  # a note left unsaid (the command was refused first) must not open the next command's output
+            noted = sys.modules.get("seqxduce.console")
+            if noted is not None:
+                noted.console.notes.clear()
 
 
 # -h as well as --help, for every command: a context setting is inherited by each subcommand, plugins' included
@@ -63,13 +67,15 @@ def cli(ctx: click.Context, debug: bool, strict_plugins: bool) -> None:
 
 def _fit_threads() -> None:
     """torch's threads fitted to the CPUs this process may use (seqxduce.cpus), said as the command's first line
-    (once per node under torchrun). Here, not in the engine's functions: the thread count is the process's, and a
-    program that calls seqxduce.train keeps the one it set."""
+    (once per node under torchrun), or not at all before a refusal that comes first (one line alone). Here, not in
+    the engine's functions: the thread count is the process's, and a program that calls seqxduce.train keeps the
+    one it set."""
+    from seqxduce.console import console
     from seqxduce.cpus import fit_threads
 
     line = fit_threads()
     if os.environ.get("LOCAL_RANK", "0") == "0":
-        click.echo(line, err=True)
+        console.note_first(line)
 
 
 def _registry(ctx: click.Context):

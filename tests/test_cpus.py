@@ -129,6 +129,22 @@ def test_train_says_its_threads_first(tmp_path, monkeypatch):
         torch.set_num_threads(threads)
 
 
+def test_a_refusal_comes_alone_without_the_threads_line(tmp_path):
+    """The threads line waits for the command's first line of its own: a refusal before any stays one line, and
+    the next command in the same process says its threads once."""
+    from click.testing import CliRunner
+
+    from seqxduce.cli import cli
+    from tests.tiny import TINY_RECIPE
+
+    refused = CliRunner().invoke(cli, ["decode", str(tmp_path / "nothing"), "--input", str(TINY_RECIPE)])
+    assert refused.exit_code == 1 and len(refused.output.strip().splitlines()) == 1, refused.output
+    assert "threads:" not in refused.output
+    trained = CliRunner().invoke(cli, _train_args(TINY_RECIPE, tmp_path / "run"))
+    assert trained.exit_code == 0, trained.output
+    assert trained.output.count("threads: ") == 1 and trained.output.startswith("threads: ")
+
+
 @pytest.mark.parametrize(("setting", "cuda", "count", "local_rank", "expected"), [
     ("cpu", True, 4, 1, "cpu"),
     ("auto", False, 0, 1, "cpu"),

@@ -161,16 +161,19 @@ def serve(run: Path, checkpoint: str | None, host: str, port: int, overrides: tu
     from seqxduce.serving.ct2_service import export_facts
     from seqxduce.serving.service import Service
 
-    # before loading: CTranslate2's translator takes torch's count when it is built
-    click.echo(fit_threads((threads, "--threads") if threads is not None else None), err=True)
+    # before loading: CTranslate2's translator takes torch's count when it is built; said once loaded (a refusal
+    # to load comes alone)
+    threads_line = fit_threads((threads, "--threads") if threads is not None else None)
     with contextlib.ExitStack() as stack:
         if engine_name == "ctranslate2":
             loaded, service, positions = _exported(run, overrides, ensemble, checkpoint, stack)
             served = {"engine": "ctranslate2", "export": str(loaded.directory)}
+            click.echo(threads_line, err=True)
         else:
             loaded = load_run(run, overrides, ensemble, checkpoint)  # exactly as `seqxduce decode` loads it
             service, positions = Service(loaded), model_positions(loaded.model)
             served = {"checkpoint": str(loaded.checkpoint), "ensemble": [str(p) for p in loaded.members]}
+            click.echo(threads_line, err=True)
             click.echo(f"serving {loaded.described()}", err=True)
         limits = Limits(max_request_bytes=max_request_bytes, max_inputs=max_inputs,
                         max_source_tokens=served_limit(positions, max_source_tokens), max_queue=max_queue,
