@@ -103,14 +103,17 @@ def check_same_shapes(paths: Sequence[Path]) -> None:
                                 f"{paths[0]}; average checkpoints of one model only")
 
 
-def average(paths: Sequence[Path]) -> dict[str, Any]:
+def average(paths: Sequence[Path], show: bool = True) -> dict[str, Any]:
     """Average model parameters of several checkpoints (Vaswani et al. 2017, section 6.1).
 
     Floating-point tensors are averaged in float64 and cast back; integer buffers are taken from the last
     checkpoint. The result keeps the last checkpoint's step, carries no optimizer state, and records what it
     averages (files, steps, and the run they come from when they share one) so that decoding can tell a
-    stale average from a current one.
+    stale average from a current one. show: progress on stderr (a bar, or in a log file a first line and then
+    one at a steady pace: reading 20 checkpoints of a large model takes minutes).
     """
+    from seqxduce.console import PairsProgress, console
+
     if not paths:
         raise UserError("average: name at least one checkpoint")
     check_same_shapes(paths)
@@ -118,16 +121,21 @@ def average(paths: Sequence[Path]) -> dict[str, Any]:
     last: dict[str, Any] = {}
     steps: list[int] = []
     run_ids: set[Any] = set()
-    for path in paths:
-        state = load(path)
-        for name, tensor in state["model"].items():
-            if tensor.is_floating_point():
-                total[name] = total.get(name, 0) + tensor.double()
-            else:
-                total[name] = tensor
-        steps.append(int(state.get("step", 0)))
-        run_ids.add(state.get("run_id"))
-        last = state
+    with PairsProgress("averaging", len(paths), enabled=show, unit="checkpoints") as progress:
+        if progress.plain:
+            console.print(f"averaging {len(paths)} checkpoint(s), {paths[0].name} to {paths[-1].name}",
+                          markup=False, highlight=False)
+        for path in paths:
+            state = load(path)
+            for name, tensor in state["model"].items():
+                if tensor.is_floating_point():
+                    total[name] = total.get(name, 0) + tensor.double()
+                else:
+                    total[name] = tensor
+            steps.append(int(state.get("step", 0)))
+            run_ids.add(state.get("run_id"))
+            last = state
+            progress.advance(1)
     averaged = {
         name: (t / len(paths)).to(last["model"][name].dtype) if t.is_floating_point() else t
         for name, t in total.items()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -33,12 +34,17 @@ class Group(click.Group):
         try:
             return super().invoke(ctx)
         except TrainingStopped as err:  # asked for (Ctrl-C, SIGTERM): not an error, but not a success either
-            click.echo(str(err), err=True)
+            if str(err):  # empty on torchrun's ranks that leave the saying to rank 0
+                click.echo(str(err), err=True)
             ctx.exit(err.exit_code)
         except UserError as err:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
             raise click.ClickException(str(err)) from None
+        finally:  # a note left unsaid (the command was refused first) must not open the next command's output
+            noted = sys.modules.get("seqxduce.console")
+            if noted is not None:
+                noted.console.notes.clear()
 
 
 # -h as well as --help, for every command: a context setting is inherited by each subcommand, plugins' included
@@ -57,6 +63,19 @@ def cli(ctx: click.Context, debug: bool, strict_plugins: bool) -> None:
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
     ctx.obj["strict"] = strict_plugins
+
+
+def _fit_threads() -> None:
+    """torch's threads fitted to the CPUs this process may use (seqxduce.cpus), said as the command's first line
+    (once per node under torchrun), or not at all before a refusal that comes first (one line alone). Here, not in
+    the engine's functions: the thread count is the process's, and a program that calls seqxduce.train keeps the
+    one it set."""
+    from seqxduce.console import console
+    from seqxduce.cpus import fit_threads
+
+    line = fit_threads()
+    if os.environ.get("LOCAL_RANK", "0") == "0":
+        console.note_first(line)
 
 
 def _registry(ctx: click.Context):
@@ -181,6 +200,7 @@ def train(ctx: click.Context, recipe_file: Path, out: Path | None, overrides: tu
     With [train] members = N, trains N seeds side by side (RUN and RUN/members/K); decoding RUN ensembles them.
     Ctrl-C or SIGTERM finishes the current step, saves it and exits (130 or 143); --resume continues."""
     _registry(ctx)
+    _fit_threads()
     result = engine.train(recipe_file, out=out, resume=resume, overrides=overrides, overwrite=overwrite,
                           tokenizers_from=tokenizers_from, single=single, init_from=init_from,
                           keep_optimizer=keep_optimizer)
@@ -272,6 +292,7 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
         if path is not None:  # before any work: a decode must not be lost for want of a place to write it
             engine.check_writable(path, f"{option} {path}")
     changes = flag_changes(beam=beam, nbest=nbest, batch_tokens=batch_tokens, device=device, precision=precision)
+    _fit_threads()
     done = engine.decode_file(run, input_file, output, split=split, prefix_file=prefix_file,
                               annotations=annotations, alignments=alignments, overrides=overrides,
                               ensemble=ensemble, checkpoint=checkpoint, changes=changes, engine=engine_name,
@@ -311,6 +332,7 @@ def score(ctx: click.Context, run: Path, source_file: Path, target_file: Path, n
     _registry(ctx)
     if output is not None:
         engine.check_writable(output, f"--output {output}")
+    _fit_threads()
     engine.score_file(run, source_file, target_file, output, normalize=normalize, overrides=overrides,
                       ensemble=ensemble, checkpoint=checkpoint, resume=resume, buffer_size=buffer_size,
                       processes=processes)

@@ -22,8 +22,28 @@ from rich.progress import (
 from rich.table import Column
 from rich.text import Text
 
+
+class NotingConsole(Console):
+    """rich's Console with notes that wait for the command's first line: a note (how many threads, and why) comes
+    first in the log when the command has something to say, and not at all before a refusal, which stays the only
+    line (errors are click's, not this console's)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.notes: list[str] = []
+
+    def note_first(self, line: str) -> None:
+        """Say line just before the next thing this console prints."""
+        self.notes.append(line)
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        while self.notes:
+            super().print(self.notes.pop(0), markup=False, highlight=False)
+        super().print(*args, **kwargs)
+
+
 # Progress and messages go to stderr so that decode output on stdout stays clean.
-console = Console(stderr=True, highlight=False, soft_wrap=True)
+console = NotingConsole(stderr=True, highlight=False, soft_wrap=True)
 
 
 class WholeFigures:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import os
+from collections.abc import Mapping
 
 import torch
 
@@ -10,12 +12,41 @@ from seqxduce.api import UserError
 
 
 def resolve_device(name: str) -> torch.device:
-    """cpu, cuda, cuda:N or auto."""
+    """cpu, cuda, cuda:N or auto, as device_for chooses it for this process (under torchrun: the rank's own GPU,
+    made the current device so that nothing of this rank lands on GPU 0)."""
+    local_rank = torchrun_local_rank()
+    chosen = torch.device(device_for(name, torch.cuda.is_available(),
+                                     torch.cuda.device_count() if name != "cpu" else 0, local_rank))
+    if chosen.type == "cuda" and local_rank is not None:
+        torch.cuda.set_device(chosen)
+    return chosen
+
+
+def torchrun_local_rank(environ: Mapping[str, str] | None = None) -> int | None:
+    """This process's rank on its node when torchrun started it (LOCAL_RANK), else None."""
+    environ = os.environ if environ is None else environ
+    local = environ.get("LOCAL_RANK")
+    return int(local) if local not in (None, "") and "WORLD_SIZE" in environ else None
+
+
+def device_for(name: str, cuda_available: bool, device_count: int, local_rank: int | None) -> str:
+    """The device a process takes for the setting `name` (cpu, cuda, cuda:N or auto: cuda when one is visible).
+    Under torchrun (local_rank not None) a CUDA setting means the rank's own GPU, cuda:LOCAL_RANK, for training and
+    decoding alike: a bare `cuda` would put every rank of the node on GPU 0. Refused in one line when no CUDA
+    device is visible, or when the node shows fewer GPUs than torchrun started processes."""
     if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
+        name = "cuda" if cuda_available else "cpu"
+    if not name.startswith("cuda"):
+        return name
+    if not cuda_available:
         raise UserError(f"[train] device = {name!r} but no CUDA device is visible; use device = \"cpu\"")
-    return torch.device(name)
+    if local_rank is None:
+        return name
+    if local_rank >= device_count:
+        raise UserError(f"[train] device = {name!r} under torchrun: LOCAL_RANK {local_rank} but this node shows "
+                        f"{device_count} CUDA device(s); start at most {device_count} processes per node "
+                        f"(torchrun --nproc_per_node {device_count})")
+    return f"cuda:{local_rank}"
 
 
 def autocast_context(device: torch.device, precision: str) -> contextlib.AbstractContextManager:

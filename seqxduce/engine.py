@@ -390,13 +390,14 @@ def _run_stream(job, process, items, total, finals: dict[str, Path], record: dic
                 buffer_size: int | None, processes: int, what: str, stops: _Stops, keep: bool = False,
                 on_piece=None):
     """run_job with the outputs' files (refused before any work when a file cannot be written)."""
+    from seqxduce.cpus import per_worker_threads
     from seqxduce.decoding.stream_files import OutputFiles
     from seqxduce.decoding.stream_job import Plan, run_job
-    from seqxduce.decoding.streaming import DEFAULT_BUFFER, BufferGrid, usable_cpus
+    from seqxduce.decoding.streaming import DEFAULT_BUFFER, BufferGrid
 
     grid = BufferGrid(buffer_size or DEFAULT_BUFFER)
     files = OutputFiles(finals, {**record, "buffer_size": grid.size}, keep=keep) if finals else None
-    threads = max(1, usable_cpus() // processes)
+    threads = per_worker_threads(processes)
     plan = Plan(grid, processes, threads, resume, what)
     if processes > 1:
         _say(f"{what}: {processes} worker processes of {threads} thread(s) each")

@@ -77,10 +77,10 @@ def handled(handler: Callable[[int, object], None]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def stop_on_signals(request: StopRequest, after: str) -> Iterator[StopRequest]:
+def stop_on_signals(request: StopRequest, after: str, quiet: bool = False) -> Iterator[StopRequest]:
     """While this lasts, a first signal sets request.signal and says that the work stops `after` (e.g. "this
     step to save it"); inside request.abandonable() it raises Abandoned instead; a second signal raises
-    KeyboardInterrupt."""
+    KeyboardInterrupt. quiet: say nothing (torchrun's ranks but rank 0, so that a stop is said once)."""
 
     def handler(signum: int, frame: object) -> None:
         if request.requested:
@@ -88,9 +88,11 @@ def stop_on_signals(request: StopRequest, after: str) -> Iterator[StopRequest]:
         request.signal = signum
         if request._abandonable:
             request._abandonable = False  # raised once: the code that catches it must not be interrupted again
-            say(f"{signal_name(signum)}: stopping now (a second signal stops at once)\n")
+            if not quiet:
+                say(f"{signal_name(signum)}: stopping now (a second signal stops at once)\n")
             raise Abandoned
-        say(f"{signal_name(signum)}: stopping after {after} (a second signal stops at once)\n")
+        if not quiet:
+            say(f"{signal_name(signum)}: stopping after {after} (a second signal stops at once)\n")
 
     with handled(handler):
         yield request

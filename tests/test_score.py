@@ -113,8 +113,9 @@ def test_score_says_what_it_scores_with_and_takes_decodes_checkpoint_choice(tiny
     last = invoke("score", tiny_run, "--source", src, "--target", tgt, "--checkpoint", "last")
     assert default.exit_code == 0 and last.exit_code == 0, default.output + last.output
     newest = sorted((tiny_run / "checkpoints").glob("step_*.pt"))[-1]
-    assert default.stderr.splitlines()[0] == f"scoring with {load_run(tiny_run).checkpoint}"
-    assert last.stderr.splitlines()[0] == f"scoring with {newest}"
+    assert default.stderr.splitlines()[0].startswith("threads: ")  # the first line: how many and why (cpus.py)
+    assert default.stderr.splitlines()[1] == f"scoring with {load_run(tiny_run).checkpoint}"
+    assert last.stderr.splitlines()[1] == f"scoring with {newest}"
     expected = engine.format_scores(engine.score(tiny_run, SOURCES[:2], ["3 2 1", "5 4"], checkpoint="last"))
     assert last.stdout.splitlines() == expected
     assert load_run(tiny_run).checkpoint != newest and default.stdout != last.stdout  # the choice took effect

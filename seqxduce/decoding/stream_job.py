@@ -95,7 +95,8 @@ def run_job(job: BufferJob, items: Iterable, total: int | None, files: OutputFil
     rank, world, group, owned = _join_ranks()
     request = StopRequest()
     try:
-        with stop_on_signals(request, "the buffer under way is written"):
+        # under torchrun every rank gets the signal (the launcher forwards it): rank 0 alone says so
+        with stop_on_signals(request, "the buffer under way is written", quiet=rank != 0):
             # nothing is done yet: a stop here loses nothing (not under torchrun, where a rank abandoning the
             # broadcast of the start would leave the others waiting in it: the ranks stop after their first round)
             startup = request.abandonable() if world == 1 else contextlib.nullcontext()
@@ -127,8 +128,8 @@ def run_job(job: BufferJob, items: Iterable, total: int | None, files: OutputFil
                 try:
                     stream(runner, read_buffers(items, plan.grid, skip=start), sink, request, on_piece=count)
                 except Stopped as stop:
-                    raise TrainingStopped(_stopped_message(plan, request, result, total, files, to_stdout),
-                                          exit_code=stop.exit_code) from None
+                    said = _stopped_message(plan, request, result, total, files, to_stdout) if rank == 0 else ""
+                    raise TrainingStopped(said, exit_code=stop.exit_code) from None
             if files is not None and rank == 0:
                 files.finish()  # a signal now only sets request.signal: the files must all take their names
             result.late_signal = request.signal

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
-import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -269,14 +268,6 @@ def stream(runner: InProcess | ProcessPool | Ranks, buffers: Iterator[Buffer], s
     return done
 
 
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity mask; a container's or a scheduler's share of them)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover (not Linux)
-        return os.cpu_count() or 1
-
-
 def processes_for(asked: int | None, lines: int | None, on_cpu: bool, under_torchrun: bool,
                   auto_from: int) -> int:
     """How many worker processes decode: the number asked for, else (auto) one per usable CPU when decoding on
@@ -285,4 +276,6 @@ def processes_for(asked: int | None, lines: int | None, on_cpu: bool, under_torc
         return asked
     if not on_cpu or under_torchrun or lines is None or lines < auto_from:
         return 1
+    from seqxduce.cpus import usable_cpus
+
     return usable_cpus()

@@ -30,6 +30,7 @@ from seqxduce.decoding.changes import Change, SearchShape, with_changes
 from seqxduce.decoding.decode import Output, encode_prefixes, format_outputs, score_outputs, split_examples
 from seqxduce.decoding.search import length_penalty
 from seqxduce.decoding.streaming import Buffer, Piece, Processor
+from seqxduce.device import device_for, torchrun_local_rank
 from seqxduce.export.exporting import export_run, is_export, require_ctranslate2
 from seqxduce.recipe import Recipe
 from seqxduce.rundir import RunDir
@@ -65,9 +66,9 @@ def load_export(path: Path | str, overrides: Sequence[str] = (), work: Path | No
     if recipe.decode.component.name not in SEARCHES:
         raise UserError(f"[decode] name = {recipe.decode.component.name!r}: CTranslate2 decodes with "
                         f"{' or '.join(SEARCHES)} search; --set decode.name=beam")
-    device = "cuda" if recipe.train.device.startswith("cuda") else "cpu"
-    if recipe.train.device == "auto" and ct2.get_cuda_device_count() > 0:
-        device = "cuda"
+    gpus = ct2.get_cuda_device_count()
+    # under torchrun each rank on its own GPU (cuda:LOCAL_RANK), as seqxduce's engine decodes
+    device, _, index = device_for(recipe.train.device, gpus > 0, gpus, torchrun_local_rank()).partition(":")
     if recipe.decode.core.precision != "recipe":  # decode --precision: CTranslate2's own compute type
         compute_type = CT2_COMPUTE[recipe.decode.core.precision]
     # on the CPU as many threads as torch's engine takes (its default: the physical cores, or OMP_NUM_THREADS;
@@ -83,6 +84,8 @@ def load_export(path: Path | str, overrides: Sequence[str] = (), work: Path | No
                       "the model's log-probabilities over every token); decode with --engine seqxduce for Hugging "
                       "Face's renormalize_logits", markup=False, highlight=False)
     threads = {"intra_threads": torch.get_num_threads()} if device == "cpu" else {}
+    if index:
+        threads["device_index"] = int(index)
     translator = ct2.Translator(str(path), device=device, compute_type=compute_type, **threads)
     return ExportedRun(recipe, path, components.build_task(recipe), exported.load_tokenizers(recipe), translator)
 

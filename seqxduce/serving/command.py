@@ -131,7 +131,8 @@ def public_info(info: dict[str, Any], verbose: bool) -> dict[str, Any]:
               "or /v1/attention")
 @click.option("--threads", type=click.IntRange(min=1),
               help="CPU threads a batch is decoded with (torch's; CTranslate2's too with --engine ctranslate2) "
-                   "[default: torch's: the physical cores, or OMP_NUM_THREADS]. With the clients on the same few "
+                   "[default: OMP_NUM_THREADS, else the CPUs this process may use: its CPU affinity and cgroup "
+                   "quota]. With the clients on the same few "
                    "cores, 1 is often faster (bench/RESULTS.md: 2.3x on 2 cores)")
 @click.option("--batch-delay-ms", type=click.FloatRange(min=0), default=0.0, hidden=True,
               help="sleep before each batch (tests: a slow batch)")
@@ -152,6 +153,7 @@ def serve(run: Path, checkpoint: str | None, host: str, port: int, overrides: tu
     _server_libraries()
     import torch
 
+    from seqxduce.cpus import fit_threads
     from seqxduce.decoding.decode import load_run
     from seqxduce.inspection.run_info import run_info
     from seqxduce.serving.app import create_app
@@ -159,16 +161,19 @@ def serve(run: Path, checkpoint: str | None, host: str, port: int, overrides: tu
     from seqxduce.serving.ct2_service import export_facts
     from seqxduce.serving.service import Service
 
-    if threads is not None:  # before loading: CTranslate2's translator takes torch's count when it is built
-        torch.set_num_threads(threads)
+    # before loading: CTranslate2's translator takes torch's count when it is built; said once loaded (a refusal
+    # to load comes alone)
+    threads_line = fit_threads((threads, "--threads") if threads is not None else None)
     with contextlib.ExitStack() as stack:
         if engine_name == "ctranslate2":
             loaded, service, positions = _exported(run, overrides, ensemble, checkpoint, stack)
             served = {"engine": "ctranslate2", "export": str(loaded.directory)}
+            click.echo(threads_line, err=True)
         else:
             loaded = load_run(run, overrides, ensemble, checkpoint)  # exactly as `seqxduce decode` loads it
             service, positions = Service(loaded), model_positions(loaded.model)
             served = {"checkpoint": str(loaded.checkpoint), "ensemble": [str(p) for p in loaded.members]}
+            click.echo(threads_line, err=True)
             click.echo(f"serving {loaded.described()}", err=True)
         limits = Limits(max_request_bytes=max_request_bytes, max_inputs=max_inputs,
                         max_source_tokens=served_limit(positions, max_source_tokens), max_queue=max_queue,

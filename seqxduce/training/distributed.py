@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from seqxduce.api import UserError
+from seqxduce.device import device_for
 
 
 @dataclass
@@ -97,11 +98,11 @@ def setup(device_setting: str, timeout: float = 600.0) -> World:
         return World()
     rank = int(os.environ["RANK"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    use_cuda = device_setting.startswith("cuda") or (device_setting == "auto" and torch.cuda.is_available())
-    if use_cuda:
-        if not torch.cuda.is_available():
-            raise UserError(f"[train] device = {device_setting!r} but no CUDA device is visible")
-        device = torch.device("cuda", local_rank)
+    # the rank's own GPU, cuda:LOCAL_RANK, chosen as decoding chooses it
+    chosen = device_for(device_setting, torch.cuda.is_available(),
+                        torch.cuda.device_count() if device_setting != "cpu" else 0, local_rank)
+    if chosen.startswith("cuda"):
+        device = torch.device(chosen)
         torch.cuda.set_device(device)
         backend = "nccl"
     else:

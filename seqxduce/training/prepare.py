@@ -17,7 +17,6 @@ import dataclasses
 import hashlib
 import json
 import multiprocessing
-import os
 import shutil
 import time
 from collections import deque
@@ -32,6 +31,7 @@ import numpy as np
 from seqxduce import components
 from seqxduce.api import Example, Task, Tokenizer, UserError
 from seqxduce.console import PairsProgress, console
+from seqxduce.cpus import usable_cpus
 from seqxduce.data import PairArrays
 from seqxduce.recipe import Recipe
 from seqxduce.rundir import RunDir
@@ -223,10 +223,6 @@ def _in_order(pool: Pool, shards: Iterable[Shard], window: int) -> Iterator[tupl
         yield pending.popleft().get()
 
 
-def available_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
 def encode_into(writer: binarized.DatasetWriter, examples: Iterable[Example], tokenizers: components.Tokenizers,
                 max_src: int, max_tgt: int, workers: int | None = None, show: bool = True,
                 total: int | None = None, encoding: ShardEncoding | None = None, what: str = "encoding") -> int:
@@ -235,7 +231,7 @@ def encode_into(writer: binarized.DatasetWriter, examples: Iterable[Example], to
     bar's, `what` its label; encoding replaces the tokenizers' own. Measured against sentencepiece's own threaded
     batch encoding in bench/data_scale.py."""
     global _JOB
-    workers = workers or available_cores()
+    workers = workers or usable_cpus()
     shards = _shards(examples)
     head = list(islice(shards, -(-IN_PROCESS // SHARD)))  # enough to tell a small corpus from a large one
     pooled = workers > 1 and sum(len(shard[1]) for shard in head) >= IN_PROCESS
@@ -307,17 +303,58 @@ def prepare_new(recipe: Recipe, folder: Path, examples: Iterable[Example], worke
     work = binarized.work_folder(folder, "tok-")
     try:
         tokenizer_dir = work / TOKENIZERS
-        started = time.perf_counter()
-        with PairsProgress("training the tokenizer", None, enabled=show):
-            RunDir(tokenizer_dir).train_tokenizers(recipe, examples)
+        train_tokenizers_shown(RunDir(tokenizer_dir), recipe, examples, total=total, show=show)
         preparing_stopped()
-        if show:
-            console.print(f"trained the tokenizer in {time.perf_counter() - started:.1f} s")
         tokenizers = RunDir(tokenizer_dir).load_tokenizers(recipe)
         return write_dataset(folder, examples, tokenizers, recipe, tokenizer_dir, workers=workers, show=show,
                              total=total, replace=replace)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def train_tokenizers_shown(rundir: RunDir, recipe: Recipe, examples: Iterable[Example], total: int | None = None,
+                           show: bool = True) -> None:
+    """rundir.train_tokenizers with what a log file needs, for a tokenizer that trains for minutes on a large
+    corpus: a first line, the pairs it has read (a bar on a terminal, else a plain line at a steady pace), a line
+    when the text is read and the tokenizer trains on it (SentencePiece says nothing while it does), and the
+    time it took. total: the pairs the examples hold, when known (for the ETA)."""
+    started = time.perf_counter()
+    name = recipe.tokenizer.component.name
+    if show:
+        console.print(f"training the tokenizer ({name}) on the training text"
+                      + (f" ({total:,} pairs)" if total is not None else ""), markup=False, highlight=False)
+    passes = 1 if recipe.tokenizer.core.shared else 2  # a tokenizer per side reads the text once for each
+    with PairsProgress("tokenizer: reading the text", total * passes if total is not None else None,
+                       enabled=show) as progress:
+        rundir.train_tokenizers(recipe, _Reading(examples, progress, started, name))
+    if show:
+        console.print(f"trained the tokenizer in {time.perf_counter() - started:.1f} s", markup=False,
+                      highlight=False)
+
+
+class _Reading:
+    """The examples as a tokenizer reads them, counted into a progress (every EVERY pairs: a bar's update per
+    pair would cost more than the reading); at the end of each pass, in a log file, a line saying that the
+    tokenizer now trains on what it read."""
+
+    EVERY = 2_000
+
+    def __init__(self, examples: Iterable[Example], progress: PairsProgress, started: float, name: str):
+        self.examples, self.progress, self.started, self.name = examples, progress, started, name
+
+    def __iter__(self) -> Iterator[Example]:
+        count = pending = 0
+        for example in self.examples:
+            yield example
+            count += 1
+            pending += 1
+            if pending == self.EVERY:
+                self.progress.advance(pending)
+                pending = 0
+        self.progress.advance(pending)
+        if self.progress.plain:
+            console.print(f"tokenizer: read {count:,} pairs in {time.perf_counter() - self.started:.1f} s; "
+                          f"{self.name} trains on them now", markup=False, highlight=False)
 
 
 def open_prepared(folder: Path) -> PairArrays:

@@ -34,6 +34,7 @@ from seqxduce.training.prepare import (
     prepare_new,
     prepared_folder,
     tokens_folder,
+    train_tokenizers_shown,
     write_dataset,
 )
 from seqxduce.training.sampled_epochs import EpochEncoder
@@ -235,7 +236,7 @@ def _tokenizers_in(rundir: RunDir, recipe: Recipe, world: distributed.World, exa
         if tokenizers_from is not None:
             rundir.copy_tokenizers(recipe, tokenizers_from)
         else:
-            rundir.train_tokenizers(recipe, nonempty(recipe, examples))
+            train_tokenizers_shown(rundir, recipe, nonempty(recipe, examples))  # with its lines for a log file
     world.barrier()
     if not rundir.has_tokenizers(recipe):
         raise UserError(f"--resume: {rundir.path} holds no tokenizer files; train into a new --out")

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from seqxduce.api import Example, Tokenizer
 from seqxduce.components import Tokenizers
+from seqxduce.console import console
 from seqxduce.data import PairArrays
 from seqxduce.training import binarized
 from seqxduce.training.prepare import encode_batch, encode_into
@@ -96,6 +97,7 @@ class EpochEncoder:
         self._own = tempfile.TemporaryDirectory(prefix="seqxduce-sampled-") if folder is None else None
         self.folder = Path(folder) if folder is not None else Path(self._own.name)  # type: ignore[union-attr]
         self.samples: bool | None = None  # unknown until the first epoch asks
+        self.read: int | None = None  # the pairs an epoch reads, once one was encoded: the next ones' total
         self.key = f"{key}|{seed}|{max_src}|{max_tgt}|{max_tokens}"
 
     def pairs(self, epoch: int) -> PairArrays | None:
@@ -125,14 +127,29 @@ class EpochEncoder:
                              epoch)
         vocab_size = max(self.src_tok.vocab_size, self.tgt_tok.vocab_size)
         tokenizers = Tokenizers(self.src_tok, self.tgt_tok)
+        started = time.perf_counter()
+        total = self.read if self.read is not None else _lines_hint(self.examples) if self.show else None
         # replace: a sample there is another run's (another key) or damaged
         with binarized.DatasetWriter(path, vocab_size, {"epoch": epoch, "key": self.key}, replace=True) as writer:
-            encode_into(writer, self.examples, tokenizers, self.max_src, self.max_tgt, workers=self.workers,
-                        show=self.show, encoding=sample, what=f"sampling epoch {epoch}")
+            dropped = encode_into(writer, self.examples, tokenizers, self.max_src, self.max_tgt,
+                                  workers=self.workers, show=self.show, total=total, encoding=sample,
+                                  what=f"sampling epoch {epoch}")
+            kept = writer.pairs
             writer.close()
+        self.read = kept + dropped
+        if self.show:  # in a log file, with the progress lines before it: what the epoch's encoding took
+            seconds = time.perf_counter() - started
+            console.print(f"sampled epoch {epoch}: {kept:,} pairs encoded anew in {seconds:.1f} s "
+                          f"({self.read / max(seconds, 1e-9):,.0f} pairs/s)", markup=False, highlight=False)
 
     def _remove_others(self, keep: Path) -> None:
         """Earlier epochs are not read again (a --resume samples its epoch anew: the same pairs)."""
         for other in self.folder.glob(f"{EPOCH_PREFIX}*"):
             if other != keep:
                 shutil.rmtree(other, ignore_errors=True)
+
+
+def _lines_hint(examples: Iterable[Example]) -> int | None:
+    """The pairs a first epoch will read, for its progress's ETA: prepare.Examples counts its file's lines."""
+    hint = getattr(examples, "lines_hint", None)
+    return hint() if hint is not None else None

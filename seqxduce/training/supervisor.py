@@ -27,6 +27,7 @@ from pathlib import Path
 
 from seqxduce.api import UserError
 from seqxduce.atomic import atomic_write_text
+from seqxduce.cpus import usable_cpus
 from seqxduce.errors import TrainingStopped
 from seqxduce.members import MEMBERS_DIR, MEMBERS_RECIPE, TOKENIZERS_DIR, member_dir
 from seqxduce.recipe import Recipe
@@ -49,10 +50,6 @@ def _cuda_available() -> bool:
     import torch
 
     return torch.cuda.is_available()
-
-
-def available_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def member_command(k: int, recipe: Recipe, run: Path, resume: bool, overwrite: bool,
@@ -79,6 +76,7 @@ def _set_up_members(recipe: Recipe, run: Path, resume: bool, overwrite: bool) ->
     """Check the run directory, then write the members' recipe and train their one set of tokenizers (a resumed
     run keeps the ones it has)."""
     from seqxduce.components import build_task, data_dir
+    from seqxduce.training.prepare import train_tokenizers_shown
 
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise UserError(f"[train] members = {recipe.train.members} under torchrun: train the ensemble's members in "
@@ -102,7 +100,7 @@ def _set_up_members(recipe: Recipe, run: Path, resume: bool, overwrite: bool) ->
     task = build_task(recipe)
     where = data_dir(recipe)
     task.prepare(where)
-    tokenizers.train_tokenizers(recipe, task.examples("train", where))
+    train_tokenizers_shown(tokenizers, recipe, task.examples("train", where))
 
 
 @dataclass
@@ -199,7 +197,7 @@ def train_members(recipe: Recipe, out: str | Path, resume: bool = False, overwri
                         "tokenizers; give one or the other")
     _set_up_members(recipe, run, resume, overwrite)
     count = recipe.train.members
-    cores = available_cores()
+    cores = usable_cpus()
     parallel = parallel_count(recipe, cores)
     members = []
     for k in range(1, count + 1):

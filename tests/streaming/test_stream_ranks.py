@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 import seqxduce.engine as engine
 from seqxduce.cli import add_plugin_commands
-from tests.fault_tools import REPO, run
+from tests.fault_tools import HANG_GUARD_S, REPO, run, start, wait_for
 from tests.streaming.test_stream_decode import sources, write
 
 
@@ -57,6 +57,39 @@ def assert_scores_close(got: list[str], expected: list[str]) -> None:
         a_cols, b_cols = [float(x) for x in a.split("\t")], [float(x) for x in b.split("\t")]
         assert len(a_cols) == len(b_cols) and all(abs(x - y) <= SCORE_TOLERANCE for x, y in zip(a_cols, b_cols)), \
             f"line {number}: {a!r} streamed, {b!r} scored whole"
+
+
+@pytest.mark.slow
+def test_a_stop_under_torchrun_is_said_once_and_resumed_by_the_same_command(trained_copy_run: Path,
+                                                                            tmp_path: Path):
+    """SIGTERM to the launcher (as a scheduler sends it): torchrun forwards it to both ranks, rank 0 alone says
+    that it stops and where the lines are kept; the same command with --resume then finishes the output equal to
+    one process's."""
+    import json
+    import signal
+
+    from seqxduce.decoding.stream_files import record_path
+
+    given = write(tmp_path / "in.txt", sources(500, seed=13))
+    out, log, marker = tmp_path / "out.txt", tmp_path / "stopped.log", tmp_path / "held"
+    args = ("decode", trained_copy_run, "--input", given, "-o", out, "--buffer-size", "64")
+    # rank 0, the one that writes, held after its first piece (tests/faults/held.py): the signal lands mid-job
+    launcher = start("--standalone", "--nproc_per_node", "2", "-m", "tests.faults.held", "piece", marker, *args,
+                     log=log, module=("torch.distributed.run",))
+    wait_for(marker.exists, launcher)
+    launcher.send_signal(signal.SIGTERM)
+    marker.unlink()
+    launcher.wait(timeout=HANG_GUARD_S)
+    said = log.read_text()
+    assert launcher.returncode != 0 and json.loads(record_path(out).read_text())["done"] > 0, said
+    assert said.count("SIGTERM: stopping") == 1, said
+    assert said.count("SIGTERM: decode stopped after") == 1 and "--resume to continue" in said, said
+    assert "Received 15 death signal, shutting down workers" in said  # torchrun's own words (README)
+    resumed = _torchrun(*args, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    alone = tmp_path / "one.txt"
+    assert run("decode", trained_copy_run, "--input", given, "-o", alone, "--buffer-size", "64").returncode == 0
+    assert out.read_bytes() == alone.read_bytes()
 
 
 def test_score_streams_what_scoring_the_whole_input_gives(trained_copy_run: Path, tmp_path: Path):
@@ -143,7 +176,7 @@ def test_ctranslate2_stopped_on_a_run_directory_then_resumed_equals_one_never_st
     """A run directory is exported into a new temporary folder by each command: the resume record keys the model
     by the checkpoint the export was made from, so the same command line with --resume continues the job."""
     pytest.importorskip("ctranslate2")
-    from tests.fault_tools import HANG_GUARD_S, start, wait_for
+
 
     given = write(tmp_path / "in.txt", sources(500, seed=17))
     args = ("decode", trained_copy_run, "--input", given, "--engine", "ctranslate2", "--buffer-size", "64", "-o")
