@@ -1,0 +1,158 @@
+"""Python's random.shuffle of list(range(n)), computed with numpy: the same permutation to the bit, and the
+random.Random left in the same state, without a Python object or a Python step per element.
+
+The batching of an epoch (data.length_batches) shuffles its pairs with random.shuffle, so that every epoch of every
+run so far keeps its batches. At 36M pairs that is a list of 36M ints (1.4 GB) and 36M interpreted steps: most of a
+minute before a run's first step. Both halves of random.shuffle are computed here over arrays instead:
+
+- the draws. CPython's shuffle takes, for i = n-1 down to 1, j = _randbelow(i+1): k = (i+1).bit_length() bits
+  of the next 32-bit Mersenne Twister output (getrandbits(k) = output >> (32 - k), k <= 32), drawn again while
+  not below i+1. numpy's MT19937 is the same generator, so it continues from the Random's state and gives the same
+  outputs. Which output serves which i is sequential (a rejected output moves every later one along), so it is
+  found by a fixed point over a chunk of outputs: guess how many were accepted before each, recompute the
+  acceptances from the guess, until the guess repeats. The guess is right up to the first output whose
+  acceptance it changed, and an error changes an acceptance only when the output falls within it of the bound
+  (about error / 2^k of the time), so a few rounds settle millions of outputs.
+- the swaps. Step i swaps positions i and j_i, in descending i; position i is final after it. So the final
+  element at i is whatever sat at j_i when step i ran: the element the most recent earlier step (the smallest
+  i' > i) with j_i' = j_i put there, else the original j_i; and what step i' put there is what sat at i' when it
+  ran, found the same way, a chain that ends at an original element. Grouping the steps by j (a stable radix sort)
+  gives each step its next in the group; the chains are followed by pointer doubling.
+
+When the interpreter's random module is not CPython's (a getrandbits of another kind) the result is checked once
+on a small list and this falls back to random.shuffle itself.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+
+import numpy as np
+
+SMALL = 10_000  # below this many elements random.shuffle itself is as fast
+WINDOW = 1 << 16  # Mersenne Twister outputs settled at a time, at most
+WINDOW_MIN = 16
+
+
+def shuffled_range(rng: random.Random, n: int) -> np.ndarray:
+    """list(range(n)) after rng.shuffle(), as an int64 array (int32 below 2**31 elements); rng is advanced exactly
+    as rng.shuffle() of a list of n advances it."""
+    dtype = np.int32 if n < 2**31 else np.int64
+    if n < SMALL or n >= 2**32 or not _matches_cpython():
+        listed = list(range(n))
+        rng.shuffle(listed)
+        return np.array(listed, dtype=dtype)
+    return _shuffled_range(rng, n, dtype)
+
+
+def _shuffled_range(rng: random.Random, n: int, dtype: type) -> np.ndarray:
+    return _final_positions(_draws(rng, n), dtype)
+
+
+def _draws(rng: random.Random, n: int) -> np.ndarray:
+    """j_i of every step of random.shuffle of n elements (j[i] for i = 1 .. n-1; j[0] = 0), rng advanced past the
+    outputs they took."""
+    version, internal, gauss = rng.getstate()
+    generator = np.random.MT19937()
+    generator.state = {"bit_generator": "MT19937", "state": {"key": np.array(internal[:-1], dtype=np.uint32),
+                                                              "pos": int(internal[-1])}}
+    j = np.zeros(n, dtype=np.int32 if n < 2**31 else np.int64)
+    bound = n  # the next accepted output is j of step bound-1: below bound
+    while bound >= 2:
+        bits = bound.bit_length()
+        # a window of outputs that serve bounds of the same bit length however many are accepted (every output
+        # drawn is taken), and few enough beside 2^bits that a wrong guess rarely changes an acceptance
+        count = min(bound - (1 << (bits - 1)) + 1, max(WINDOW_MIN, min(WINDOW, (1 << bits) >> 6)))
+        top = (generator.random_raw(count) >> np.uint64(32 - bits)).astype(np.int64)  # getrandbits(bits)
+        before, accepted = _accepted(bound - top)
+        served = bound - before[accepted]
+        j[served - 1] = top[accepted]
+        bound -= len(served)
+    state = generator.state["state"]
+    rng.setstate((version, (*(int(w) for w in state["key"]), int(state["pos"])), gauss))
+    return j
+
+
+def _accepted(room: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For a window of outputs, how many of the window's earlier outputs were accepted, and whether each is. An
+    output is accepted when its bits are below the bound of the step it serves (the window's first bound minus the
+    outputs accepted before it), that is when the accepted before it are fewer than room (first bound - bits)."""
+    size = len(room)
+    # first guess: every output accepted with the chance of the first (the fraction of its power of two)
+    chance = float(np.mean(room > 0))
+    before = (np.arange(size) * chance).astype(np.int64)
+    counted = np.zeros(size, dtype=np.int64)
+    settled = 0  # the guess is known right before this output
+    while True:
+        accepted = before[settled:] < room[settled:]
+        counted[settled] = before[settled]
+        np.cumsum(accepted[:-1], out=counted[settled + 1:])
+        counted[settled + 1:] += before[settled]
+        changed = np.flatnonzero(counted[settled:] != before[settled:])
+        if not len(changed):
+            full = np.empty(size, dtype=bool)
+            full[:settled] = before[1:settled + 1] != before[:settled] if settled else full[:0]
+            full[settled:] = accepted
+            return before, full
+        # the guess was right up to its first change, and the counts from it are right up to there too
+        settled += int(changed[0])
+        before[settled:] = counted[settled:]
+
+
+def _final_positions(j: np.ndarray, dtype: type) -> np.ndarray:
+    """list(range(n)) after the swaps (i, j[i]) for i = n-1 down to 1."""
+    n = len(j)
+    steps = np.arange(n, dtype=j.dtype)
+    order = _stable_order(j)  # steps grouped by j, ascending within a group
+    grouped = j[order]
+    same = grouped[1:] == grouped[:-1]
+    # the next (larger) step of the same j, -1 when none
+    following = np.full(n, -1, dtype=j.dtype)
+    following[order[:-1][same]] = order[1:][same]
+    # each j's first (smallest) step
+    first = np.full(n, -1, dtype=j.dtype)
+    starts = np.flatnonzero(np.concatenate(([True], ~same)))
+    first[grouped[starts]] = order[starts]
+    del order, grouped, same, starts
+    # the step that last put something at position i before step i ran: the first step with j = i after i (step
+    # i itself is the first of its group when j[i] = i)
+    earlier = np.where(j == steps, following, first)
+    del first
+    # what sat at position i when step i ran: an original element at the end of the chain of `earlier`
+    held = np.where(earlier >= 0, earlier, steps)
+    del earlier
+    while True:
+        further = held[held]
+        if np.array_equal(further, held):
+            break
+        held = further
+    del further
+    # what step i took from j[i]: what the previous step with that j put there, else the original element j[i]
+    result = np.where(following >= 0, held[np.maximum(following, 0)], j).astype(dtype)
+    return result
+
+
+def _stable_order(values: np.ndarray) -> np.ndarray:
+    """np.argsort(values, kind="stable") of values in [0, 2**32), in two 16-bit radix passes (numpy sorts 16-bit
+    keys by radix, wider ones by timsort: three times slower at 36M)."""
+    index = np.int32 if len(values) < 2**31 else np.int64
+    order = np.argsort((values & 0xFFFF).astype(np.uint16), kind="stable").astype(index)
+    high = (values[order] >> 16).astype(np.uint16)
+    return order[np.argsort(high, kind="stable")]
+
+
+@functools.cache
+def _matches_cpython() -> bool:
+    """Whether this interpreter's random.shuffle is the one computed here (checked once, on a small list)."""
+    for n in (SMALL + 1, 3 * SMALL):
+        ours, theirs = random.Random(n), random.Random(n)
+        listed = list(range(n))
+        theirs.shuffle(listed)
+        try:
+            same = _shuffled_range(ours, n, np.int64).tolist() == listed
+        except (ValueError, TypeError, KeyError):
+            return False
+        if not same or ours.getstate() != theirs.getstate():
+            return False
+    return True
