@@ -9,15 +9,17 @@ minute before a run's first step. Both halves of random.shuffle are computed her
   of the next 32-bit Mersenne Twister output (getrandbits(k) = output >> (32 - k), k <= 32), drawn again while
   not below i+1. numpy's MT19937 is the same generator, so it continues from the Random's state and gives the same
   outputs. Which output serves which i is sequential (a rejected output moves every later one along), so it is
-  found by a fixed point over a chunk of outputs: guess how many were accepted before each, recompute the
-  acceptances from the guess, until the guess repeats. The guess is right up to the first output whose
-  acceptance it changed, and an error changes an acceptance only when the output falls within it of the bound
-  (about error / 2^k of the time), so a few rounds settle millions of outputs.
-- the swaps. Step i swaps positions i and j_i, in descending i; position i is final after it. So the final
-  element at i is whatever sat at j_i when step i ran: the element the most recent earlier step (the smallest
-  i' > i) with j_i' = j_i put there, else the original j_i; and what step i' put there is what sat at i' when it
-  ran, found the same way, a chain that ends at an original element. Grouping the steps by j (a stable radix sort)
-  gives each step its next in the group; the chains are followed by pointer doubling.
+  found by a fixed point over a window of outputs (whose bounds share their bit length k): guess how many were
+  accepted before each, recompute the acceptances from the guess, until the guess repeats. The guess is right up
+  to the first output whose acceptance it changed, and an error changes an acceptance only when the output falls
+  within it of the bound (about error / 2^k of the time), so a window of up to 2^k / 64 outputs settles in two or
+  three rounds.
+- the swaps. Step i swaps positions i and j_i, in descending i; position i is final after it. They are applied
+  to an array a block of steps at a time: within a block, what step i takes from j_i is what the block's latest
+  earlier step with the same j put there (else what the array held), and what it puts there is what sat at i,
+  which only an earlier step of the block whose j is i can have changed; grouping the block's steps by j (a sort
+  of a few thousand) finds both, and chains of them are followed by pointer doubling. So the n swaps cost a
+  gather and a scatter of the array, and a block's sort, instead of n interpreted steps.
 
 When the interpreter's random module is not CPython's (a getrandbits of another kind) the result is checked once
 on a small list and this falls back to random.shuffle itself.
@@ -33,6 +35,7 @@ import numpy as np
 SMALL = 10_000  # below this many elements random.shuffle itself is as fast
 WINDOW = 1 << 16  # Mersenne Twister outputs settled at a time, at most
 WINDOW_MIN = 16
+BLOCK = 1 << 12  # swaps applied at a time (a block's sort stays in the cache: 2x faster than 1 << 16)
 
 
 def shuffled_range(rng: random.Random, n: int) -> np.ndarray:
@@ -101,45 +104,54 @@ def _accepted(room: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _final_positions(j: np.ndarray, dtype: type) -> np.ndarray:
-    """list(range(n)) after the swaps (i, j[i]) for i = n-1 down to 1."""
+    """list(range(n)) after the swaps (i, j[i]) for i = n-1 down to 1, a block of BLOCK steps at a time."""
     n = len(j)
-    steps = np.arange(n, dtype=j.dtype)
-    order = _stable_order(j)  # steps grouped by j, ascending within a group
-    grouped = j[order]
+    held = np.arange(n, dtype=dtype)
+    for hi in range(n, 1, -BLOCK):
+        _swap_block(held, j, max(1, hi - BLOCK), hi)
+    return held
+
+
+def _swap_block(held: np.ndarray, j: np.ndarray, lo: int, hi: int) -> None:
+    """The swaps (i, j[i]) for i = hi-1 down to lo, applied to held in place.
+
+    In the block's order (step t swaps position i_t = hi-1-t with j_t), what step t takes from j_t is what the
+    block's latest earlier step with the same j put there, else what held had there; what it puts there is what
+    sat at i_t, which only a block's earlier step with j = i_t can have changed (a j is never above its i, and i
+    only falls). Both are found by grouping the block's steps by j (a stable sort of one block)."""
+    size = hi - lo
+    steps = np.arange(size)
+    at_i = hi - 1 - steps  # i of each step, in the block's order
+    at_j = j[lo:hi][::-1].astype(np.int64)
+    # grouped by j, in the block's order within a group: the keys are distinct, so any sort is that stable one
+    order = np.argsort(at_j * size + steps)
+    grouped = at_j[order]
     same = grouped[1:] == grouped[:-1]
-    # the next (larger) step of the same j, -1 when none
-    following = np.full(n, -1, dtype=j.dtype)
-    following[order[:-1][same]] = order[1:][same]
-    # each j's first (smallest) step
-    first = np.full(n, -1, dtype=j.dtype)
-    starts = np.flatnonzero(np.concatenate(([True], ~same)))
-    first[grouped[starts]] = order[starts]
-    del order, grouped, same, starts
-    # the step that last put something at position i before step i ran: the first step with j = i after i (step
-    # i itself is the first of its group when j[i] = i)
-    earlier = np.where(j == steps, following, first)
-    del first
-    # what sat at position i when step i ran: an original element at the end of the chain of `earlier`
-    held = np.where(earlier >= 0, earlier, steps)
-    del earlier
+    # the block's latest earlier step with the same j (-1: none)
+    previous = np.full(size, -1)
+    previous[order[1:][same]] = order[:-1][same]
+    # the block's latest earlier step that put something at i_t: the last of the steps with j = i_t before t (a
+    # j inside the block: the groups at the end of the sorted order), the one before it when that is t itself
+    ends = np.flatnonzero(np.append(~same, True))  # each group's last
+    inside = ends[grouped[ends] >= lo]
+    target = hi - 1 - grouped[inside]  # the step whose i is that j
+    last = order[inside]
+    before = np.where(np.append(False, same)[inside], order[inside - 1], -1)  # the group's one before its last
+    into = np.full(size, -1)
+    into[target] = np.where(last != target, last, before)
+    # what sat at i_t when step t ran: held[i] at the end of the chain of `into`
+    source = np.where(into >= 0, into, steps)
     while True:
-        further = held[held]
-        if np.array_equal(further, held):
+        further = source[source]
+        if np.array_equal(further, source):
             break
-        held = further
-    del further
-    # what step i took from j[i]: what the previous step with that j put there, else the original element j[i]
-    result = np.where(following >= 0, held[np.maximum(following, 0)], j).astype(dtype)
-    return result
-
-
-def _stable_order(values: np.ndarray) -> np.ndarray:
-    """np.argsort(values, kind="stable") of values in [0, 2**32), in two 16-bit radix passes (numpy sorts 16-bit
-    keys by radix, wider ones by timsort: three times slower at 36M)."""
-    index = np.int32 if len(values) < 2**31 else np.int64
-    order = np.argsort((values & 0xFFFF).astype(np.uint16), kind="stable").astype(index)
-    high = (values[order] >> 16).astype(np.uint16)
-    return order[np.argsort(high, kind="stable")]
+        source = further
+    moved = held[at_i[source]]
+    taken = np.where(previous >= 0, moved[np.maximum(previous, 0)], held[at_j])
+    # every j gets what its block's last step put there; then each i its final element (a j inside the block is
+    # some later step's i, which this overrides)
+    held[grouped[ends]] = moved[order[ends]]
+    held[lo:hi] = taken[::-1]
 
 
 @functools.cache
