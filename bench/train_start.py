@@ -15,7 +15,7 @@ random. `seqxduce train` then finds it prepared, as it would after `prepare`.
 
 The time is from the command's launch (this script starts it: the interpreter's start and torch's import are in
 it) to the first step's start (Trainer.train_step entered, its batches collated); the worker then exits without
-training. The peak RSS is the rank's ru_maxrss at that moment (pages of the mapped dataset it touched included),
+training. The peak RSS is the rank's VmHWM at that moment (pages of the mapped dataset it touched included),
 the anonymous memory its /proc/self/smaps_rollup figure (its own heap: what it would keep while training).
 """
 
@@ -114,7 +114,6 @@ def write_dataset(recipe_file: Path, pairs: int, base: Path, env: dict[str, str]
     """The prepared dataset of `pairs` pairs for recipe_file, where `seqxduce train` looks for it: the lengths
     drawn (jointly, seeded) from the base dataset's pairs, the ids random below the vocabulary size, each source
     ending in eos. Kept when it is there with that many pairs."""
-    os.environ["SEQXDUCE_CACHE"] = env["SEQXDUCE_CACHE"]
     from seqxduce import components
     from seqxduce.recipe import load_recipe
     from seqxduce.rundir import RunDir
@@ -123,8 +122,8 @@ def write_dataset(recipe_file: Path, pairs: int, base: Path, env: dict[str, str]
     recipe = load_recipe(recipe_file)
     task = components.build_task(recipe)
     data_dir = components.data_dir(recipe)
-    folder = prepare.prepared_folder(recipe, prepare.data_fingerprint(task, data_dir,
-                                                                      prepare.Examples(task, data_dir)))
+    fingerprint = prepare.data_fingerprint(task, data_dir, prepare.Examples(task, data_dir))
+    folder = prepare.prepared_folder(recipe, fingerprint, root=Path(env["SEQXDUCE_CACHE"]))
     if binarized.exists(folder) and binarized.read_meta(folder)["pairs"] == pairs:
         return folder
     source, meta = binarized.open_dataset(base, verify=False)
@@ -147,6 +146,15 @@ def write_dataset(recipe_file: Path, pairs: int, base: Path, env: dict[str, str]
 
 # ------------------------------------------------------------------ the runs
 
+def peak_rss() -> int:
+    """This process's peak resident set (bytes): VmHWM, its own address space's high-water mark. Not ru_maxrss,
+    which after an exec keeps the high-water mark of the process it replaced (a forked copy of its parent)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def worker(recipe: Path, out: Path, report: Path) -> None:
     """One training process (or rank): at its first step, the time since the launch and its memory go to
     report.RANK.json, and it exits."""
@@ -156,8 +164,7 @@ def worker(recipe: Path, out: Path, report: Path) -> None:
 
     def first_step(self: Trainer, batches: Any, global_tokens: Any = None) -> None:
         seconds = time.time() - launched
-        figures = {"first_step_s": seconds, "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-                   **data_scale.memory()}
+        figures = {"first_step_s": seconds, "peak_rss": peak_rss(), **data_scale.memory()}
         Path(f"{report}.{os.environ.get('RANK', '0')}.json").write_text(json.dumps(figures))
         sys.stdout.flush()
         os._exit(0)  # the start is measured: no step is trained
