@@ -16,7 +16,8 @@ random. `seqxduce train` then finds it prepared, as it would after `prepare`.
 The time is from the command's launch (this script starts it: the interpreter's start and torch's import are in
 it) to the first step's start (Trainer.train_step entered, its batches collated); the worker then exits without
 training. The peak RSS is the rank's VmHWM at that moment (pages of the mapped dataset it touched included),
-the anonymous memory its /proc/self/smaps_rollup figure (its own heap: what it would keep while training).
+the anonymous memory its /proc/self/smaps_rollup figure (its own heap: what it would keep while training), the
+CPU seconds its own (user + system: on a loaded machine the wall time is an upper bound, the CPU time is not).
 """
 
 from __future__ import annotations
@@ -164,7 +165,9 @@ def worker(recipe: Path, out: Path, report: Path) -> None:
 
     def first_step(self: Trainer, batches: Any, global_tokens: Any = None) -> None:
         seconds = time.time() - launched
-        figures = {"first_step_s": seconds, "peak_rss": peak_rss(), **data_scale.memory()}
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        figures = {"first_step_s": seconds, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_rss": peak_rss(),
+                   **data_scale.memory()}
         Path(f"{report}.{os.environ.get('RANK', '0')}.json").write_text(json.dumps(figures))
         sys.stdout.flush()
         os._exit(0)  # the start is measured: no step is trained
@@ -196,16 +199,18 @@ def run_start(recipe: Path, ranks: int, env: dict[str, str]) -> dict[str, Any]:
     figures = [json.loads(Path(f"{report}.{rank}.json").read_text()) for rank in range(ranks)]
     shown = [a if a != str(Path(__file__).resolve()) else "bench/train_start.py" for a in args]
     return {"ranks": ranks, "first_step_s": max(f["first_step_s"] for f in figures),
+            "cpu_s": [f["cpu_s"] for f in figures],
             "peak_rss": [f["peak_rss"] for f in figures], "anonymous": [f["anonymous"] for f in figures],
             "command": " ".join(["python" if a == sys.executable else a for a in shown])}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     mb = lambda values: " / ".join(f"{v / 1e6:,.0f}" for v in values)  # noqa: E731
-    lines = ["| pairs | ranks | launch -> first step (s) | peak RSS per rank (MB) | anonymous per rank (MB) |",
-             "|---:|---:|---:|---|---|"]
-    lines += [f"| {r['pairs']:,} | {r['ranks']} | {r['first_step_s']:.1f} | {mb(r['peak_rss'])} | "
-              f"{mb(r['anonymous'])} |" for r in rows]
+    seconds = lambda values: " / ".join(f"{v:.1f}" for v in values)  # noqa: E731
+    lines = ["| pairs | ranks | launch -> first step (s) | CPU s per rank | peak RSS per rank (MB) | "
+             "anonymous per rank (MB) |", "|---:|---:|---:|---|---|---|"]
+    lines += [f"| {r['pairs']:,} | {r['ranks']} | {r['first_step_s']:.1f} | {seconds(r['cpu_s'])} | "
+              f"{mb(r['peak_rss'])} | {mb(r['anonymous'])} |" for r in rows]
     return "\n".join(lines)
 
 
