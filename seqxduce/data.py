@@ -96,15 +96,17 @@ def _length_batches(src_lengths: np.ndarray, tgt_lengths: np.ndarray, max_tokens
     if shuffle:
         # random.shuffle of the index list, as token_batches shuffles its pairs: its permutation to the bit,
         # computed over arrays (seqxduce.shuffle), and rng left as random.shuffle leaves it
-        kept = kept[shuffled_range(rng, len(kept))]
-    src, tgt = np.asarray(src_lengths)[kept], np.asarray(tgt_lengths)[kept]
+        permutation = shuffled_range(rng, len(kept))
+        kept = permutation if max_source is None else kept[permutation]
+        del permutation
     # a stable sort by one integer key is list.sort's by the tuple key; pairs of equal lengths have equal keys, so
-    # the sorted order is runs of equal (source, target) lengths, which the batching walks run by run
-    ranks, lengths = _length_ranks(src, tgt, bucket_width)
-    del src, tgt
+    # the sorted order is runs of equal (source, target) lengths, which the batching walks run by run. The keys
+    # are ranked over the lengths in file order (reading them in sequence), then gathered in the epoch's order.
+    ranks, lengths = _length_ranks(np.asarray(src_lengths), np.asarray(tgt_lengths), bucket_width)
+    ranks = ranks[kept]
     order = kept[np.argsort(ranks, kind="stable")]
-    del ranks, kept
-    counts = np.bincount(lengths.run, minlength=len(lengths.src)) if len(order) else np.zeros(0, dtype=np.int64)
+    del kept
+    counts = np.bincount(ranks, minlength=len(lengths.src)) if len(order) else np.zeros(0, dtype=np.int64)
     present = counts > 0
     run_src, run_tgt, run_len = lengths.src[present], lengths.tgt[present] + 1, counts[present]
     too_big = np.flatnonzero(run_src + run_tgt > max_tokens)
@@ -121,12 +123,10 @@ def _length_batches(src_lengths: np.ndarray, tgt_lengths: np.ndarray, max_tokens
 
 @dataclass
 class _Lengths:
-    """The distinct (source, target) lengths of an epoch's pairs in the order the batching sorts them (src, tgt),
-    and for each pair the place of its lengths in that order (run)."""
+    """The distinct (source, target) lengths of the pairs in the order the batching sorts them."""
 
     src: np.ndarray
     tgt: np.ndarray
-    run: np.ndarray
 
 
 def _length_ranks(src: np.ndarray, tgt: np.ndarray, bucket_width: int) -> tuple[np.ndarray, _Lengths]:
@@ -135,7 +135,9 @@ def _length_ranks(src: np.ndarray, tgt: np.ndarray, bucket_width: int) -> tuple[
     corpus of sentences: a few thousand), so that the stable sort is numpy's radix sort."""
     width = int(max(src.max(initial=0), tgt.max(initial=0))) + 1
     code_type = np.int32 if width * width < 2**31 else np.int64
-    code = src.astype(code_type) * width + tgt  # one integer per (source, target) lengths, in their order
+    code = src.astype(code_type)  # one integer per (source, target) lengths, in their order
+    code *= width
+    code += tgt
     table = width * width <= 1 << 26  # a table of every code (64M entries at most)
     codes = np.flatnonzero(np.bincount(code, minlength=width * width)) if table else np.unique(code)
     distinct_src, distinct_tgt = codes // width, codes % width
@@ -150,7 +152,7 @@ def _length_ranks(src: np.ndarray, tgt: np.ndarray, bucket_width: int) -> tuple[
         ranks = lookup[code]
     else:
         ranks = place[np.searchsorted(codes, code)]
-    return ranks, _Lengths(distinct_src[by], distinct_tgt[by], ranks)
+    return ranks, _Lengths(distinct_src[by], distinct_tgt[by])
 
 
 def release_freed_memory() -> None:
