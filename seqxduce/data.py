@@ -90,7 +90,7 @@ def _length_batches(src_lengths: np.ndarray, tgt_lengths: np.ndarray, max_tokens
                     shuffle: bool, max_source: int | None, bucket_width: int) -> EpochBatches:
     rng = random.Random(seed * 100_003 + epoch)
     index_type = np.int32 if len(src_lengths) < 2**31 else np.int64
-    # the lengths stay as they are (a prepared dataset's mapped int16): every array made here is one gather of them
+    # the lengths are read as they are (a prepared dataset's mapped int16), never copied whole into int64
     kept = (np.arange(len(src_lengths), dtype=index_type) if max_source is None
             else np.flatnonzero(np.asarray(src_lengths) <= max_source).astype(index_type))
     if shuffle:
