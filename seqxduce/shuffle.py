@@ -42,7 +42,8 @@ def shuffled_range(rng: random.Random, n: int) -> np.ndarray:
     """list(range(n)) after rng.shuffle(), as an int64 array (int32 below 2**31 elements); rng is advanced exactly
     as rng.shuffle() of a list of n advances it."""
     dtype = np.int32 if n < 2**31 else np.int64
-    if n < SMALL or n >= 2**32 or not _matches_cpython():
+    # a subclass may draw otherwise (its own getrandbits or random): random.shuffle itself then
+    if n < SMALL or n >= 2**32 or type(rng) is not random.Random or not _matches_cpython():
         listed = list(range(n))
         rng.shuffle(listed)
         return np.array(listed, dtype=dtype)

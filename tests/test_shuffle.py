@@ -77,3 +77,14 @@ def _walked_batches(src: list[int], tgt: list[int], max_tokens: int, seed: int, 
         batches.append(current)
     rng.shuffle(batches)
     return batches
+
+
+def test_a_random_of_another_kind_is_shuffled_by_its_own_shuffle():
+    class Other(random.Random):
+        def getrandbits(self, k: int) -> int:  # draws otherwise than the Mersenne Twister's outputs
+            return super().getrandbits(k) ^ 1 if k > 1 else super().getrandbits(k)
+
+    theirs, ours = Other(4), Other(4)
+    listed = list(range(20_000))
+    theirs.shuffle(listed)
+    assert shuffle.shuffled_range(ours, 20_000).tolist() == listed
