@@ -99,7 +99,7 @@ def base_corpus(work: Path, args: argparse.Namespace, env: dict[str, str]) -> Pa
     return folder
 
 
-def size_recipe(work: Path, pairs: int, base: Path, args: argparse.Namespace) -> Path:
+def size_recipe(work: Path, pairs: int, args: argparse.Namespace) -> Path:
     """The recipe of one size: its own data folder (a copy of the small corpus's files, which training does not
     read once the data are prepared), so that its prepared folder has its own key."""
     root = work / str(pairs)
@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     rows = []
     for pairs in args.sizes:
         env_size = {**env, "SEQXDUCE_CACHE": str(args.work / str(pairs) / "cache")}
-        recipe = size_recipe(args.work, pairs, base, args)
+        recipe = size_recipe(args.work, pairs, args)
         started = time.perf_counter()
         folder = write_dataset(recipe, pairs, base, env_size)
         written = time.perf_counter() - started
