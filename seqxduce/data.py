@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from seqxduce.api import Example, Tokenizer, UserError, VocabInfo
+from seqxduce.shuffle import shuffled_range
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -88,35 +89,70 @@ def length_batches(src_lengths: np.ndarray, tgt_lengths: np.ndarray, max_tokens:
 def _length_batches(src_lengths: np.ndarray, tgt_lengths: np.ndarray, max_tokens: int, seed: int, epoch: int,
                     shuffle: bool, max_source: int | None, bucket_width: int) -> EpochBatches:
     rng = random.Random(seed * 100_003 + epoch)
-    src_lengths = np.asarray(src_lengths, dtype=np.int64)
-    tgt_lengths = np.asarray(tgt_lengths, dtype=np.int64)
-    kept = np.arange(len(src_lengths)) if max_source is None else np.flatnonzero(src_lengths <= max_source)
+    index_type = np.int32 if len(src_lengths) < 2**31 else np.int64
+    # the lengths are read as they are (a prepared dataset's mapped int16), never copied whole into int64
+    kept = (np.arange(len(src_lengths), dtype=index_type) if max_source is None
+            else np.flatnonzero(np.asarray(src_lengths) <= max_source).astype(index_type))
     if shuffle:
-        # random.shuffle's swaps depend only on the list's length: a list of the indices gets the permutation
-        # token_batches gives its pairs (a transient list; numpy's own shuffle draws differently)
-        listed = kept.tolist()
-        rng.shuffle(listed)
-        kept = np.array(listed, dtype=np.int64)
-        del listed
-    src, tgt = src_lengths[kept], tgt_lengths[kept]
-    # a stable sort by one integer key is list.sort's by the tuple key
-    width = int(max(src.max(initial=0), tgt.max(initial=0))) + 1
-    key = ((src // bucket_width) * width + tgt) * width + src if bucket_width > 0 else src * width + tgt
-    order = kept[np.argsort(key, kind="stable")]
-    src, tgt = src_lengths[order], tgt_lengths[order] + 1
-    too_big = np.flatnonzero(src + tgt > max_tokens)
+        # random.shuffle of the index list, as token_batches shuffles its pairs: its permutation to the bit,
+        # computed over arrays (seqxduce.shuffle), and rng left as random.shuffle leaves it
+        permutation = shuffled_range(rng, len(kept))
+        kept = permutation if max_source is None else kept[permutation]
+        del permutation
+    # a stable sort by one integer key is list.sort's by the tuple key; pairs of equal lengths have equal keys, so
+    # the sorted order is runs of equal (source, target) lengths, which the batching walks run by run. The keys
+    # are ranked over the lengths in file order (reading them in sequence), then gathered in the epoch's order.
+    ranks, lengths = _length_ranks(np.asarray(src_lengths), np.asarray(tgt_lengths), bucket_width)
+    ranks = ranks[kept]
+    order = kept[np.argsort(ranks, kind="stable")]
+    del kept
+    counts = np.bincount(ranks, minlength=len(lengths.src)) if len(order) else np.zeros(0, dtype=np.int64)
+    present = counts > 0
+    run_src, run_tgt, run_len = lengths.src[present], lengths.tgt[present] + 1, counts[present]
+    too_big = np.flatnonzero(run_src + run_tgt > max_tokens)
     if too_big.size:
-        s, t = int(src[too_big[0]]), int(tgt[too_big[0]])
+        s, t = int(run_src[too_big[0]]), int(run_tgt[too_big[0]])
         raise UserError(f"[train] max_tokens = {max_tokens} cannot hold one pair of {s}+{t} tokens; raise max_tokens "
                         "or lower max_source_len/max_target_len")
-    starts = _greedy_starts(src.tolist(), tgt.tolist(), max_tokens)
-    bounds = np.array(starts + [len(order)], dtype=np.int64)
-    batch_order = list(range(len(starts)))
-    if shuffle:
-        rng.shuffle(batch_order)
+    starts = _greedy_starts(run_src, run_tgt, run_len, max_tokens)
+    bounds = np.append(starts, len(order)).astype(np.int64)
+    batch_order = shuffled_range(rng, len(starts)) if shuffle else np.arange(len(starts))
     # int32 indices: half the bytes a pair of int64 (the order is the one array per pair a rank holds alone)
-    index_type = np.int32 if len(src_lengths) < 2**31 else np.int64
-    return EpochBatches(order.astype(index_type), bounds, np.array(batch_order, dtype=np.int64))
+    return EpochBatches(order.astype(index_type, copy=False), bounds, batch_order.astype(np.int64))
+
+
+@dataclass
+class _Lengths:
+    """The distinct (source, target) lengths of the pairs in the order the batching sorts them."""
+
+    src: np.ndarray
+    tgt: np.ndarray
+
+
+def _length_ranks(src: np.ndarray, tgt: np.ndarray, bucket_width: int) -> tuple[np.ndarray, _Lengths]:
+    """Each pair's rank among the distinct (source, target) lengths in the batching's order: by (source, target),
+    or with buckets by (source // bucket_width, target, source). uint16 when fewer than 65,536 distinct lengths (a
+    corpus of sentences: a few thousand), so that the stable sort is numpy's radix sort."""
+    width = int(max(src.max(initial=0), tgt.max(initial=0))) + 1
+    code_type = np.int32 if width * width < 2**31 else np.int64
+    code = src.astype(code_type)  # one integer per (source, target) lengths, in their order
+    code *= width
+    code += tgt
+    table = width * width <= 1 << 26  # a table of every code (64M entries at most)
+    codes = np.flatnonzero(np.bincount(code, minlength=width * width)) if table else np.unique(code)
+    distinct_src, distinct_tgt = codes // width, codes % width
+    by = (np.lexsort((distinct_src, distinct_tgt, distinct_src // bucket_width)) if bucket_width > 0
+          else np.arange(len(codes)))
+    rank_type = np.uint16 if len(codes) < 2**16 else np.int64
+    place = np.empty(len(codes), dtype=rank_type)
+    place[by] = np.arange(len(codes), dtype=rank_type)
+    if table:
+        lookup = np.zeros(width * width, dtype=rank_type)
+        lookup[codes] = place
+        ranks = lookup[code]
+    else:
+        ranks = place[np.searchsorted(codes, code)]
+    return ranks, _Lengths(distinct_src[by], distinct_tgt[by])
 
 
 def release_freed_memory() -> None:
@@ -135,19 +171,38 @@ def release_freed_memory() -> None:
         trim(0)
 
 
-def _greedy_starts(src: list[int], tgt: list[int], max_tokens: int) -> list[int]:
-    """Where each batch starts in the sorted order: a batch grows while its padded size stays within max_tokens."""
-    starts: list[int] = [0] if src else []
-    count = longest_src = longest_tgt = 0
-    for k, (s, t) in enumerate(zip(src, tgt)):
-        new_src = s if s > longest_src else longest_src
-        new_tgt = t if t > longest_tgt else longest_tgt
-        if count and (count + 1) * (new_src + new_tgt) > max_tokens:
-            starts.append(k)
-            count, new_src, new_tgt = 0, s, t
-        count += 1
-        longest_src, longest_tgt = new_src, new_tgt
-    return starts
+def _greedy_starts(src: np.ndarray, tgt: np.ndarray, count: np.ndarray, max_tokens: int) -> np.ndarray:
+    """Where each batch starts in the sorted order: a batch grows while its padded size stays within max_tokens.
+
+    The order is given as runs of `count` pairs of equal lengths (src, tgt with its eos): within a run a batch's
+    longest source and target do not change, so how many of the run join the batch under way, and how many whole
+    batches the rest fill, is arithmetic. The same starts as walking the pairs one by one (the test
+    test_batches_from_arrays_of_lengths_are_the_batches_of_before compares them with that walk)."""
+    firsts: list[int] = []  # per run of new batches: where the first starts, how many pairs each takes, how many
+    sizes: list[int] = []
+    numbers: list[int] = []
+    position = filled = longest_src = longest_tgt = 0
+    for s, t, n in zip(src.tolist(), tgt.tolist(), count.tolist()):
+        if filled:  # the batch under way takes what fits of the run
+            new_src = s if s > longest_src else longest_src
+            new_tgt = t if t > longest_tgt else longest_tgt
+            room = max_tokens // (new_src + new_tgt) - filled
+            if room > 0:
+                take = min(room, n)
+                filled, longest_src, longest_tgt = filled + take, new_src, new_tgt
+                position, n = position + take, n - take
+        if n:  # the rest fill new batches of `per` pairs, the last one maybe fewer
+            per = max(1, max_tokens // (s + t))
+            batches = -(-n // per)
+            firsts.append(position)
+            sizes.append(per)
+            numbers.append(batches)
+            filled, longest_src, longest_tgt = n - (batches - 1) * per, s, t
+            position += n
+    numbers_array = np.array(numbers, dtype=np.int64)
+    within = np.arange(int(numbers_array.sum())) - np.repeat(np.cumsum(numbers_array) - numbers_array, numbers_array)
+    return np.repeat(np.array(firsts, dtype=np.int64), numbers_array) + np.repeat(
+        np.array(sizes, dtype=np.int64), numbers_array) * within
 
 
 class EpochBatches(Sequence[list[int]]):

@@ -61,7 +61,8 @@ class RankEpoch(Sequence[list[int]]):
         positions = np.arange(steps * world_size * update_freq).reshape(steps, world_size, update_freq)
         sizes = np.diff(batches.bounds)
         # the target tokens of each batch, eos included, as the loss counts them
-        tokens = np.add.reduceat(np.asarray(tgt_lengths, dtype=np.int64)[batches.order] + 1,
+        # (gathered in the lengths' own type, then widened: not a copy of every pair's length in int64 first)
+        tokens = np.add.reduceat(np.asarray(tgt_lengths)[batches.order].astype(np.int64) + 1,
                                  batches.bounds[:-1]) if len(sizes) else np.zeros(0, dtype=np.int64)
         self.step_tokens = tokens[batches.batch_order[positions.reshape(steps, world_size * update_freq)]].sum(axis=1)
         mine = batches.batch_order[positions[:, rank, :].ravel()]

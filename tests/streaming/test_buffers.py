@@ -133,4 +133,5 @@ def test_what_a_split_keeps_for_its_metric_is_read_back_by_a_resume_and_then_rem
     again.write(Piece(2, 1, {"output": ["c"]}, kept=[{"text": "c", "figures": {}}]))
     again.finish()
     assert (tmp_path / "test.hyp").read_text() == "a\nb\nc\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["test.hyp"]  # no partial, record or kept file left
+    # no partial, record or kept file left; the job's key beside the output (a later --resume compares it)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".test.hyp.job.json", "test.hyp"]
