@@ -9,6 +9,7 @@ import torch
 from seqxduce import engine
 from seqxduce.api import TrainingStopped, UserError
 from seqxduce.recipe import load_recipe
+from seqxduce.run_start import RunStart
 from seqxduce.training.run import assemble
 from seqxduce.training.trainer import Trainer
 from tests.tiny import TINY_RECIPE as RECIPE
@@ -18,7 +19,7 @@ def test_resume_continues_exactly(tmp_path):
     whole = engine.train(RECIPE, tmp_path / "whole", overrides=["train.max_steps=6"])
     engine.train(RECIPE, tmp_path / "split", overrides=["train.max_steps=3"])
     resumed = engine.train(engine.load_run_recipe(tmp_path / "split", ["train.max_steps=6"]), tmp_path / "split",
-                           resume=True)
+                           start=RunStart("resume"))
     assert whole.step == resumed.step == 6
     a = torch.load(sorted((tmp_path / "whole" / "checkpoints").glob("*.pt"))[-1], weights_only=True)
     b = torch.load(sorted((tmp_path / "split" / "checkpoints").glob("*.pt"))[-1], weights_only=True)
@@ -52,7 +53,7 @@ def test_ctrl_c_finishes_the_step_saves_it_and_resume_continues(tmp_path, monkey
     saved = sorted((tmp_path / "run" / "checkpoints").glob("*.pt"))
     assert [p.name for p in saved] == ["step_00000003.pt"]
     assert signal.getsignal(signal.SIGINT) is before  # the handler is put back
-    resumed = engine.train(engine.load_run_recipe(tmp_path / "run"), tmp_path / "run", resume=True)
+    resumed = engine.train(engine.load_run_recipe(tmp_path / "run"), tmp_path / "run", start=RunStart("resume"))
     engine.train(RECIPE, tmp_path / "whole", overrides=["train.validate_every=0", "train.checkpoint_every=100"])
     a = torch.load(sorted((tmp_path / "run" / "checkpoints").glob("*.pt"))[-1], weights_only=True)["model"]
     b = torch.load(sorted((tmp_path / "whole" / "checkpoints").glob("*.pt"))[-1], weights_only=True)["model"]
@@ -86,7 +87,7 @@ def test_resume_passes_over_a_damaged_latest_checkpoint(tmp_path):
     engine.train(RECIPE, tmp_path / "whole", overrides=["train.max_steps=6", "train.checkpoint_every=2"])
     latest = tmp_path / "run" / "checkpoints" / "step_00000004.pt"
     latest.write_bytes(latest.read_bytes()[:100])  # truncated, as by a full disk
-    resumed = engine.train(tmp_path / "run" / "recipe.toml", tmp_path / "run", resume=True,
+    resumed = engine.train(tmp_path / "run" / "recipe.toml", tmp_path / "run", start=RunStart("resume"),
                            overrides=["train.max_steps=6"])
     assert resumed.step == 6
     a = torch.load(tmp_path / "run" / "checkpoints" / "step_00000006.pt", weights_only=True)["model"]
@@ -98,7 +99,7 @@ def test_a_failed_resume_leaves_the_run_directory_as_it_was(tmp_path):
     engine.train(RECIPE, tmp_path / "run", overrides=["train.max_steps=2"])
     recipe_before = (tmp_path / "run" / "recipe.toml").read_text()
     with pytest.raises(UserError, match="does not fit the model.*resume without changing"):
-        engine.train(tmp_path / "run" / "recipe.toml", tmp_path / "run", resume=True,
+        engine.train(tmp_path / "run" / "recipe.toml", tmp_path / "run", start=RunStart("resume"),
                      overrides=["model.d_model=32", "model.d_ff=32", "train.max_steps=4"])
     assert (tmp_path / "run" / "recipe.toml").read_text() == recipe_before
     assert len(engine.decode(tmp_path / "run", ["1 2 3"])) == 1
@@ -108,7 +109,7 @@ def test_resume_drops_a_stale_average(tmp_path):
     engine.train(RECIPE, tmp_path / "run", overrides=["train.max_steps=4", "train.average_last=2",
                                                       "train.checkpoint_every=2"])
     assert (tmp_path / "run" / "average.pt").is_file()
-    engine.train(tmp_path / "run" / "recipe.toml", tmp_path / "run", resume=True,
+    engine.train(tmp_path / "run" / "recipe.toml", tmp_path / "run", start=RunStart("resume"),
                  overrides=["train.max_steps=6", "train.average_last=0"])
     assert not (tmp_path / "run" / "average.pt").exists()
 

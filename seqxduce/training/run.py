@@ -21,6 +21,7 @@ from seqxduce.console import console
 from seqxduce.data import Pair, PairArrays, encode_pairs, release_freed_memory
 from seqxduce.device import resolve_device
 from seqxduce.recipe import Recipe
+from seqxduce.run_start import RunStart
 from seqxduce.rundir import SAMPLED_DIR, RunDir, locate
 from seqxduce.training import binarized, distributed
 from seqxduce.training.early_stopping import EarlyStopping
@@ -102,18 +103,18 @@ class FineTuningSource:
     saved: dict
 
 
-def assemble(recipe: Recipe, run_dir: Path, resume: bool = False, overwrite: bool = False,
-             tokenizers_from: Path | None = None, init_from: Path | None = None,
-             keep_optimizer: bool = False) -> TrainingRun:
-    """Build a run in run directory `run_dir`: a new one (trained tokenizers, or tokenizers_from's), or with
-    resume the one there, restored from its newest checkpoint exactly. init_from (a run directory or checkpoint)
-    starts a new run from its weights and tokenizer files, and with keep_optimizer its optimizer state, for
-    fine-tuning. Every rank of a world calls it."""
+def assemble(recipe: Recipe, run_dir: Path, start: RunStart | None = None) -> TrainingRun:
+    """Build a run in run directory `run_dir` as `start` says (resolved: new or resume; checked where it was made):
+    a new one (trained tokenizers, or start.tokenizers_from's), or the one there, restored from its newest
+    checkpoint exactly. start.init_from (a run directory or checkpoint) starts a new run from its weights and
+    tokenizer files, and with start.keep_optimizer its optimizer state, for fine-tuning. Every rank of a world
+    calls it."""
     s = recipe.train
+    start = start or RunStart()
+    resume = start.resume
     # read before any heavy work, so that a model that does not match is one line at once
-    init = fine_tuning_source(recipe, init_from, resume, tokenizers_from, keep_optimizer) if init_from else None
-    if init is not None:
-        tokenizers_from = init.run_dir
+    init = fine_tuning_source(recipe, start.init_from, start.keep_optimizer) if start.init_from else None
+    tokenizers_from = init.run_dir if init is not None else start.tokenizers_from
     world = distributed.setup(s.device, s.collective_timeout)
     if s.fsdp:  # before the data and the model are built
         world.require_shards()
@@ -122,7 +123,7 @@ def assemble(recipe: Recipe, run_dir: Path, resume: bool = False, overwrite: boo
     if is_main and s.tensorboard:
         summary_writer_class()  # a missing package is one line before the run folder is touched
     rundir = RunDir(run_dir)
-    _open_run_dir(rundir, world, resume, overwrite)
+    _open_run_dir(rundir, world, start)
     # read before any heavy work, so that a checkpoint that cannot be resumed is one line at once
     resume_from = rundir.resume_state() if resume else None
     board = rundir.path / TENSORBOARD_DIR if is_main and s.tensorboard else None
@@ -156,10 +157,10 @@ def assemble(recipe: Recipe, run_dir: Path, resume: bool = False, overwrite: boo
     optimizer, fused = build_optimizer(model, s, model.schedule_width)
     scaler = build_scaler(s, device)
     if init is not None:
-        if keep_optimizer:  # Adam's moments go on; the schedule starts again at step 1 of the new run
+        if start.keep_optimizer:  # Adam's moments go on; the schedule starts again at step 1 of the new run
             restore_optimizer(optimizer, init.saved["optimizer"], fused)
         if is_main:
-            kept = "its optimizer state kept" if keep_optimizer else "a fresh optimizer"
+            kept = "its optimizer state kept" if start.keep_optimizer else "a fresh optimizer"
             console.print(f"initialised from {init.checkpoint} (step {init.saved.get('step', '?')}), {kept}")
     run = TrainingRun(
         recipe=recipe, world=world, device=device, task=task, tokenizers=tokenizers, model=model, wrapped=wrapped,
@@ -185,16 +186,9 @@ def assemble(recipe: Recipe, run_dir: Path, resume: bool = False, overwrite: boo
     return run
 
 
-def fine_tuning_source(recipe: Recipe, init_from: Path, resume: bool, tokenizers_from: Path | None,
-                       keep_optimizer: bool) -> FineTuningSource:
+def fine_tuning_source(recipe: Recipe, init_from: Path, keep_optimizer: bool) -> FineTuningSource:
     """The run directory, checkpoint and its contents that --init-from names, refused in one line when the recipe's
     architecture or vocabulary differs from that run's: [model] and [tokenizer] must match, [train] may change."""
-    if resume:
-        raise UserError("train: --init-from starts a new run from another's weights, --resume continues this one; "
-                        "give one of them")
-    if tokenizers_from is not None:
-        raise UserError("train: --init-from takes the tokenizer files of the run it names; leave out "
-                        "--tokenizers-from")
     source, path = locate(init_from)
     if not source.recipe_file.is_file():
         raise UserError(f"--init-from {init_from}: {source.path} holds no {source.recipe_file.name}; name a run "
@@ -218,10 +212,10 @@ def fine_tuning_source(recipe: Recipe, init_from: Path, resume: bool, tokenizers
     return FineTuningSource(source.path, path, saved)
 
 
-def _open_run_dir(rundir: RunDir, world: distributed.World, resume: bool, overwrite: bool) -> None:
-    rundir.check_start(resume, overwrite)
+def _open_run_dir(rundir: RunDir, world: distributed.World, start: RunStart) -> None:
+    rundir.check_start(start.resume, start.overwrite)
     if world.rank == 0:
-        for line in rundir.open(overwrite):
+        for line in rundir.open(start.overwrite):
             console.print(line)
     world.barrier()
 

@@ -17,6 +17,7 @@ from seqxduce.console import TrainProgress, console, format_figures
 from seqxduce.data import Batch, Prefetcher
 from seqxduce.device import autocast_context
 from seqxduce.recipe import Recipe
+from seqxduce.run_start import RunStart
 from seqxduce.rundir import RunDir, prune
 from seqxduce.training import distributed
 from seqxduce.training.figures import NonfiniteRun, Window, batch_stats
@@ -320,20 +321,17 @@ class Trainer:
         return f"the last checkpoint, {saved[-1]}, is intact" if saved else "no checkpoint was written yet"
 
 
-def train(recipe: Recipe, out: Path, resume: bool = False, overwrite: bool = False,
-          tokenizers_from: Path | None = None, init_from: Path | None = None,
-          keep_optimizer: bool = False) -> TrainResult:
-    """Train the recipe's model into run directory `out` (resuming from its latest checkpoint if asked; with
-    overwrite, replacing a run already there; a new run copies tokenizers_from's tokenizer files if given, or
-    starts from init_from's weights, see training.run.assemble)."""
-    if resume:  # a run finished by max_steps is known from its newest checkpoint alone: no data to load
+def train(recipe: Recipe, out: Path, start: RunStart | None = None) -> TrainResult:
+    """Train the recipe's model into run directory `out`, started as `start` says (resolved already: new or
+    resume; see seqxduce.run_start and training.run.assemble)."""
+    start = start or RunStart()
+    if start.resume:  # a run finished by max_steps is known from its newest checkpoint alone: no data to load
         rundir = RunDir(out)
-        rundir.check_start(resume=True, overwrite=overwrite)
+        rundir.check_start(resume=True)
         latest = int(rundir.newest_readable(mmap=True)[1].get("step", 0))
         if latest >= recipe.train.max_steps:
             return finished_already(rundir, recipe.train, latest, int(os.environ.get("RANK", "0")) == 0)
-    run = assemble(recipe, Path(out), resume=resume, overwrite=overwrite, tokenizers_from=tokenizers_from,
-                   init_from=init_from, keep_optimizer=keep_optimizer)
+    run = assemble(recipe, Path(out), start)
     try:
         return Trainer(run).run()
     finally:
