@@ -31,10 +31,10 @@ from seqxduce.training.prepare import (
     TOKENIZERS,
     Examples,
     data_fingerprint,
+    dataset_for_files,
     nonempty,
     prepare_new,
     prepared_folder,
-    tokens_folder,
     write_dataset,
 )
 from seqxduce.training.sampled_epochs import EpochEncoder
@@ -260,18 +260,19 @@ def training_data(recipe: Recipe, task: Task, data_dir: Path, rundir: RunDir, wo
                 reused = True
                 console.print(f"train: the training data were prepared already: {folder}")
             else:
-                prepare_new(recipe, folder, examples, total=examples.lines_hint())
+                prepare_new(recipe, folder, examples, fingerprint, total=examples.lines_hint())
             rundir.copy_tokenizers(recipe, folder / TOKENIZERS)
         _await_prepared(folder, world)
     else:  # the tokenizer files come from elsewhere: the ids are keyed by their bytes
         _tokenizers_in(rundir, recipe, world, examples, resume, tokenizers_from)
         tokenizers = rundir.load_tokenizers(recipe)
-        folder = tokens_folder(recipe, fingerprint, rundir.tokenizer_files(recipe), tokenizers)
+        # a restart, a resumed run, a run given the same tokenizer files: the dataset prepared before, if any
+        folder = dataset_for_files(recipe, fingerprint, rundir.tokenizer_files(recipe), tokenizers)
         if is_main:
             if binarized.exists(folder):
                 binarized.open_dataset(folder)
                 reused = True
-                console.print(f"train: read the tokenized pairs from the cache {folder}")
+                console.print(f"train: the training data were prepared already: {folder}")
             else:
                 write_dataset(folder, nonempty(recipe, examples), tokenizers, recipe, total=examples.lines_hint())
         _await_prepared(folder, world)
