@@ -10,6 +10,7 @@ from seqxduce import engine
 from seqxduce.api import TrainingStopped, UserError
 from seqxduce.recipe import load_recipe
 from seqxduce.run_start import RunStart
+from seqxduce.training import trainer as trainer_module
 from seqxduce.training.run import assemble
 from seqxduce.training.trainer import Trainer
 from tests.tiny import TINY_RECIPE as RECIPE
@@ -36,22 +37,23 @@ def test_epochs_roll_over_and_data_position_is_saved(tmp_path):
     assert (saved["epoch"], saved["step_in_epoch"]) == (trainer.state.epoch, trainer.state.step_in_epoch)
 
 
-def test_ctrl_c_finishes_the_step_saves_it_and_resume_continues(tmp_path, monkeypatch):
+def test_ctrl_c_drops_the_step_under_way_saves_the_last_done_and_resume_replays_it(tmp_path, monkeypatch):
     before = signal.getsignal(signal.SIGINT)  # default_int_handler, or SIG_IGN in a shell's background job
     trainer = Trainer(assemble(load_recipe(RECIPE, ["train.validate_every=0", "train.checkpoint_every=100"]),
                                tmp_path / "run"))
-    real_step = trainer.train_step
+    real_loss = trainer_module.label_smoothed_nll
 
-    def ctrl_c_during_step_three(*step):
+    def ctrl_c_inside_step_three(*args):
         if trainer.state.step == 2:
-            os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C, in the middle of the step
-        return real_step(*step)
+            os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C, in the middle of the step's forward
+        return real_loss(*args)
 
-    monkeypatch.setattr(trainer, "train_step", ctrl_c_during_step_three)
-    with pytest.raises(UserError, match="interrupted at step 3.*--resume"):
+    monkeypatch.setattr(trainer_module, "label_smoothed_nll", ctrl_c_inside_step_three)
+    with pytest.raises(UserError, match="interrupted at step 2; .*--resume; step 3, under way, was dropped"):
         trainer.run()
+    monkeypatch.undo()
     saved = sorted((tmp_path / "run" / "checkpoints").glob("*.pt"))
-    assert [p.name for p in saved] == ["step_00000003.pt"]
+    assert [p.name for p in saved] == ["step_00000002.pt"]
     assert signal.getsignal(signal.SIGINT) is before  # the handler is put back
     resumed = engine.train(engine.load_run_recipe(tmp_path / "run"), tmp_path / "run", start=RunStart("resume"))
     engine.train(RECIPE, tmp_path / "whole", overrides=["train.validate_every=0", "train.checkpoint_every=100"])
