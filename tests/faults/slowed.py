@@ -3,18 +3,26 @@ signal test arrives in the middle of it on any machine (the fault tests' injecti
 - `encoding`: every encoded shard takes a second more, and prepare's shards are small (50 pairs, a pool of
   workers from 100 pairs on), so that a small corpus is encoded for many seconds;
 - `averaging`: the final checkpoint average prints "averaging (slowed)" and takes 60 s more, a signal ending the
-  wait where it is."""
+  wait where it is;
+- `step`: training step $SLOW_STEP (the loss of its first micro-batch, after the forward) of rank $SLOW_RANK
+  (default 0; "all": every rank) writes $SLOW_MARKER.rankR (holding the process id) and then sleeps 600 s, far
+  longer than a stop may take; once the marker is there (the run after a stop) no step is slowed, so that the
+  same command line continues the run at full speed."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+from pathlib import Path
 
 from seqxduce.cli import main
 from seqxduce.training import prepare, trainer
 
 _encode_shard = prepare._encode_shard
 _settle_average = trainer.settle_average
+_loss = trainer.label_smoothed_nll
+_calls = [0]
 
 
 def _slow_shard(shard: prepare.Shard) -> tuple:
@@ -28,6 +36,17 @@ def _slow_average(*args: object, **kwargs: object) -> object:
     return _settle_average(*args, **kwargs)
 
 
+def _slow_loss(*args: object, **kwargs: object) -> object:
+    _calls[0] += 1
+    rank = os.environ.get("RANK", "0")
+    marker = Path(f"{os.environ['SLOW_MARKER']}.rank{rank}")
+    chosen = os.environ.get("SLOW_RANK", "0") in ("all", rank)
+    if chosen and _calls[0] == int(os.environ["SLOW_STEP"]) and not marker.exists():
+        marker.write_text(str(os.getpid()))
+        time.sleep(600.0)
+    return _loss(*args, **kwargs)
+
+
 if __name__ == "__main__":
     what = sys.argv.pop(1)
     if what == "encoding":
@@ -35,6 +54,8 @@ if __name__ == "__main__":
         prepare._encode_shard = _slow_shard
     elif what == "averaging":
         trainer.settle_average = _slow_average
+    elif what == "step":  # with update_freq = 1 the loss is computed once a step
+        trainer.label_smoothed_nll = _slow_loss
     else:
         raise SystemExit(f"slowed: unknown stretch {what!r}")
     main()
