@@ -46,6 +46,16 @@ class World:
         dist.all_reduce(reduced, op=op, group=self.host_group if reduced.device.type == "cpu" else None)
         return reduced
 
+    def announce(self, key: str) -> None:
+        """Tell the other processes that `key` is done, through the rendezvous store: not a collective, so that
+        those waiting for it (polling announced) wait as long as the work takes, past [train] collective_timeout."""
+        if self.world_size > 1:
+            dist.distributed_c10d._get_default_store().set(key, "1")
+
+    def announced(self, key: str) -> bool:
+        """Whether a process announced `key` (at once, without waiting)."""
+        return self.world_size > 1 and dist.distributed_c10d._get_default_store().check([key])
+
     def wrap(self, model: torch.nn.Module, fsdp: bool = False) -> torch.nn.Module:
         """DistributedDataParallel when there is more than one process, else the model itself; with fsdp, the
         model sharded in place by FSDP2's fully_shard."""

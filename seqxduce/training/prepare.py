@@ -120,10 +120,16 @@ def limits(recipe: Recipe) -> tuple[int, int]:
 
 def prepared_folder(recipe: Recipe, fingerprint: str, root: Path | None = None) -> Path:
     """The folder of a new run's dataset and tokenizers: keyed by the data, [task], [tokenizer] and the limits."""
-    resolved = recipe.resolved()
     files = _file_digests(recipe)  # a part only when there are files: the other datasets keep their keys
-    key = _key(fingerprint, resolved["task"], resolved["tokenizer"], *([files] if files else []), limits(recipe))
+    key = _key(fingerprint, _task(recipe), recipe.resolved()["tokenizer"], *([files] if files else []),
+               limits(recipe))
     return (root or cache_root()) / f"prepared-{key}"
+
+
+def _task(recipe: Recipe) -> dict:
+    """[task] as a key holds it: the data directory as the folder it names, so that the recipe a run saved (its
+    paths made absolute) keys the same datasets as the recipe file it was started from."""
+    return {**recipe.resolved()["task"], "data_dir": str(components.data_dir(recipe).resolve())}
 
 
 def _file_digests(recipe: Recipe) -> dict[str, str]:
@@ -146,7 +152,7 @@ def tokens_folder(recipe: Recipe, fingerprint: str, tokenizer_files: Sequence[Pa
     for name, content in sorted(_contents(tokenizer_files).items()):
         digest.update(name.encode() + b"\0" + content + b"\0")
     classes = [f"{type(t).__module__}.{type(t).__qualname__}" for t in (tokenizers.src, tokenizers.tgt)]
-    key = _key(fingerprint, digest.hexdigest(), classes, recipe.resolved()["task"], limits(recipe))
+    key = _key(fingerprint, digest.hexdigest(), classes, _task(recipe), limits(recipe))
     return (root or cache_root()) / f"tokens-{key}"
 
 

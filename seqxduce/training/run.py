@@ -5,8 +5,10 @@ value, as fairseq and Joey NMT build them outside their trainers."""
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -262,7 +264,6 @@ def training_data(recipe: Recipe, task: Task, data_dir: Path, rundir: RunDir, wo
             else:
                 prepare_new(recipe, folder, examples, fingerprint, total=examples.lines_hint())
             rundir.copy_tokenizers(recipe, folder / TOKENIZERS)
-        _await_prepared(folder, world)
     else:  # the tokenizer files come from elsewhere: the ids are keyed by their bytes
         _tokenizers_in(rundir, recipe, world, examples, resume, tokenizers_from)
         tokenizers = rundir.load_tokenizers(recipe)
@@ -275,8 +276,8 @@ def training_data(recipe: Recipe, task: Task, data_dir: Path, rundir: RunDir, wo
                 console.print(f"train: the training data were prepared already: {folder}")
             else:
                 write_dataset(folder, nonempty(recipe, examples), tokenizers, recipe, total=examples.lines_hint())
-        _await_prepared(folder, world)
-    pairs, meta = binarized.open_dataset(folder, verify=not is_main)  # rank 0 checked it above
+    mapped = _await_prepared(folder, world, lambda: _node_copy(recipe, rundir, fingerprint, examples, world))
+    pairs, meta = binarized.open_dataset(mapped, verify=not is_main)  # rank 0 checked it above
     _report_kept(len(pairs), sum(meta.get("dropped", {}).values()), is_main and reused)
     return pairs, folder.name  # the dataset's key: its data, tokenizers and limits
 
@@ -289,13 +290,42 @@ def _digest(pairs: PairArrays) -> str:
     return digest.hexdigest()[:32]
 
 
-def _await_prepared(folder: Path, world: distributed.World) -> None:
-    """The other ranks wait for rank 0's dataset by its folder, not in a collective: preparing a large corpus
-    outlasts [train] collective_timeout (a rank 0 that fails ends the world under torchrun)."""
+def _await_prepared(folder: Path, world: distributed.World, node_copy: Callable[[], Path]) -> Path:
+    """The folder this rank maps. The other ranks wait for rank 0's dataset by its folder or rank 0's word that
+    it is done (the rendezvous store), not in a collective: preparing a large corpus outlasts [train]
+    collective_timeout (a rank 0 that fails ends the world under torchrun). A rank that hears rank 0 is done but
+    does not see the folder is on a node whose cache folder is its own ($SEQXDUCE_CACHE not shared): it maps the
+    node's own copy of the same ids (node_copy)."""
+    done = f"seqxduce/prepared/{folder.name}"
     if world.world_size > 1 and world.rank != 0:
-        while not binarized.exists(folder):
-            time.sleep(1.0)
+        while not binarized.exists(folder) and not world.announced(done):
+            time.sleep(0.2)
+        if not binarized.exists(folder):
+            folder = node_copy()
+    else:
+        world.announce(done)
     world.barrier()
+    return folder
+
+
+def _node_copy(recipe: Recipe, rundir: RunDir, fingerprint: str, examples: Examples, world: distributed.World
+               ) -> Path:
+    """This node's own dataset of the ids rank 0 mapped: encoded with the run's tokenizer files (which rank 0
+    put in the run directory: the same bytes, so the same ids) by the node's first process, the others waiting
+    for it; found instead when the node has it already (a restart)."""
+    if not rundir.has_tokenizers(recipe):
+        raise UserError(f"process {world.rank}: sees neither the training data process 0 prepared nor the run's "
+                        f"tokenizer files in {rundir.path}: put --out on storage every node shares")
+    tokenizers = rundir.load_tokenizers(recipe)
+    own = dataset_for_files(recipe, fingerprint, rundir.tokenizer_files(recipe), tokenizers)
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        if not binarized.exists(own):
+            write_dataset(own, nonempty(recipe, examples), tokenizers, recipe, show=False)
+        console.print(f"process {world.rank}: this node's cache folder is not process 0's; it maps its own copy "
+                      f"of the training data, {own}")
+    while not binarized.exists(own):
+        time.sleep(0.2)
+    return own
 
 
 def _report_kept(kept: int, skipped: int, is_main: bool) -> None:

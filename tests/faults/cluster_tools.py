@@ -19,6 +19,9 @@ from tests.tiny import TINY_RECIPE as TINY
 SHORT = (*QUIET, "--set", "train.max_steps=6", "--set", "train.checkpoint_every=100", "--set", "train.log_every=1",
          "--set", 'train.device="cpu"', "--set", "train.collective_timeout=60")
 STOP_BOUND_S = 20  # the bound: every process gone, the last step saved, this long after the signal
+# what docs/cluster.md tells a launcher: a restart's workers meet in a store of their own, not in the one the last
+# attempt wrote its addresses to (pytorch/pytorch#135712)
+LAUNCHER_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 
 def free_port() -> int:
@@ -46,7 +49,7 @@ def torchrun(args: list[str], log: Path, nproc: int = 2, nodes: tuple[int, int] 
                "--max-restarts", str(max_restarts), "--monitor-interval", "0.1", "-m", *module, *args]
     handle = log.open("w")
     return subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, text=True, cwd=REPO,
-                            env={**env(), **(extra_env or {})})
+                            env={**env(), **LAUNCHER_ENV, **(extra_env or {})})
 
 
 def descendants(pid: int) -> list[int]:

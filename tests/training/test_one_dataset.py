@@ -32,7 +32,9 @@ def test_prepare_train_resume_and_tokenizers_from_write_one_dataset_and_read_the
     ids = prepare.open_prepared(cache / prepared[0])
     engine.train(recipe, tmp_path / "run")
     monkeypatch.setattr(prepare, "encode_into", _no_encoding)  # from here on, nothing may be encoded
-    resumed = assemble(load_recipe(TINY, [*SETTINGS[:2], "train.max_steps=4"]), tmp_path / "run", RunStart("resume"))
+    # the run's own saved recipe, as a resume reads it (its data directory made absolute)
+    saved = engine.load_run_recipe(tmp_path / "run", ["train.max_steps=4"])
+    resumed = assemble(saved, tmp_path / "run", RunStart("resume"))
     assert resumed.plan.train_pairs == ids
     other = assemble(recipe, tmp_path / "other", RunStart(tokenizers_from=tmp_path / "run"))
     assert other.plan.train_pairs == ids
