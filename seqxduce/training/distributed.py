@@ -119,11 +119,26 @@ def setup(device_setting: str, timeout: float = 600.0) -> World:
         backend = "gloo"
     owns = not dist.is_initialized()
     if owns:
-        dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout))
+        _join(backend, timeout)
     host_group = None
     if dist.get_backend() == "nccl":
         host_group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout))
     return World(rank=rank, world_size=world_size, device=device, owns_group=owns, host_group=host_group)
+
+
+def _join(backend: str, timeout: float) -> None:
+    """init_process_group, a restart's known failure in one line: torchrun shares its rendezvous store with the
+    workers by default, and a restart's workers then read the addresses the last attempt's wrote there
+    (pytorch/pytorch#135712), so that connecting fails."""
+    try:
+        dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout))
+    except RuntimeError as err:
+        restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+        if restart == 0 or not is_collective_failure(err):
+            raise
+        raise UserError(f"torchrun restart {restart}: the processes could not connect ({failure_text(err)}): "
+                        "torchrun's shared store holds the last attempt's addresses; start torchrun with "
+                        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in its environment (docs/cluster.md)") from None
 
 
 def is_collective_failure(err: BaseException) -> bool:
