@@ -10,9 +10,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
-from tests.fault_tools import QUIET, REPO, env
+from tests.fault_tools import HANG_GUARD_S, QUIET, REPO, env
 from tests.tiny import TINY_RECIPE as TINY
 
 # a run of a few steps, saved only at its end or by a stop (so that the checkpoint a stop leaves names its step)
@@ -103,3 +104,12 @@ def steps(out: Path) -> list[int]:
 
 def equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.fixture(scope="module")
+def two_rank_run(tmp_path_factory) -> Path:
+    """An uninterrupted run of two torchrun ranks (SHORT), to compare with."""
+    folder = tmp_path_factory.mktemp("two-ranks")
+    launcher = torchrun(train_args(folder / "run"), folder / "log")
+    assert launcher.wait(timeout=HANG_GUARD_S) == 0, (folder / "log").read_text()
+    return folder / "run"
