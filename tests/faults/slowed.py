@@ -4,10 +4,10 @@ signal test arrives in the middle of it on any machine (the fault tests' injecti
   workers from 100 pairs on), so that a small corpus is encoded for many seconds;
 - `averaging`: the final checkpoint average prints "averaging (slowed)" and takes 60 s more, a signal ending the
   wait where it is;
-- `step`: training step $SLOW_STEP (the loss of its first micro-batch, after the forward) of rank $SLOW_RANK
-  (default 0; "all": every rank) writes $SLOW_MARKER.rankR (holding the process id) and then sleeps 600 s, far
-  longer than a stop may take; once the marker is there (the run after a stop) no step is slowed, so that the
-  same command line continues the run at full speed."""
+- `step`: the $SLOW_STEP-th loss computed (after a micro-batch's forward: with update_freq = 1, step $SLOW_STEP) by
+  rank $SLOW_RANK (default 0; "all": every rank) writes $SLOW_MARKER.rankR (holding the process id) and then sleeps
+  $SLOW_SECONDS (default 600 s, far longer than a stop may take); once the marker is there (the run after a
+  stop) no step is slowed, so that the same command line continues the run at full speed."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def _slow_loss(*args: object, **kwargs: object) -> object:
     chosen = os.environ.get("SLOW_RANK", "0") in ("all", rank)
     if chosen and _calls[0] == int(os.environ["SLOW_STEP"]) and not marker.exists():
         marker.write_text(str(os.getpid()))
-        time.sleep(600.0)
+        time.sleep(float(os.environ.get("SLOW_SECONDS", "600")))
     return _loss(*args, **kwargs)
 
 

@@ -80,6 +80,27 @@ def test_two_torchrun_ranks_drop_a_long_step_within_the_bound(tmp_path, slow_ran
     assert equal(weights(out), weights(two_rank_run))
 
 
+def test_fsdp_ranks_agree_between_micro_batches_and_save_the_last_step_together(tmp_path):
+    """Under FSDP the full state is a gather over every process: the stop waits for the micro-batch in hand (held
+    8 s here, of a step of 4), then every process drops the step at the same point and they save step 3 together."""
+    out, log, marker = tmp_path / "run", tmp_path / "log", tmp_path / "slow"
+    fsdp = ["--set", "train.fsdp=true", "--set", "train.update_freq=4", "--set", "train.max_tokens=100"]
+    slow = {"SLOW_MARKER": str(marker), "SLOW_STEP": "13", "SLOW_RANK": "all", "SLOW_SECONDS": "8"}
+    launcher = torchrun(train_args(out, *fsdp), log, slowed=True, extra_env=slow)
+    wait_for(lambda: all(Path(f"{marker}.rank{r}").exists() for r in (0, 1)), launcher)  # step 4's first batch
+    workers = descendants(launcher.pid)
+    sent = time.monotonic()
+    launcher.send_signal(signal.SIGTERM)
+    gone_within([launcher], workers, sent, STOP_BOUND_S)
+    text = log.read_text()
+    assert _dropped_line("SIGTERM", out) in text, text
+    assert steps(out) == [3]
+    _no_worker_traceback(text)
+    again = torchrun(train_args(out, *fsdp), tmp_path / "again", slowed=True, extra_env=slow)
+    assert again.wait(timeout=HANG_GUARD_S) == 0, (tmp_path / "again").read_text()
+    assert "resumed from" in (tmp_path / "again").read_text() and steps(out)[-1] == 6
+
+
 def signal_name(signum: int) -> str:
     return "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
 
