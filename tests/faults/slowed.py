@@ -7,7 +7,9 @@ signal test arrives in the middle of it on any machine (the fault tests' injecti
 - `step`: the $SLOW_STEP-th loss computed (after a micro-batch's forward: with update_freq = 1, step $SLOW_STEP) by
   rank $SLOW_RANK (default 0; "all": every rank) writes $SLOW_MARKER.rankR (holding the process id) and then sleeps
   $SLOW_SECONDS (default 600 s, far longer than a stop may take); once the marker is there (the run after a
-  stop) no step is slowed, so that the same command line continues the run at full speed."""
+  stop) no step is slowed, so that the same command line continues the run at full speed;
+- `steady`: every loss computed sleeps $STEADY_SECONDS more (bench/cluster_faults.py: a tiny run that lasts long
+  enough for faults at random moments to land in every part of it)."""
 
 from __future__ import annotations
 
@@ -47,6 +49,11 @@ def _slow_loss(*args: object, **kwargs: object) -> object:
     return _loss(*args, **kwargs)
 
 
+def _steady_loss(*args: object, **kwargs: object) -> object:
+    time.sleep(float(os.environ.get("STEADY_SECONDS", "0.1")))
+    return _loss(*args, **kwargs)
+
+
 if __name__ == "__main__":
     what = sys.argv.pop(1)
     if what == "encoding":
@@ -56,6 +63,8 @@ if __name__ == "__main__":
         trainer.settle_average = _slow_average
     elif what == "step":  # with update_freq = 1 the loss is computed once a step
         trainer.label_smoothed_nll = _slow_loss
+    elif what == "steady":
+        trainer.label_smoothed_nll = _steady_loss
     else:
         raise SystemExit(f"slowed: unknown stretch {what!r}")
     main()
