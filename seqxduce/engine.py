@@ -109,9 +109,10 @@ def train(recipe: Recipe | str | Path, out: str | Path | None = None, start: Run
 
 def _auto_start(start: RunStart, run_dir: RunDir, recipe: Recipe) -> RunStart:
     """--auto-resume resolved against the run directory, the same way on every rank of a world: each decides from
-    the files alone, before any rank writes there (rank 0's first write, removing what an earlier attempt left,
-    turns "new, replacing leftovers" into "new" for a rank that looks later: the same decision). A directory
-    holding another recipe's run is refused in one line."""
+    the files alone, before any rank writes there but rank 0 removing what an earlier attempt of this run left
+    before its first checkpoint (then a rank that looks later still decides "a new run, replacing leftovers", or
+    "a new run" once they are gone: the same start; no rank writes a checkpoint before every rank has joined the
+    world). A directory holding another recipe's run is refused in one line."""
     from seqxduce.recipe import differences
 
     if run_dir.recipe_file.is_file():
@@ -122,7 +123,10 @@ def _auto_start(start: RunStart, run_dir: RunDir, recipe: Recipe) -> RunStart:
                             f"continue that run with `seqxduce train {run_dir.recipe_file} --out {run_dir.path} "
                             "--resume`, replace it with --overwrite, or train into another --out")
         return start.resolved(has_checkpoint=bool(run_dir.step_checkpoints()), has_leftovers=True)
-    return start.resolved(has_checkpoint=False, has_leftovers=False)
+    # no recipe: what an attempt killed before it saved its recipe left (metrics) is replaced, while checkpoints
+    # without a recipe are no run this one can tell its own, and a new run refuses them (check_start)
+    leftovers = run_dir.path.is_dir() and bool(run_dir.run_files()) and not run_dir.step_checkpoints()
+    return start.resolved(has_checkpoint=False, has_leftovers=leftovers)
 
 
 def _say_recipe_differs(given: Path, saved_file: Path, saved: Recipe, overrides: Sequence[str]) -> None:
