@@ -95,6 +95,24 @@ def _end(launchers: list[subprocess.Popen]) -> None:
         time.sleep(0.1)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_gone(pids: list[int]) -> int:
+    """How many of pids were still running once the launchers had ended; waits for them (a hang is an error)."""
+    left = [pid for pid in pids if _alive(pid)]
+    deadline = time.monotonic() + HANG_S
+    while any(_alive(pid) for pid in left):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"worker processes {left} outlived their launchers by {HANG_S} s")
+        time.sleep(0.1)
+    return len(left)
+
+
 def _run(out: Path, cache: Path, logs: Path) -> None:
     launchers = _launchers(out, cache, logs)
     _end(launchers)
@@ -129,6 +147,7 @@ def trial(number: int, rng: random.Random, root: Path, cache: Path, reference: d
     started = time.monotonic()
     launchers = _launchers(out, cache, logs)
     time.sleep(delay)
+    workers = _workers(launchers[0]) + _workers(launchers[1])
     victims = _workers(launchers[node]) if target == "rank worker" else [launchers[node].pid]
     for pid in victims:
         try:
@@ -136,6 +155,9 @@ def trial(number: int, rng: random.Random, root: Path, cache: Path, reference: d
         except ProcessLookupError:
             pass
     _end(launchers)
+    # a launcher killed outright leaves its worker behind: it must end by itself (its peers gone) before the run
+    # folder is read or trained again
+    orphans = _wait_gone(workers)
     saved = _newest_step(out)
     after = "finished" if _final(out) is not None else f"stopped, step {saved} saved" if saved else \
         "stopped before its first checkpoint"
@@ -143,7 +165,8 @@ def trial(number: int, rng: random.Random, root: Path, cache: Path, reference: d
         _run(out, cache, logs)  # the same command line, as a requeue runs it
     text = "".join(p.read_text() for p in sorted(logs.glob("*.log")))
     return {"trial": number, "fault": f"{signal.Signals(signum).name} {target} of node {node}",
-            "at_s": delay, "hit": bool(victims), "after": after, "restarts": text.count("resumed from"),
+            "at_s": delay, "hit": bool(victims), "after": after, "orphans": orphans,
+            "restarts": text.count("resumed from"),
             "equal": _equal(_final(out), reference), "seconds": time.monotonic() - started}
 
 
@@ -160,13 +183,15 @@ def main() -> None:
     reference = _final(root / "reference")
     rng = random.Random(args.seed)
     rows = []
-    print("| trial | fault | at (s) | after the fault | resumes | equal to uninterrupted | seconds |")
-    print("|---|---|---|---|---|---|---|")
+    print("| trial | fault | at (s) | after the fault | workers left by a launcher | resumes | equal to "
+          "uninterrupted | seconds |")
+    print("|---|---|---|---|---|---|---|---|")
     for number in range(1, args.trials + 1):
         row = trial(number, rng, root, cache, reference)
         rows.append(row)
         print(f"| {row['trial']} | {row['fault']}{'' if row['hit'] else ' (nothing to hit)'} | {row['at_s']:.1f} | "
-              f"{row['after']} | {row['restarts']} | {'yes' if row['equal'] else 'NO'} | {row['seconds']:.0f} |",
+              f"{row['after']} | {row['orphans']} | {row['restarts']} | {'yes' if row['equal'] else 'NO'} | "
+              f"{row['seconds']:.0f} |",
               flush=True)
     datasets = [p.name for p in cache.iterdir() if not p.name.startswith(".")]
     print(f"\n{sum(r['equal'] for r in rows)} of {len(rows)} trials ended equal to the uninterrupted run; "
