@@ -40,7 +40,7 @@ def test_one_process_drops_a_long_step_saves_the_last_done_and_the_same_command_
     wait_for(lambda: Path(f"{marker}.rank0").exists(), process)  # step 4 is under way, for 600 s
     sent = time.monotonic()
     process.send_signal(signal.SIGUSR1)
-    gone_within([process], [], sent, STOP_BOUND_S)
+    print(f"gone {gone_within([process], [], sent, STOP_BOUND_S):.1f} s after the signal")  # shown with -s
     assert process.returncode == 128 + signal.SIGUSR1, log.read_text()
     assert _lines(log)[-1] == _dropped_line("SIGUSR1", out), log.read_text()
     assert "Traceback" not in log.read_text() and steps(out) == [3]
@@ -65,7 +65,7 @@ def test_two_torchrun_ranks_drop_a_long_step_within_the_bound(tmp_path, slow_ran
     sent = time.monotonic()
     for pid in [launcher.pid] if target == "launcher" else _workers(workers):
         subprocess.run(["kill", f"-{signum}", str(pid)], check=True)
-    gone_within([launcher], workers, sent, STOP_BOUND_S)
+    print(f"gone {gone_within([launcher], workers, sent, STOP_BOUND_S):.1f} s after the signal")  # shown with -s
     text = log.read_text()
     assert _dropped_line(signal_name(signum), out) in text, text
     assert f"{signal_name(signum)}: process 1 of 2 stopped at step 3" in text, text
@@ -91,7 +91,7 @@ def test_fsdp_ranks_agree_between_micro_batches_and_save_the_last_step_together(
     workers = descendants(launcher.pid)
     sent = time.monotonic()
     launcher.send_signal(signal.SIGTERM)
-    gone_within([launcher], workers, sent, STOP_BOUND_S)
+    print(f"gone {gone_within([launcher], workers, sent, STOP_BOUND_S):.1f} s after the signal")  # shown with -s
     text = log.read_text()
     assert _dropped_line("SIGTERM", out) in text, text
     assert steps(out) == [3]
