@@ -132,7 +132,7 @@ def worker(recipe: Path, out: Path, report: Path, tokenizers_from: str | None) -
         return result
 
     Trainer.train_step = train_step
-    engine.train(recipe, out, overwrite=True, tokenizers_from=tokenizers_from)
+    engine.train(recipe, out, start=engine.RunStart(overwrite=True, tokenizers_from=tokenizers_from))
     rank = os.environ.get("RANK", "0")
     Path(f"{report}.{rank}.json").write_text(json.dumps(figures))
 

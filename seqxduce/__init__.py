@@ -23,6 +23,7 @@ from seqxduce.api import (
     setting,
 )
 from seqxduce.engine import (
+    RunStart,
     attention,
     average,
     decode,
@@ -49,7 +50,7 @@ __all__ = [
     "AttentionWeights", "Decoder", "DecodeRequest", "Example", "Hypothesis", "Model", "ModelOutput", "Postprocessed",
     "Report", "Settings", "StepConstraint", "Task", "Tokenizer", "TrainingStopped", "UserError", "VocabInfo",
     "setting", "hookimpl",
-    "train", "decode", "decode_split", "evaluate", "average", "load_recipe", "prepare",
+    "train", "RunStart", "decode", "decode_split", "evaluate", "average", "load_recipe", "prepare",
     "info", "plot", "attention", "recipe_cost", "score", "export_run", "serve", "import_model", "decode_file",
     "score_file",
 ]

@@ -179,6 +179,9 @@ def prepare(ctx: click.Context, recipe_file: Path, overrides: tuple[str, ...], a
               help="run directory (default: runs/<recipe name>); --out is the same option")
 @click.option("--set", "overrides", multiple=True, help=set_help("train.max_steps=100"))
 @click.option("--resume", is_flag=True, help="continue from the run directory's latest checkpoint")
+@click.option("--auto-resume", is_flag=True,
+              help="continue the run when the run directory holds a checkpoint of it, else start it: the one "
+                   "command line for a first start, a requeued job and torchrun's restarts")
 @click.option("--overwrite", is_flag=True, help="replace the run already in the run directory (its recipe, "
               "tokenizers, checkpoints, average and metrics are removed first)")
 @click.option("--tokenizers-from", type=click.Path(path_type=Path, file_okay=False),
@@ -193,17 +196,21 @@ def prepare(ctx: click.Context, recipe_file: Path, overrides: tuple[str, ...], a
               help="train this directory alone even if the recipe names several members (the members' processes)")
 @click.pass_context
 def train(ctx: click.Context, recipe_file: Path, out: Path | None, overrides: tuple[str, ...], resume: bool,
-          overwrite: bool, tokenizers_from: Path | None, init_from: Path | None, keep_optimizer: bool,
-          single: bool) -> None:
+          auto_resume: bool, overwrite: bool, tokenizers_from: Path | None, init_from: Path | None,
+          keep_optimizer: bool, single: bool) -> None:
     """Train a model from a recipe into a run directory. Run under torchrun for several processes.
 
     With [train] members = N, trains N seeds side by side (RUN and RUN/members/K); decoding RUN ensembles them.
-    Ctrl-C or SIGTERM finishes the current step, saves it and exits (130 or 143); --resume continues."""
+    Ctrl-C, SIGTERM or SIGUSR1 saves the last completed step (the step under way is dropped and replayed by the
+    resume) and exits (130, 143 or 138); --resume or --auto-resume continues."""
     _registry(ctx)
     _fit_threads()
-    result = engine.train(recipe_file, out=out, resume=resume, overrides=overrides, overwrite=overwrite,
-                          tokenizers_from=tokenizers_from, single=single, init_from=init_from,
-                          keep_optimizer=keep_optimizer)
+    start = engine.RunStart.from_flags(resume=resume, auto_resume=auto_resume, overwrite=overwrite,
+                                       tokenizers_from=tokenizers_from, init_from=init_from,
+                                       keep_optimizer=keep_optimizer)
+    result = engine.train(recipe_file, out=out, start=start, overrides=overrides, single=single)
+    if result.finished_before:  # said in its one line
+        return
     figures = " ".join(f"{k}={v}" if isinstance(v, str) else f"{k}={v:.4g}" for k, v in result.metrics.items())
     click.echo(f"trained to step {result.step} in {result.run_dir} {figures}".rstrip())
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from seqxduce.api import Report, TrainingStopped, UserError, count_lines, iter_lines, read_lines
 from seqxduce.files import check_writable
 from seqxduce.recipe import Recipe, load_recipe
+from seqxduce.run_start import RunStart
 
 if TYPE_CHECKING:  # pragma: no cover
     from seqxduce.decoding.changes import Change
@@ -19,10 +20,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from seqxduce.export.exporting import Exported
     from seqxduce.inspection.cost import TrainingCost
     from seqxduce.inspection.run_info import RunInfo
+    from seqxduce.rundir import RunDir
     from seqxduce.training.trainer import TrainResult
 
-__all__ = ["load_recipe", "load_run_recipe", "prepare", "train", "decode", "decode_split", "evaluate", "average",
-           "info", "plot", "attention", "recipe_cost", "last_checkpoints",
+__all__ = ["load_recipe", "load_run_recipe", "prepare", "train", "RunStart", "decode", "decode_split", "evaluate",
+           "average", "info", "plot", "attention", "recipe_cost", "last_checkpoints",
            "format_outputs", "format_annotations", "checkpoint_for", "load_run", "read_lines", "check_writable",
            "score", "score_files", "read_pairs",
            "decode_file", "score_file", "StreamedFile", "format_scores", "alignments", "export_run", "serve"]
@@ -51,58 +53,80 @@ def prepare(recipe: Recipe, training_data: bool = False, again: bool = False, wo
     return where
 
 
-def train(recipe: Recipe | str | Path, out: str | Path | None = None, resume: bool = False,
-          overrides: Sequence[str] = (), overwrite: bool = False,
-          tokenizers_from: str | Path | None = None, single: bool = False, init_from: str | Path | None = None,
-          keep_optimizer: bool = False) -> TrainResult:
-    """Train a recipe (a Recipe or a recipe file) into run directory `out` (default runs/<recipe name>).
+def train(recipe: Recipe | str | Path, out: str | Path | None = None, start: RunStart | None = None,
+          overrides: Sequence[str] = (), single: bool = False) -> TrainResult:
+    """Train a recipe (a Recipe or a recipe file) into run directory `out` (default runs/<recipe name>), started as
+    `start` says (seqxduce.run_start.RunStart; default: a new run).
 
-    With resume, a recipe file gives way to the recipe saved in `out` (plus overrides): the run continues
-    with the settings it was started with. A directory holding another run's files is refused unless resume,
-    or overwrite (which removes that run's files first). tokenizers_from: a folder whose tokenizer files a new
-    run takes instead of training its own (a run to ensemble with). A recipe with [train] members = N > 1
-    trains N seeds of it (seqxduce.members) unless single (how each member's own process is started).
-    init_from (a run directory or checkpoint): fine-tune, starting from its weights and tokenizer files with a fresh
-    optimizer and schedule (keep_optimizer: its optimizer state too); the recipe's [model] and [tokenizer] must be
-    that run's.
+    A resumed run (start mode resume, or auto where `out` holds a checkpoint of this run) continues with the
+    recipe saved in `out` (plus overrides), the settings it was started with; auto refuses a directory that holds
+    another recipe's run. A directory holding another run's files is refused for a new run unless
+    start.overwrite (which removes that run's files first). start.tokenizers_from: a folder whose tokenizer files a
+    new run takes instead of training its own (a run to ensemble with). start.init_from (a run directory or
+    checkpoint): fine-tune, starting from its weights and tokenizer files with a fresh optimizer and schedule
+    (start.keep_optimizer: its optimizer state too); the recipe's [model] and [tokenizer] must be that run's. A
+    recipe with [train] members = N > 1 trains N seeds of it (seqxduce.members) unless single (how each member's
+    own process is started).
     """
     from seqxduce.rundir import RunDir
     from seqxduce.training.trainer import train as _train
 
+    start = start or RunStart()
     if out is None:
         if isinstance(recipe, Recipe):
             raise UserError("train: name the run directory (out) for a recipe given as an object")
         out = Path("runs") / Path(recipe).stem
     out = Path(out)
-    if not isinstance(recipe, Recipe):
-        run_dir = RunDir(out)
-        if resume and run_dir.recipe_file.is_file():
+    run_dir = RunDir(out)
+    if start.mode == "auto":
+        given = recipe if isinstance(recipe, Recipe) else load_recipe(recipe, overrides)
+        start = _auto_start(start, run_dir, given)
+        recipe = run_dir.load_recipe(overrides) if start.resume and not isinstance(recipe, Recipe) else given
+    elif not isinstance(recipe, Recipe):
+        if start.resume and run_dir.recipe_file.is_file():
             saved = run_dir.load_recipe(overrides)
             if not single:  # the user's command, not a member's process
-                run_dir.check_start(resume=True, overwrite=overwrite)  # a refusal comes alone, before the notice
+                run_dir.check_start(resume=True)  # a refusal comes alone, before the notice
                 _say_recipe_differs(Path(recipe), run_dir.recipe_file, saved, overrides)
             recipe = saved
         else:
             recipe = load_recipe(recipe, overrides)
-    if keep_optimizer and init_from is None:
-        raise UserError("train: --keep-optimizer keeps the optimizer of --init-from's checkpoint; give --init-from")
-    if init_from is not None:
-        _check_one_model(Path(init_from), recipe.train.members, single)
+    if start.init_from is not None:
+        _check_one_model(start.init_from, recipe.train.members, single)
     if recipe.train.members > 1 and not single:
         from seqxduce.training.supervisor import train_members
         from seqxduce.training.trainer import TrainResult
 
-        step = train_members(recipe, out, resume=resume, overwrite=overwrite, tokenizers_from=tokenizers_from,
-                             overrides=overrides)
+        step = train_members(recipe, out, start, overrides=overrides)
         return TrainResult(out, step, {})
-    result = _train(recipe, out, resume=resume, overwrite=overwrite,
-                    tokenizers_from=None if tokenizers_from is None else Path(tokenizers_from),
-                    init_from=None if init_from is None else Path(init_from), keep_optimizer=keep_optimizer)
-    if int(os.environ.get("RANK", "0")) == 0:  # the run's README: how to decode, inspect and go on with it
+    result = _train(recipe, out, start)
+    if int(os.environ.get("RANK", "0")) == 0 and not result.finished_before:  # the run's README
         from seqxduce.inspection.run_readme import write_run_readme
 
         write_run_readme(result.run_dir)
     return result
+
+
+def _auto_start(start: RunStart, run_dir: RunDir, recipe: Recipe) -> RunStart:
+    """--auto-resume resolved against the run directory, the same way on every rank of a world: each decides from
+    the files alone, before any rank writes there but rank 0 removing what an earlier attempt of this run left
+    before its first checkpoint (then a rank that looks later still decides "a new run, replacing leftovers", or
+    "a new run" once they are gone: the same start; no rank writes a checkpoint before every rank has joined the
+    world). A directory holding another recipe's run is refused in one line."""
+    from seqxduce.recipe import differences
+
+    if run_dir.recipe_file.is_file():
+        found = differences(recipe, run_dir.load_recipe())
+        if found:
+            more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+            raise UserError(f"--auto-resume: {run_dir.path} holds a run of another recipe ({found[0]}{more}); "
+                            f"continue that run with `seqxduce train {run_dir.recipe_file} --out {run_dir.path} "
+                            "--resume`, replace it with --overwrite, or train into another --out")
+        return start.resolved(has_checkpoint=bool(run_dir.step_checkpoints()), has_leftovers=True)
+    # no recipe: what an attempt killed before it saved its recipe left (metrics) is replaced, while checkpoints
+    # without a recipe are no run this one can tell its own, and a new run refuses them (check_start)
+    leftovers = run_dir.path.is_dir() and bool(run_dir.run_files()) and not run_dir.step_checkpoints()
+    return start.resolved(has_checkpoint=False, has_leftovers=leftovers)
 
 
 def _say_recipe_differs(given: Path, saved_file: Path, saved: Recipe, overrides: Sequence[str]) -> None:

@@ -225,8 +225,6 @@ class RunDir:
         """Whether a run may start here, checked before any work: a new run needs a directory free of another
         run's files (unless overwrite); a resumed one a checkpoint to go on from; both a place to write.
         resumable: whether the command can --resume (`import` cannot: its refusal names only what it can do)."""
-        if resume and overwrite:
-            raise UserError("train: give --resume (continue the run) or --overwrite (replace it), not both")
         if self.path.exists() and not self.path.is_dir():
             raise UserError(f"--out {self.path}: is a file, not a folder; name a folder for the run")
         if self.checkpoint_dir.exists() and not self.checkpoint_dir.is_dir():

@@ -26,6 +26,9 @@ class StopRequest:
     def __init__(self) -> None:
         self.signal = 0
         self._abandonable = False
+        # the stop's own last work is under way (saving the last step): a further signal waits for it, so that a
+        # scheduler's or launcher's second signal, which may come a moment after its first, does not cut it off
+        self.finishing = False
 
     @property
     def requested(self) -> bool:
@@ -77,21 +80,24 @@ def handled(handler: Callable[[int, object], None]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def stop_on_signals(request: StopRequest, after: str, quiet: bool = False) -> Iterator[StopRequest]:
+def stop_on_signals(request: StopRequest, after: str, notice: bool = True) -> Iterator[StopRequest]:
     """While this lasts, a first signal sets request.signal and says that the work stops `after` (e.g. "this
     step to save it"); inside request.abandonable() it raises Abandoned instead; a second signal raises
-    KeyboardInterrupt. quiet: say nothing (torchrun's ranks but rank 0, so that a stop is said once)."""
+    KeyboardInterrupt (unless request.finishing). notice=False: the handler says nothing, for work whose stop
+    comes within moments and says itself how it ended (one line)."""
 
     def handler(signum: int, frame: object) -> None:
         if request.requested:
+            if request.finishing:
+                return
             raise KeyboardInterrupt
         request.signal = signum
         if request._abandonable:
             request._abandonable = False  # raised once: the code that catches it must not be interrupted again
-            if not quiet:
+            if notice:
                 say(f"{signal_name(signum)}: stopping now (a second signal stops at once)\n")
             raise Abandoned
-        if not quiet:
+        if notice:
             say(f"{signal_name(signum)}: stopping after {after} (a second signal stops at once)\n")
 
     with handled(handler):

@@ -16,6 +16,7 @@ from seqxduce.testing import (  # noqa: F401  (fixtures and helpers the core's t
     shared_dir,
     train_tiny_run,
 )
+from tests.faults.cluster_tools import two_rank_run  # noqa: F401 (a fixture of the cluster tests)
 from tests.tiny import TINY_RECIPE
 
 REPOSITORY = repository_root(Path(__file__))

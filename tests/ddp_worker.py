@@ -10,13 +10,14 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
 from seqxduce.recipe import load_recipe
+from seqxduce.run_start import RunStart
 from seqxduce.training.run import assemble
 from seqxduce.training.trainer import Trainer
 
 recipe_path, out, *overrides = sys.argv[1:]
 resume = "--resume" in overrides
 recipe = load_recipe(recipe_path, [o for o in overrides if o != "--resume"])
-trainer = Trainer(assemble(recipe, Path(out), resume=resume))
+trainer = Trainer(assemble(recipe, Path(out), RunStart("resume" if resume else "new")))
 reduces = [0]
 
 

@@ -9,6 +9,7 @@ from seqxduce import engine
 from seqxduce.api import UserError
 from seqxduce.data import Pair, token_batches
 from seqxduce.recipe import load_recipe
+from seqxduce.run_start import RunStart
 from seqxduce.training.run import assemble
 from seqxduce.training.state import TrainState
 from seqxduce.training.step_plan import curriculum_cap
@@ -67,7 +68,7 @@ def test_resume_inside_the_curriculum_continues_exactly(tmp_path):
     whole = engine.train(RECIPE, tmp_path / "whole", overrides=CURRICULUM + ["train.max_steps=12"])
     engine.train(RECIPE, tmp_path / "split", overrides=CURRICULUM + ["train.max_steps=5"])
     resumed = engine.train(engine.load_run_recipe(tmp_path / "split", ["train.max_steps=12"]), tmp_path / "split",
-                           resume=True)
+                           start=RunStart("resume"))
     assert whole.step == resumed.step == 12
     a = torch.load(sorted((tmp_path / "whole" / "checkpoints").glob("*.pt"))[-1], weights_only=True)["model"]
     b = torch.load(sorted((tmp_path / "split" / "checkpoints").glob("*.pt"))[-1], weights_only=True)["model"]

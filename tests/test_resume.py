@@ -9,6 +9,8 @@ import torch
 from seqxduce import engine
 from seqxduce.api import TrainingStopped, UserError
 from seqxduce.recipe import load_recipe
+from seqxduce.run_start import RunStart
+from seqxduce.training import trainer as trainer_module
 from seqxduce.training.run import assemble
 from seqxduce.training.trainer import Trainer
 from tests.tiny import TINY_RECIPE as RECIPE
@@ -18,7 +20,7 @@ def test_resume_continues_exactly(tmp_path):
     whole = engine.train(RECIPE, tmp_path / "whole", overrides=["train.max_steps=6"])
     engine.train(RECIPE, tmp_path / "split", overrides=["train.max_steps=3"])
     resumed = engine.train(engine.load_run_recipe(tmp_path / "split", ["train.max_steps=6"]), tmp_path / "split",
-                           resume=True)
+                           start=RunStart("resume"))
     assert whole.step == resumed.step == 6
     a = torch.load(sorted((tmp_path / "whole" / "checkpoints").glob("*.pt"))[-1], weights_only=True)
     b = torch.load(sorted((tmp_path / "split" / "checkpoints").glob("*.pt"))[-1], weights_only=True)
@@ -35,24 +37,25 @@ def test_epochs_roll_over_and_data_position_is_saved(tmp_path):
     assert (saved["epoch"], saved["step_in_epoch"]) == (trainer.state.epoch, trainer.state.step_in_epoch)
 
 
-def test_ctrl_c_finishes_the_step_saves_it_and_resume_continues(tmp_path, monkeypatch):
+def test_ctrl_c_drops_the_step_under_way_saves_the_last_done_and_resume_replays_it(tmp_path, monkeypatch):
     before = signal.getsignal(signal.SIGINT)  # default_int_handler, or SIG_IGN in a shell's background job
     trainer = Trainer(assemble(load_recipe(RECIPE, ["train.validate_every=0", "train.checkpoint_every=100"]),
                                tmp_path / "run"))
-    real_step = trainer.train_step
+    real_loss = trainer_module.label_smoothed_nll
 
-    def ctrl_c_during_step_three(*step):
+    def ctrl_c_inside_step_three(*args):
         if trainer.state.step == 2:
-            os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C, in the middle of the step
-        return real_step(*step)
+            os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C, in the middle of the step's forward
+        return real_loss(*args)
 
-    monkeypatch.setattr(trainer, "train_step", ctrl_c_during_step_three)
-    with pytest.raises(UserError, match="interrupted at step 3.*--resume"):
+    monkeypatch.setattr(trainer_module, "label_smoothed_nll", ctrl_c_inside_step_three)
+    with pytest.raises(UserError, match="interrupted at step 2; .*--resume; step 3, under way, was dropped"):
         trainer.run()
+    monkeypatch.undo()
     saved = sorted((tmp_path / "run" / "checkpoints").glob("*.pt"))
-    assert [p.name for p in saved] == ["step_00000003.pt"]
+    assert [p.name for p in saved] == ["step_00000002.pt"]
     assert signal.getsignal(signal.SIGINT) is before  # the handler is put back
-    resumed = engine.train(engine.load_run_recipe(tmp_path / "run"), tmp_path / "run", resume=True)
+    resumed = engine.train(engine.load_run_recipe(tmp_path / "run"), tmp_path / "run", start=RunStart("resume"))
     engine.train(RECIPE, tmp_path / "whole", overrides=["train.validate_every=0", "train.checkpoint_every=100"])
     a = torch.load(sorted((tmp_path / "run" / "checkpoints").glob("*.pt"))[-1], weights_only=True)["model"]
     b = torch.load(sorted((tmp_path / "whole" / "checkpoints").glob("*.pt"))[-1], weights_only=True)["model"]
@@ -86,7 +89,7 @@ def test_resume_passes_over_a_damaged_latest_checkpoint(tmp_path):
     engine.train(RECIPE, tmp_path / "whole", overrides=["train.max_steps=6", "train.checkpoint_every=2"])
     latest = tmp_path / "run" / "checkpoints" / "step_00000004.pt"
     latest.write_bytes(latest.read_bytes()[:100])  # truncated, as by a full disk
-    resumed = engine.train(tmp_path / "run" / "recipe.toml", tmp_path / "run", resume=True,
+    resumed = engine.train(tmp_path / "run" / "recipe.toml", tmp_path / "run", start=RunStart("resume"),
                            overrides=["train.max_steps=6"])
     assert resumed.step == 6
     a = torch.load(tmp_path / "run" / "checkpoints" / "step_00000006.pt", weights_only=True)["model"]
@@ -98,7 +101,7 @@ def test_a_failed_resume_leaves_the_run_directory_as_it_was(tmp_path):
     engine.train(RECIPE, tmp_path / "run", overrides=["train.max_steps=2"])
     recipe_before = (tmp_path / "run" / "recipe.toml").read_text()
     with pytest.raises(UserError, match="does not fit the model.*resume without changing"):
-        engine.train(tmp_path / "run" / "recipe.toml", tmp_path / "run", resume=True,
+        engine.train(tmp_path / "run" / "recipe.toml", tmp_path / "run", start=RunStart("resume"),
                      overrides=["model.d_model=32", "model.d_ff=32", "train.max_steps=4"])
     assert (tmp_path / "run" / "recipe.toml").read_text() == recipe_before
     assert len(engine.decode(tmp_path / "run", ["1 2 3"])) == 1
@@ -108,7 +111,7 @@ def test_resume_drops_a_stale_average(tmp_path):
     engine.train(RECIPE, tmp_path / "run", overrides=["train.max_steps=4", "train.average_last=2",
                                                       "train.checkpoint_every=2"])
     assert (tmp_path / "run" / "average.pt").is_file()
-    engine.train(tmp_path / "run" / "recipe.toml", tmp_path / "run", resume=True,
+    engine.train(tmp_path / "run" / "recipe.toml", tmp_path / "run", start=RunStart("resume"),
                  overrides=["train.max_steps=6", "train.average_last=0"])
     assert not (tmp_path / "run" / "average.pt").exists()
 

@@ -96,7 +96,7 @@ def run_job(job: BufferJob, items: Iterable, total: int | None, files: OutputFil
     request = StopRequest()
     try:
         # under torchrun every rank gets the signal (the launcher forwards it): rank 0 alone says so
-        with stop_on_signals(request, "the buffer under way is written", quiet=rank != 0):
+        with stop_on_signals(request, "the buffer under way is written", notice=rank == 0):
             # nothing is done yet: a stop here loses nothing (not under torchrun, where a rank abandoning the
             # broadcast of the start would leave the others waiting in it: the ranks stop after their first round)
             startup = request.abandonable() if world == 1 else contextlib.nullcontext()

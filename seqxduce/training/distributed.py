@@ -47,6 +47,16 @@ class World:
         dist.all_reduce(reduced, op=op, group=self.host_group if reduced.device.type == "cpu" else None)
         return reduced
 
+    def announce(self, key: str) -> None:
+        """Tell the other processes that `key` is done, through the rendezvous store: not a collective, so that
+        those waiting for it (polling announced) wait as long as the work takes, past [train] collective_timeout."""
+        if self.world_size > 1:
+            dist.distributed_c10d._get_default_store().set(key, "1")
+
+    def announced(self, key: str) -> bool:
+        """Whether a process announced `key` (at once, without waiting)."""
+        return self.world_size > 1 and dist.distributed_c10d._get_default_store().check([key])
+
     def wrap(self, model: torch.nn.Module, fsdp: bool = False) -> torch.nn.Module:
         """DistributedDataParallel when there is more than one process, else the model itself; with fsdp, the
         model sharded in place by FSDP2's fully_shard."""
@@ -110,11 +120,26 @@ def setup(device_setting: str, timeout: float = 600.0) -> World:
         backend = "gloo"
     owns = not dist.is_initialized()
     if owns:
-        dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout))
+        _join(backend, timeout)
     host_group = None
     if dist.get_backend() == "nccl":
         host_group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout))
     return World(rank=rank, world_size=world_size, device=device, owns_group=owns, host_group=host_group)
+
+
+def _join(backend: str, timeout: float) -> None:
+    """init_process_group, a restart's known failure in one line: torchrun shares its rendezvous store with the
+    workers by default, and a restart's workers then read the addresses the last attempt's wrote there
+    (pytorch/pytorch#135712), so that connecting fails."""
+    try:
+        dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout))
+    except RuntimeError as err:
+        restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+        if restart == 0 or not is_collective_failure(err):
+            raise
+        raise UserError(f"torchrun restart {restart}: the processes could not connect ({failure_text(err)}): "
+                        "torchrun's shared store holds the last attempt's addresses; start torchrun with "
+                        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in its environment (docs/cluster.md)") from None
 
 
 def is_collective_failure(err: BaseException) -> bool:

@@ -7,7 +7,10 @@ Two keys name a dataset's folder under the cache root ($SEQXDUCE_CACHE, else ~/.
   trained tokenizer files too, so that `seqxduce prepare RECIPE` does the work ahead of `seqxduce train`, and a
   second run of the recipe takes the same tokenizers (their training is seeded: the files are those it would train);
 - `tokens-KEY` (a run whose tokenizer files come from elsewhere: --resume, --tokenizers-from, --init-from, an
-  ensemble's members: the data, the tokenizer files' bytes and the limits) holds the ids alone.
+  ensemble's members: the data, the tokenizer files' bytes and the limits) holds the ids alone, and is written
+  only when no prepared folder holds those ids already (dataset_for_files): a resumed or restarted run, and a run
+  given the same tokenizer files, map what `prepare` or the first run wrote, so that there is one dataset per
+  corpus, tokenizer files and limits, whatever the route that made it.
 The data enter a key by their files' names, sizes and times when the task names its files (Task.data_files),
 else by the text of their examples."""
 
@@ -117,10 +120,16 @@ def limits(recipe: Recipe) -> tuple[int, int]:
 
 def prepared_folder(recipe: Recipe, fingerprint: str, root: Path | None = None) -> Path:
     """The folder of a new run's dataset and tokenizers: keyed by the data, [task], [tokenizer] and the limits."""
-    resolved = recipe.resolved()
     files = _file_digests(recipe)  # a part only when there are files: the other datasets keep their keys
-    key = _key(fingerprint, resolved["task"], resolved["tokenizer"], *([files] if files else []), limits(recipe))
+    key = _key(fingerprint, _task(recipe), recipe.resolved()["tokenizer"], *([files] if files else []),
+               limits(recipe))
     return (root or cache_root()) / f"prepared-{key}"
+
+
+def _task(recipe: Recipe) -> dict:
+    """[task] as a key holds it: the data directory as the folder it names, so that the recipe a run saved (its
+    paths made absolute) keys the same datasets as the recipe file it was started from."""
+    return {**recipe.resolved()["task"], "data_dir": str(components.data_dir(recipe).resolve())}
 
 
 def _file_digests(recipe: Recipe) -> dict[str, str]:
@@ -140,11 +149,44 @@ def tokens_folder(recipe: Recipe, fingerprint: str, tokenizer_files: Sequence[Pa
     """The folder of the ids of a run whose tokenizer files come from elsewhere: keyed by the data, those files'
     bytes, the tokenizer classes, [task] and the limits."""
     digest = hashlib.sha256()
-    for path in sorted(tokenizer_files, key=lambda p: p.name):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    for name, content in sorted(_contents(tokenizer_files).items()):
+        digest.update(name.encode() + b"\0" + content + b"\0")
     classes = [f"{type(t).__module__}.{type(t).__qualname__}" for t in (tokenizers.src, tokenizers.tgt)]
-    key = _key(fingerprint, digest.hexdigest(), classes, recipe.resolved()["task"], limits(recipe))
+    key = _key(fingerprint, digest.hexdigest(), classes, _task(recipe), limits(recipe))
     return (root or cache_root()) / f"tokens-{key}"
+
+
+def _contents(files: Iterable[Path]) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in files}
+
+
+TOKENS_KEY = "tokens_key"  # a prepared folder's meta: the tokens-KEY its ids would have (dataset_for_files)
+
+
+def dataset_for_files(recipe: Recipe, fingerprint: str, tokenizer_files: Sequence[Path],
+                      tokenizers: components.Tokenizers, root: Path | None = None) -> Path:
+    """The dataset of the ids that tokenizer files (a run's, taken from elsewhere) give the recipe's data: a
+    prepared folder that holds them already (the recipe's own, its tokenizer files byte for byte those; or any
+    whose meta names the same tokens key), else the tokens-KEY folder, written when it is not there. Every rank
+    finds the same: datasets are only added, and one found existed before any rank looked."""
+    folder = tokens_folder(recipe, fingerprint, tokenizer_files, tokenizers, root)
+    if binarized.exists(folder):
+        return folder
+    own = prepared_folder(recipe, fingerprint, root)
+    if binarized.exists(own) and (own / TOKENIZERS).is_dir() and \
+            _contents(RunDir(own / TOKENIZERS).tokenizer_files(recipe)) == _contents(tokenizer_files):
+        return own
+    for other in sorted(folder.parent.glob("prepared-*")):  # another recipe's preparation with the same ids
+        if binarized.exists(other) and _tokens_key(other) == folder.name:
+            return other
+    return folder
+
+
+def _tokens_key(folder: Path) -> str | None:
+    try:
+        return binarized.read_meta(folder).get(TOKENS_KEY)
+    except UserError:  # not one this version reads: not a candidate
+        return None
 
 
 # ---------------------------------------------------------------- encoding on every core
@@ -264,7 +306,7 @@ def _write(writer: binarized.DatasetWriter, results: Iterable[tuple], progress: 
 
 def write_dataset(folder: Path, examples: Iterable[Example], tokenizers: components.Tokenizers, recipe: Recipe,
                   tokenizer_folder: Path | None = None, workers: int | None = None, show: bool = True,
-                  total: int | None = None, replace: bool = False) -> Path:
+                  total: int | None = None, replace: bool = False, meta: dict | None = None) -> Path:
     """Encode the examples (iterated once) into a dataset at folder (with a copy of tokenizer_folder's files, for a
     prepared folder), atomically, and print what was done in one line."""
     started = time.perf_counter()
@@ -277,7 +319,8 @@ def write_dataset(folder: Path, examples: Iterable[Example], tokenizers: compone
                             "file is empty")
         if tokenizer_folder is not None:
             shutil.copytree(tokenizer_folder, writer.work / TOKENIZERS)
-        writer.extra.update({"read": read.count, "dropped": {"over max_source_len/max_target_len": dropped}})
+        writer.extra.update({"read": read.count, "dropped": {"over max_source_len/max_target_len": dropped},
+                             **(meta or {})})
         kept = writer.pairs
         writer.close()
     if kept == 0:
@@ -295,10 +338,12 @@ def _size(nbytes: int) -> str:
     return f"{nbytes / 1e9:.2f} GB" if nbytes >= 1e8 else f"{nbytes / 1e6:.1f} MB"
 
 
-def prepare_new(recipe: Recipe, folder: Path, examples: Iterable[Example], workers: int | None = None,
-                show: bool = True, total: int | None = None, replace: bool = False) -> Path:
-    """A new run's prepared folder: the tokenizer(s) trained on the examples, then the dataset with them. examples
-    is iterated more than once (an Examples stream reads its files anew each time)."""
+def prepare_new(recipe: Recipe, folder: Path, examples: Iterable[Example], fingerprint: str,
+                workers: int | None = None, show: bool = True, total: int | None = None,
+                replace: bool = False) -> Path:
+    """A new run's prepared folder: the tokenizer(s) trained on the examples, then the dataset with them, its meta
+    naming the tokens key of those ids (dataset_for_files: fingerprint is the data's). examples is iterated more
+    than once (an Examples stream reads its files anew each time)."""
     nonempty(recipe, examples)
     work = binarized.work_folder(folder, "tok-")
     try:
@@ -306,8 +351,9 @@ def prepare_new(recipe: Recipe, folder: Path, examples: Iterable[Example], worke
         train_tokenizers_shown(RunDir(tokenizer_dir), recipe, examples, total=total, show=show)
         preparing_stopped()
         tokenizers = RunDir(tokenizer_dir).load_tokenizers(recipe)
+        key = tokens_folder(recipe, fingerprint, RunDir(tokenizer_dir).tokenizer_files(recipe), tokenizers).name
         return write_dataset(folder, examples, tokenizers, recipe, tokenizer_dir, workers=workers, show=show,
-                             total=total, replace=replace)
+                             total=total, replace=replace, meta={TOKENS_KEY: key})
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -368,10 +414,12 @@ def prepare_training_data(recipe: Recipe, task: Task, data_dir: Path, again: boo
     replacing one that is damaged); returns it."""
     examples = Examples(task, data_dir)
     with stop_while_preparing("preparing the training data"):
-        folder = prepared_folder(recipe, data_fingerprint(task, data_dir, examples))
+        fingerprint = data_fingerprint(task, data_dir, examples)
+        folder = prepared_folder(recipe, fingerprint)
         if binarized.exists(folder) and not again:
             pairs, meta = binarized.open_dataset(folder)  # a damaged one is refused: --again replaces it
             console.print(f"the training data were prepared already: {len(pairs)} pairs in {folder} "
                           f"({_size(binarized.size_on_disk(folder))}); --again prepares them anew")
             return folder
-        return prepare_new(recipe, folder, examples, workers=workers, total=examples.lines_hint(), replace=again)
+        return prepare_new(recipe, folder, examples, fingerprint, workers=workers, total=examples.lines_hint(),
+                           replace=again)

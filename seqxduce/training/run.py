@@ -5,8 +5,10 @@ value, as fairseq and Joey NMT build them outside their trainers."""
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from seqxduce.console import console
 from seqxduce.data import Pair, PairArrays, encode_pairs, release_freed_memory
 from seqxduce.device import resolve_device
 from seqxduce.recipe import Recipe
+from seqxduce.run_start import RunStart
 from seqxduce.rundir import SAMPLED_DIR, RunDir, locate
 from seqxduce.training import binarized, distributed
 from seqxduce.training.early_stopping import EarlyStopping
@@ -30,10 +33,10 @@ from seqxduce.training.prepare import (
     TOKENIZERS,
     Examples,
     data_fingerprint,
+    dataset_for_files,
     nonempty,
     prepare_new,
     prepared_folder,
-    tokens_folder,
     train_tokenizers_shown,
     write_dataset,
 )
@@ -103,18 +106,18 @@ class FineTuningSource:
     saved: dict
 
 
-def assemble(recipe: Recipe, run_dir: Path, resume: bool = False, overwrite: bool = False,
-             tokenizers_from: Path | None = None, init_from: Path | None = None,
-             keep_optimizer: bool = False) -> TrainingRun:
-    """Build a run in run directory `run_dir`: a new one (trained tokenizers, or tokenizers_from's), or with
-    resume the one there, restored from its newest checkpoint exactly. init_from (a run directory or checkpoint)
-    starts a new run from its weights and tokenizer files, and with keep_optimizer its optimizer state, for
-    fine-tuning. Every rank of a world calls it."""
+def assemble(recipe: Recipe, run_dir: Path, start: RunStart | None = None) -> TrainingRun:
+    """Build a run in run directory `run_dir` as `start` says (resolved: new or resume; checked where it was made):
+    a new one (trained tokenizers, or start.tokenizers_from's), or the one there, restored from its newest
+    checkpoint exactly. start.init_from (a run directory or checkpoint) starts a new run from its weights and
+    tokenizer files, and with start.keep_optimizer its optimizer state, for fine-tuning. Every rank of a world
+    calls it."""
     s = recipe.train
+    start = start or RunStart()
+    resume = start.resume
     # read before any heavy work, so that a model that does not match is one line at once
-    init = fine_tuning_source(recipe, init_from, resume, tokenizers_from, keep_optimizer) if init_from else None
-    if init is not None:
-        tokenizers_from = init.run_dir
+    init = fine_tuning_source(recipe, start.init_from, start.keep_optimizer) if start.init_from else None
+    tokenizers_from = init.run_dir if init is not None else start.tokenizers_from
     world = distributed.setup(s.device, s.collective_timeout)
     if s.fsdp:  # before the data and the model are built
         world.require_shards()
@@ -123,7 +126,7 @@ def assemble(recipe: Recipe, run_dir: Path, resume: bool = False, overwrite: boo
     if is_main and s.tensorboard:
         summary_writer_class()  # a missing package is one line before the run folder is touched
     rundir = RunDir(run_dir)
-    _open_run_dir(rundir, world, resume, overwrite)
+    _open_run_dir(rundir, world, start)
     # read before any heavy work, so that a checkpoint that cannot be resumed is one line at once
     resume_from = rundir.resume_state() if resume else None
     board = rundir.path / TENSORBOARD_DIR if is_main and s.tensorboard else None
@@ -157,10 +160,10 @@ def assemble(recipe: Recipe, run_dir: Path, resume: bool = False, overwrite: boo
     optimizer, fused = build_optimizer(model, s, model.schedule_width)
     scaler = build_scaler(s, device)
     if init is not None:
-        if keep_optimizer:  # Adam's moments go on; the schedule starts again at step 1 of the new run
+        if start.keep_optimizer:  # Adam's moments go on; the schedule starts again at step 1 of the new run
             restore_optimizer(optimizer, init.saved["optimizer"], fused)
         if is_main:
-            kept = "its optimizer state kept" if keep_optimizer else "a fresh optimizer"
+            kept = "its optimizer state kept" if start.keep_optimizer else "a fresh optimizer"
             console.print(f"initialised from {init.checkpoint} (step {init.saved.get('step', '?')}), {kept}")
     run = TrainingRun(
         recipe=recipe, world=world, device=device, task=task, tokenizers=tokenizers, model=model, wrapped=wrapped,
@@ -186,16 +189,9 @@ def assemble(recipe: Recipe, run_dir: Path, resume: bool = False, overwrite: boo
     return run
 
 
-def fine_tuning_source(recipe: Recipe, init_from: Path, resume: bool, tokenizers_from: Path | None,
-                       keep_optimizer: bool) -> FineTuningSource:
+def fine_tuning_source(recipe: Recipe, init_from: Path, keep_optimizer: bool) -> FineTuningSource:
     """The run directory, checkpoint and its contents that --init-from names, refused in one line when the recipe's
     architecture or vocabulary differs from that run's: [model] and [tokenizer] must match, [train] may change."""
-    if resume:
-        raise UserError("train: --init-from starts a new run from another's weights, --resume continues this one; "
-                        "give one of them")
-    if tokenizers_from is not None:
-        raise UserError("train: --init-from takes the tokenizer files of the run it names; leave out "
-                        "--tokenizers-from")
     source, path = locate(init_from)
     if not source.recipe_file.is_file():
         raise UserError(f"--init-from {init_from}: {source.path} holds no {source.recipe_file.name}; name a run "
@@ -219,10 +215,10 @@ def fine_tuning_source(recipe: Recipe, init_from: Path, resume: bool, tokenizers
     return FineTuningSource(source.path, path, saved)
 
 
-def _open_run_dir(rundir: RunDir, world: distributed.World, resume: bool, overwrite: bool) -> None:
-    rundir.check_start(resume, overwrite)
+def _open_run_dir(rundir: RunDir, world: distributed.World, start: RunStart) -> None:
+    rundir.check_start(start.resume, start.overwrite)
     if world.rank == 0:
-        for line in rundir.open(overwrite):
+        for line in rundir.open(start.overwrite):
             console.print(line)
     world.barrier()
 
@@ -267,22 +263,22 @@ def training_data(recipe: Recipe, task: Task, data_dir: Path, rundir: RunDir, wo
                 reused = True
                 console.print(f"train: the training data were prepared already: {folder}")
             else:
-                prepare_new(recipe, folder, examples, total=examples.lines_hint())
+                prepare_new(recipe, folder, examples, fingerprint, total=examples.lines_hint())
             rundir.copy_tokenizers(recipe, folder / TOKENIZERS)
-        _await_prepared(folder, world)
     else:  # the tokenizer files come from elsewhere: the ids are keyed by their bytes
         _tokenizers_in(rundir, recipe, world, examples, resume, tokenizers_from)
         tokenizers = rundir.load_tokenizers(recipe)
-        folder = tokens_folder(recipe, fingerprint, rundir.tokenizer_files(recipe), tokenizers)
+        # a restart, a resumed run, a run given the same tokenizer files: the dataset prepared before, if any
+        folder = dataset_for_files(recipe, fingerprint, rundir.tokenizer_files(recipe), tokenizers)
         if is_main:
             if binarized.exists(folder):
                 binarized.open_dataset(folder)
                 reused = True
-                console.print(f"train: read the tokenized pairs from the cache {folder}")
+                console.print(f"train: the training data were prepared already: {folder}")
             else:
                 write_dataset(folder, nonempty(recipe, examples), tokenizers, recipe, total=examples.lines_hint())
-        _await_prepared(folder, world)
-    pairs, meta = binarized.open_dataset(folder, verify=not is_main)  # rank 0 checked it above
+    mapped = _await_prepared(folder, world, lambda: _node_copy(recipe, rundir, fingerprint, examples, world))
+    pairs, meta = binarized.open_dataset(mapped, verify=not is_main)  # rank 0 checked it above
     _report_kept(len(pairs), sum(meta.get("dropped", {}).values()), is_main and reused)
     return pairs, folder.name  # the dataset's key: its data, tokenizers and limits
 
@@ -295,13 +291,42 @@ def _digest(pairs: PairArrays) -> str:
     return digest.hexdigest()[:32]
 
 
-def _await_prepared(folder: Path, world: distributed.World) -> None:
-    """The other ranks wait for rank 0's dataset by its folder, not in a collective: preparing a large corpus
-    outlasts [train] collective_timeout (a rank 0 that fails ends the world under torchrun)."""
+def _await_prepared(folder: Path, world: distributed.World, node_copy: Callable[[], Path]) -> Path:
+    """The folder this rank maps. The other ranks wait for rank 0's dataset by its folder or rank 0's word that
+    it is done (the rendezvous store), not in a collective: preparing a large corpus outlasts [train]
+    collective_timeout (a rank 0 that fails ends the world under torchrun). A rank that hears rank 0 is done but
+    does not see the folder is on a node whose cache folder is its own ($SEQXDUCE_CACHE not shared): it maps the
+    node's own copy of the same ids (node_copy)."""
+    done = f"seqxduce/prepared/{folder.name}"
     if world.world_size > 1 and world.rank != 0:
-        while not binarized.exists(folder):
-            time.sleep(1.0)
+        while not binarized.exists(folder) and not world.announced(done):
+            time.sleep(0.2)
+        if not binarized.exists(folder):
+            folder = node_copy()
+    else:
+        world.announce(done)
     world.barrier()
+    return folder
+
+
+def _node_copy(recipe: Recipe, rundir: RunDir, fingerprint: str, examples: Examples, world: distributed.World
+               ) -> Path:
+    """This node's own dataset of the ids rank 0 mapped: encoded with the run's tokenizer files (which rank 0
+    put in the run directory: the same bytes, so the same ids) by the node's first process, the others waiting
+    for it; found instead when the node has it already (a restart)."""
+    if not rundir.has_tokenizers(recipe):
+        raise UserError(f"process {world.rank}: sees neither the training data process 0 prepared nor the run's "
+                        f"tokenizer files in {rundir.path}: put --out on storage every node shares")
+    tokenizers = rundir.load_tokenizers(recipe)
+    own = dataset_for_files(recipe, fingerprint, rundir.tokenizer_files(recipe), tokenizers)
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        if not binarized.exists(own):
+            write_dataset(own, nonempty(recipe, examples), tokenizers, recipe, show=False)
+        console.print(f"process {world.rank}: this node's cache folder is not process 0's; it maps its own copy "
+                      f"of the training data, {own}")
+    while not binarized.exists(own):
+        time.sleep(0.2)
+    return own
 
 
 def _report_kept(kept: int, skipped: int, is_main: bool) -> None:

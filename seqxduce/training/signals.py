@@ -1,8 +1,8 @@
 """Stopping training on request: Ctrl-C (SIGINT), SIGTERM (sent by schedulers, `timeout`, `docker stop`,
-systemd) and SIGUSR1 (SLURM's `--signal=USR1@90`, sent ahead of a time limit) ask the trainer to finish its step
-and save it; work that can be dropped without losing a step (validation, the final average) is abandoned at once;
-a second signal stops at once. Preparing the training data, which keeps nothing until it is done, stops at once
-(stop_while_preparing)."""
+systemd) and SIGUSR1 (SLURM's `--signal=USR1@90`, sent ahead of a time limit) ask the trainer to save the last
+completed step and stop; work that can be dropped without losing a step (the step under way before its update,
+validation, the final average) is abandoned at once; a second signal stops at once. Preparing the training
+data, which keeps nothing until it is done, stops at once (stop_while_preparing)."""
 
 from __future__ import annotations
 
@@ -22,10 +22,11 @@ from seqxduce.stopping import (  # noqa: F401 (the names training has always imp
 
 @contextlib.contextmanager
 def stop_on_signals(request: StopRequest) -> Iterator[StopRequest]:
-    """While training, a first signal only sets request.signal, because stopping inside an optimizer step would
-    save the parameters of one step with the data position and RNG state of another (inside
-    request.abandonable() it raises Abandoned); a second one raises KeyboardInterrupt."""
-    with stopping.stop_on_signals(request, "this step to save it") as same:
+    """While training, a first signal sets request.signal, read between steps; inside request.abandonable() (a
+    step's forward and backward, a validation) it raises Abandoned, and the trainer drops that work and saves the
+    last completed step. A second one raises KeyboardInterrupt. Nothing is said here: the stop comes within moments
+    and the trainer says in one line how it ended."""
+    with stopping.stop_on_signals(request, "this step to save it", notice=False) as same:
         yield same
 
 

@@ -35,6 +35,7 @@ class TrainResult:
     run_dir: Path
     step: int
     metrics: dict[str, float]
+    finished_before: bool = False  # a resume of a run that had finished: nothing trained, one line said so
 
 
 def set_step_seed(seed: int, rank: int, step: int) -> None:
@@ -132,7 +133,7 @@ def finished_already(rundir: RunDir, settings: TrainSettings, step: int, is_main
                       f"max_epochs = {settings.max_epochs}); nothing to train: raise them with --set to go on")
         if settings.average_last > 1 and not _average_current(rundir):
             settle_average(rundir, settings)
-    return TrainResult(rundir.path, step, {})
+    return TrainResult(rundir.path, step, {}, finished_before=True)
 
 
 def _average_current(rundir: RunDir) -> bool:

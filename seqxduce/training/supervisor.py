@@ -31,6 +31,7 @@ from seqxduce.cpus import usable_cpus
 from seqxduce.errors import TrainingStopped
 from seqxduce.members import MEMBERS_DIR, MEMBERS_RECIPE, TOKENIZERS_DIR, member_dir
 from seqxduce.recipe import Recipe
+from seqxduce.run_start import RunStart
 from seqxduce.rundir import RunDir
 
 POLL_SECONDS = 0.2
@@ -188,13 +189,14 @@ class _Supervisor:
                 signal.signal(number, handler)
 
 
-def train_members(recipe: Recipe, out: str | Path, resume: bool = False, overwrite: bool = False,
-                  tokenizers_from: str | Path | None = None, overrides: Sequence[str] = ()) -> int:
-    """Train the recipe's N members (see the module's help); returns the step the first member reached."""
+def train_members(recipe: Recipe, out: str | Path, start: RunStart, overrides: Sequence[str] = ()) -> int:
+    """Train the recipe's N members (see the module's help), started as `start` says (resolved: new or resume);
+    returns the step the first member reached."""
     run = Path(out)
-    if tokenizers_from is not None:
+    if start.tokenizers_from is not None:
         raise UserError("--tokenizers-from with [train] members > 1: the members train their own shared "
                         "tokenizers; give one or the other")
+    resume, overwrite = start.resume, start.overwrite
     _set_up_members(recipe, run, resume, overwrite)
     count = recipe.train.members
     cores = usable_cpus()

@@ -3,7 +3,9 @@ accumulation, clipping, a skip of non-finite updates), logging, validation and c
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ from seqxduce.console import TrainProgress, console, format_figures
 from seqxduce.data import Batch, Prefetcher
 from seqxduce.device import autocast_context
 from seqxduce.recipe import Recipe
+from seqxduce.run_start import RunStart
 from seqxduce.rundir import RunDir, prune
 from seqxduce.training import distributed
 from seqxduce.training.figures import NonfiniteRun, Window, batch_stats
@@ -47,6 +50,9 @@ class Trainer:
         self.stop = StopRequest()
         self.nonfinite = NonfiniteRun(self.settings.max_nonfinite_steps)
         self._in_step = False  # inside an optimizer step (what a second signal cuts short)
+        # the data position before the step under way, while it may still be dropped (before its update)
+        self._position_before: tuple[int, int] | None = None
+        self._agreed = False  # every process dropped the step at the same point (FSDP: _agree_to_drop)
 
     @property
     def state(self) -> TrainState:
@@ -56,13 +62,23 @@ class Trainer:
     # ------------------------------------------------------------ the loop
 
     def run(self) -> TrainResult:
-        """Train to max_steps. A first Ctrl-C, SIGTERM or SIGUSR1 finishes the current step (or abandons the
-        validation or averaging under way) and saves the last step done, so that --resume continues it; a second one
-        stops at once, keeping the checkpoints already written (TrainingStopped).
-        Another process that dies or hangs stops this one after [train] collective_timeout, with an error."""
+        """Train to max_steps. A first Ctrl-C, SIGTERM or SIGUSR1 drops the step under way (or abandons the
+        validation or averaging under way) and saves the last step completed, so that --resume continues it and runs
+        the dropped step again exactly (_stop_in_step); a second one stops at once, keeping the checkpoints already
+        written (TrainingStopped). Another process that dies or hangs stops this one after [train]
+        collective_timeout, with an error."""
         with stop_on_signals(self.stop):
             try:
-                return self._run()
+                try:
+                    return self._run()
+                except Abandoned:  # the signal landed in the step's forward or backward
+                    raise self._stop_in_step() from None
+                except RuntimeError as err:
+                    if self.parts.world.world_size == 1 or not distributed.is_collective_failure(err):
+                        raise
+                    if self.stop.requested:  # another process stopped first, leaving this one's collective
+                        raise self._stop_in_step() from None
+                    raise self._lost(err) from None
             except KeyboardInterrupt:
                 saved = self._rundir().step_checkpoints()
                 kept = f"the last checkpoint is {saved[-1]}" if saved else "no checkpoint was written"
@@ -70,14 +86,48 @@ class Trainer:
                          else f"after step {self.state.step}, before it was saved")
                 raise TrainingStopped(f"interrupted {where}; {kept}; continue with --resume",
                                       self.stop.exit_code) from None
-            except RuntimeError as err:
-                if self.parts.world.world_size == 1 or not distributed.is_collective_failure(err):
-                    raise
-                raise UserError(
-                    f"process {self.parts.world.rank} of {self.parts.world.world_size} lost the others during step "
-                    f"{self.state.step + 1} ({distributed.failure_text(err)}): one died or did not answer within "
-                    f"[train] collective_timeout = {self.settings.collective_timeout:g} s; "
-                    f"{self._last_checkpoint_text()}; continue with --resume") from None
+
+    def _lost(self, err: RuntimeError) -> UserError:
+        return UserError(
+            f"process {self.parts.world.rank} of {self.parts.world.world_size} lost the others during step "
+            f"{self.state.step + 1} ({distributed.failure_text(err)}): one died or did not answer within "
+            f"[train] collective_timeout = {self.settings.collective_timeout:g} s; "
+            f"{self._last_checkpoint_text()}; continue with --resume")
+
+    def _stop_in_step(self) -> TrainingStopped:
+        """A stop that came during a step: the step is dropped and the last completed one saved, at once.
+
+        Why the processes need not agree, under DDP or alone: the parameters, the optimizer and the loss scaler
+        change only in the step's update, which runs outside abandonable() (no signal interrupts it), and rank 0
+        holds the full weights. So whatever point each process reached, rank 0's state is a completed step's: the
+        one before the step under way if its step was dropped (its accumulated gradients are dropped with it), or
+        the step it finished, when its update ran (then every process had joined that step's gradient all-reduce
+        and the `skipped` all-reduce after it, so the step is whole). Rank 0 alone writes it, without a collective
+        (another process may have left already). A process that drops its step leaves the world at once: its
+        exit closes its connections, so that a process blocked in the step's gradient all-reduce (inside backward,
+        where no Python signal handler runs) fails out of it within moments, finds the stop requested and comes
+        here, instead of waiting for [train] collective_timeout. Under FSDP the full state is a gather, a
+        collective of every process: there a step is dropped only where all agree, between micro-batches
+        (_agree_to_drop), and the save is made together."""
+        self.stop.finishing = True  # a launcher's or scheduler's second signal waits for the save
+        dropped = self._position_before is not None
+        if dropped:  # the data position of the step before: the resume replays the dropped step exactly
+            self.state.epoch, self.state.step_in_epoch = self._position_before
+            self._position_before = None
+        self._in_step = False
+        step, world = self.state.step, self.parts.world
+        name = signal_name(self.stop.signal or signal.SIGTERM)
+        then = f"; step {step + 1}, under way, was dropped and runs again" if dropped else ""
+        if self.settings.fsdp and not self._agreed:
+            return TrainingStopped(f"{name}: process {world.rank} of {world.world_size} stopped during step "
+                                   f"{step + 1} without the others, so FSDP's shards could not be gathered; "
+                                   f"{self._last_checkpoint_text()}; continue with --resume", self.stop.exit_code)
+        path = self.save(alone=not self.settings.fsdp)
+        if not self.parts.is_main:
+            return TrainingStopped(f"{name}: process {world.rank} of {world.world_size} stopped at step {step}"
+                                   f"{then}; process 0 saves {path}", self.stop.exit_code)
+        return TrainingStopped(f"{name}: interrupted at step {step}; saved {path}; continue with --resume{then}",
+                               self.stop.exit_code)
 
     def _run(self) -> TrainResult:
         s = self.settings
@@ -99,9 +149,11 @@ class Trainer:
         with TrainProgress(s.max_steps, self.state.step, enabled=self.parts.is_main) as progress, \
                 Prefetcher(self.parts.plan.steps(self.state), self._collated, depth=2) as planned:
             for plan, batches in planned:
+                self._position_before = (self.state.epoch, self.state.step_in_epoch)
                 self.state.epoch, self.state.step_in_epoch = plan.epoch, plan.step_in_epoch
                 self._in_step = True
                 figures = self.train_step(batches, plan.global_tokens)
+                self._position_before = None  # its update ran: the step is done
                 self.state.step += 1
                 self.state.step_in_epoch += 1
                 self._in_step = False
@@ -196,22 +248,41 @@ class Trainer:
 
         Nothing here waits for the device: the figures it returns (loss, nll, aux, grad_norm, skipped_updates)
         are device tensors that the log window sums and reads at log time, and a non-finite step's update is
-        skipped on the device (the fused optimizer's found_inf, as a GradScaler uses it)."""
+        skipped on the device (the fused optimizer's found_inf, as a GradScaler uses it).
+
+        A stop signal drops the step anywhere before its update (Abandoned; see Trainer._stop_in_step), which no
+        signal interrupts: the parameters and the optimizer change only there."""
         s, parts, world = self.settings, self.parts, self.parts.world
         if global_tokens is None:
             if world.world_size > 1:
                 raise ValueError("train_step: several processes need the global_tokens of all their batches")
             global_tokens = sum(b.ntokens for b in batches)
         step = self.state.step + 1
-        pad_id = parts.tokenizers.vocab().pad_id
         set_step_seed(s.seed, world.rank, step)
         set_learning_rate(parts.optimizer, learning_rate(s, step, parts.model.schedule_width))
         parts.wrapped.train()
         parts.optimizer.zero_grad(set_to_none=True)
+        started = time.perf_counter()
+        # under FSDP a signal only sets the flag, read by every process together between micro-batches
+        with contextlib.nullcontext() if s.fsdp else self.stop.abandonable():
+            loss_sum, nll_sum, aux_sum, grad_norm, skipped, model_stats = self._gradients(batches, global_tokens)
+        optimizer_step(parts.optimizer, parts.fused, skipped)
+        parts.scaler.update()  # after an fp16 overflow, this halves the loss scale
+        elapsed = time.perf_counter() - started
+        return {"loss": loss_sum, "nll": nll_sum, "tokens": float(global_tokens), "aux": aux_sum,
+                "grad_norm": grad_norm, "seconds": elapsed, "skipped_updates": skipped,
+                **batch_stats(model_stats)}
+
+    def _gradients(self, batches: list[Batch], global_tokens: int) -> tuple:
+        """The step's droppable part: forward and backward over the batches, the gradients scaled and clipped,
+        and whether to skip the update; nothing kept changes here."""
+        s, parts, world = self.settings, self.parts, self.parts.world
+        pad_id = parts.tokenizers.vocab().pad_id
         loss_sum = nll_sum = aux_sum = torch.zeros((), dtype=torch.float64, device=parts.device)
         model_stats: list[dict[str, Any]] = []
-        started = time.perf_counter()
         for i, host_batch in enumerate(batches):
+            if s.fsdp:
+                self._agree_to_drop()
             batch = host_batch.to(parts.device)
             sync = i == len(batches) - 1
             with world.no_sync(parts.wrapped, sync), autocast_context(parts.device, s.precision):
@@ -237,12 +308,16 @@ class Trainer:
         grad_norm = clip_gradients(grads, s.clip_norm, world if s.fsdp else None)
         # all-reduced gradients give every process the same norm; the loss is reduced too, so all skip alike
         skipped = world.all_reduce_max((~(torch.isfinite(loss_sum) & torch.isfinite(grad_norm))).float())
-        optimizer_step(parts.optimizer, parts.fused, skipped)
-        parts.scaler.update()  # after an fp16 overflow, this halves the loss scale
-        elapsed = time.perf_counter() - started
-        return {"loss": loss_sum, "nll": nll_sum, "tokens": float(global_tokens), "aux": aux_sum,
-                "grad_norm": grad_norm, "seconds": elapsed, "skipped_updates": skipped,
-                **batch_stats(model_stats)}
+        return loss_sum, nll_sum, aux_sum, grad_norm, skipped, model_stats
+
+    def _agree_to_drop(self) -> None:
+        """Under FSDP, before each micro-batch: whether any process was asked to stop, read by all together (a
+        small host all-reduce at the same point of every process's step, so no collective is left half-joined);
+        if so every process drops the step here (Abandoned) and they save the last completed step together.
+        A stop waits at most one micro-batch's forward and backward."""
+        if self._stop_now():
+            self._agreed = True
+            raise Abandoned
 
     # ------------------------------------------------------------ validation
 
@@ -290,8 +365,10 @@ class Trainer:
 
     _full_states = full_states  # the name the two-rank test worker calls
 
-    def save(self) -> Path:
-        """Write this step's checkpoint (main process), then remove the oldest beyond keep_checkpoints."""
+    def save(self, alone: bool = False) -> Path:
+        """Write this step's checkpoint (main process), then remove the oldest beyond keep_checkpoints; alone:
+        without a collective (a stop's save under DDP, when another process may have left: rank 0's weights are
+        whole)."""
         rundir = self._rundir()
         path = rundir.step_path(self.state.step)
         weights, optimizer = self.full_states()
@@ -307,7 +384,8 @@ class Trainer:
                 raise UserError(f"{err}; {self._last_checkpoint_text()}; free disk space and continue with "
                                 "--resume") from None
             prune(path.parent, max(self.settings.keep_checkpoints, self.settings.average_last, 1))
-        self.parts.world.barrier()
+        if not alone:
+            self.parts.world.barrier()
         return path
 
     def _rundir(self) -> RunDir:
@@ -320,20 +398,17 @@ class Trainer:
         return f"the last checkpoint, {saved[-1]}, is intact" if saved else "no checkpoint was written yet"
 
 
-def train(recipe: Recipe, out: Path, resume: bool = False, overwrite: bool = False,
-          tokenizers_from: Path | None = None, init_from: Path | None = None,
-          keep_optimizer: bool = False) -> TrainResult:
-    """Train the recipe's model into run directory `out` (resuming from its latest checkpoint if asked; with
-    overwrite, replacing a run already there; a new run copies tokenizers_from's tokenizer files if given, or
-    starts from init_from's weights, see training.run.assemble)."""
-    if resume:  # a run finished by max_steps is known from its newest checkpoint alone: no data to load
+def train(recipe: Recipe, out: Path, start: RunStart | None = None) -> TrainResult:
+    """Train the recipe's model into run directory `out`, started as `start` says (resolved already: new or
+    resume; see seqxduce.run_start and training.run.assemble)."""
+    start = start or RunStart()
+    if start.resume:  # a run finished by max_steps is known from its newest checkpoint alone: no data to load
         rundir = RunDir(out)
-        rundir.check_start(resume=True, overwrite=overwrite)
+        rundir.check_start(resume=True)
         latest = int(rundir.newest_readable(mmap=True)[1].get("step", 0))
         if latest >= recipe.train.max_steps:
             return finished_already(rundir, recipe.train, latest, int(os.environ.get("RANK", "0")) == 0)
-    run = assemble(recipe, Path(out), resume=resume, overwrite=overwrite, tokenizers_from=tokenizers_from,
-                   init_from=init_from, keep_optimizer=keep_optimizer)
+    run = assemble(recipe, Path(out), start)
     try:
         return Trainer(run).run()
     finally:

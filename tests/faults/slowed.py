@@ -5,12 +5,20 @@ signal test arrives in the middle of it on any machine (the fault tests' injecti
 - `averaging`: the final checkpoint average prints "averaging (slowed)" and takes 60 s more, a signal ending the
   wait where it is;
 - `validation`: every validation prints "validating (slowed)" once it is under way (inside the part a signal
-  abandons) and takes 60 s more before its own work, a signal ending the wait where it is."""
+  abandons) and takes 60 s more before its own work, a signal ending the wait where it is;
+- `step`: the $SLOW_STEP-th loss computed (after a micro-batch's forward: with update_freq = 1, step $SLOW_STEP) by
+  rank $SLOW_RANK (default 0; "all": every rank) writes $SLOW_MARKER.rankR (holding the process id) and then sleeps
+  $SLOW_SECONDS (default 600 s, far longer than a stop may take); once the marker is there (the run after a
+  stop) no step is slowed, so that the same command line continues the run at full speed;
+- `steady`: every loss computed sleeps $STEADY_SECONDS more (bench/cluster_faults.py: a tiny run that lasts long
+  enough for faults at random moments to land in every part of it)."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+from pathlib import Path
 
 from seqxduce.cli import main
 from seqxduce.training import prepare, trainer, validation
@@ -18,6 +26,8 @@ from seqxduce.training import prepare, trainer, validation
 _encode_shard = prepare._encode_shard
 _settle_average = trainer.settle_average
 _scores = validation.Validator.scores
+_loss = trainer.label_smoothed_nll
+_calls = [0]
 
 
 def _slow_shard(shard: prepare.Shard) -> tuple:
@@ -37,6 +47,22 @@ def _slow_scores(self: validation.Validator, *args: object, **kwargs: object) ->
     return _scores(self, *args, **kwargs)
 
 
+def _slow_loss(*args: object, **kwargs: object) -> object:
+    _calls[0] += 1
+    rank = os.environ.get("RANK", "0")
+    marker = Path(f"{os.environ['SLOW_MARKER']}.rank{rank}")
+    chosen = os.environ.get("SLOW_RANK", "0") in ("all", rank)
+    if chosen and _calls[0] == int(os.environ["SLOW_STEP"]) and not marker.exists():
+        marker.write_text(str(os.getpid()))
+        time.sleep(float(os.environ.get("SLOW_SECONDS", "600")))
+    return _loss(*args, **kwargs)
+
+
+def _steady_loss(*args: object, **kwargs: object) -> object:
+    time.sleep(float(os.environ.get("STEADY_SECONDS", "0.1")))
+    return _loss(*args, **kwargs)
+
+
 if __name__ == "__main__":
     what = sys.argv.pop(1)
     if what == "encoding":
@@ -46,6 +72,10 @@ if __name__ == "__main__":
         trainer.settle_average = _slow_average
     elif what == "validation":
         validation.Validator.scores = _slow_scores
+    elif what == "step":  # with update_freq = 1 the loss is computed once a step
+        trainer.label_smoothed_nll = _slow_loss
+    elif what == "steady":
+        trainer.label_smoothed_nll = _steady_loss
     else:
         raise SystemExit(f"slowed: unknown stretch {what!r}")
     main()

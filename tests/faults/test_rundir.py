@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from seqxduce import engine
 from seqxduce.api import UserError
 from seqxduce.cli import add_plugin_commands
+from seqxduce.run_start import RunStart
 from tests.fault_tools import QUIET, read_only, run
 from tests.tiny import FIXTURES
 from tests.tiny import TINY_RECIPE as TINY
@@ -128,7 +129,7 @@ def test_a_checkpoints_folder_replaced_by_a_file_is_one_line(cli, finished, tmp_
 def test_decode_refuses_an_average_the_run_has_gone_past(cli, finished, tmp_path):
     run_dir = copy_run(finished, tmp_path)
     old_average = (run_dir / "average.pt").read_bytes()
-    engine.train(run_dir / "recipe.toml", run_dir, resume=True, overrides=["train.max_steps=6"])
+    engine.train(run_dir / "recipe.toml", run_dir, start=RunStart("resume"), overrides=["train.max_steps=6"])
     (run_dir / "average.pt").write_bytes(old_average)  # as if a kill had come before the new one was written
     line = one_error_line(invoke(cli, "decode", run_dir, "--input", "-", input="1 2\n"))
     assert "average.pt: stale, it averages steps 2, 4 but the run went on to step_00000006.pt" in line
@@ -155,7 +156,7 @@ def test_an_average_whose_checkpoints_were_cleaned_away_still_decodes(finished, 
 
 def test_a_resumed_run_without_averaging_drops_the_average_only_after_its_final_checkpoint(finished, tmp_path):
     run_dir = copy_run(finished, tmp_path)
-    engine.train(run_dir / "recipe.toml", run_dir, resume=True,
+    engine.train(run_dir / "recipe.toml", run_dir, start=RunStart("resume"),
                  overrides=["train.max_steps=6", "train.average_last=0"])
     assert not (run_dir / "average.pt").exists()
     assert engine.checkpoint_for(run_dir).name == "step_00000006.pt"

@@ -133,12 +133,12 @@ def test_member_commands_carry_seed_overrides_and_tokenizers(tmp_path: Path):
 def test_tokenizers_from_copies_another_runs_files(tiny_run: Path, tmp_path: Path):
     out = tmp_path / "other"
     seqxduce.train(TINY_RECIPE, out=out, overrides=["train.max_steps=2", "train.validate_every=0", "train.seed=9"],
-                   tokenizers_from=tiny_run)
+                   start=seqxduce.RunStart(tokenizers_from=tiny_run))
     assert {p.name: p.read_bytes() for p in out.glob("tokenizer*")} == \
         {p.name: p.read_bytes() for p in tiny_run.glob("tokenizer*")}
     with pytest.raises(UserError, match="--tokenizers-from .*holds no tokenizer files"):
         seqxduce.train(TINY_RECIPE, out=tmp_path / "third", overrides=["train.max_steps=2"],
-                       tokenizers_from=tmp_path)
+                       start=seqxduce.RunStart(tokenizers_from=tmp_path))
 
 
 def _train_process(out: Path, *extra: str) -> subprocess.Popen:
