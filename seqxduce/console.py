@@ -36,6 +36,10 @@ class NotingConsole(Console):
         """Say line just before the next thing this console prints."""
         self.notes.append(line)
 
+    def drop_notes(self) -> None:
+        """Forget the waiting notes: the command does no work they describe (a finished run's one line)."""
+        self.notes.clear()
+
     def print(self, *args: Any, **kwargs: Any) -> None:
         while self.notes:
             super().print(self.notes.pop(0), markup=False, highlight=False)

@@ -129,6 +129,7 @@ def finished_already(rundir: RunDir, settings: TrainSettings, step: int, is_main
     """A --resume of a finished run trains nothing and deletes nothing; it makes only an average the run asks
     for and lacks (one a kill at the very end left unwritten)."""
     if is_main:
+        console.drop_notes()  # nothing is trained: no threads line before the one line a finished run says
         console.print(f"{rundir.path}: the run already finished at step {step} (max_steps = {settings.max_steps}, "
                       f"max_epochs = {settings.max_epochs}); nothing to train: raise them with --set to go on")
         if settings.average_last > 1 and not _average_current(rundir):
