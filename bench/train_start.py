@@ -173,7 +173,7 @@ def worker(recipe: Path, out: Path, report: Path) -> None:
         os._exit(0)  # the start is measured: no step is trained
 
     Trainer.train_step = first_step  # type: ignore[method-assign]
-    engine.train(recipe, out, overwrite=True)
+    engine.train(recipe, out, start=engine.RunStart(overwrite=True))
 
 
 def command(recipe: Path, out: Path, report: Path, ranks: int) -> list[str]:
