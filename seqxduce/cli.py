@@ -99,9 +99,9 @@ STREAM_OPTIONS = (
                       "first buffers are smaller, so that outputs appear within seconds); memory grows with it, "
                       "not with the input"),
     click.option("--processes", type=click.IntRange(min=1),
-                 help="decode with N worker processes of one thread each, sharing the buffers (default: one per "
-                      "usable CPU for an input file of at least 20,000 lines decoded on the CPU, else this "
-                      "process alone)"),
+                 help="decode with N worker processes sharing the buffers and the usable CPUs (threads each: "
+                      "the CPUs // N, or OMP_NUM_THREADS) (default: one per usable CPU, one thread each, for an "
+                      "input file of at least 20,000 lines decoded on the CPU, else this process alone)"),
 )
 
 CHECKPOINT_OPTION = click.option(
