@@ -173,17 +173,27 @@ def prepare(ctx: click.Context, recipe_file: Path, overrides: tuple[str, ...], a
     click.echo(f"data ready in {where}")
 
 
+# how a training run starts (train, distill): the run directory, the recipe's overrides, new, resumed or auto
+RUN_OPTIONS = (
+    click.option("-o", "--output", "--out", "out", type=click.Path(path_type=Path),
+                 help="run directory (default: runs/<recipe name>); --out is the same option"),
+    click.option("--set", "overrides", multiple=True, help=set_help("train.max_steps=100")),
+    click.option("--resume", is_flag=True, help="continue from the run directory's latest checkpoint"),
+    click.option("--auto-resume", is_flag=True,
+                 help="continue the run when the run directory holds a checkpoint of it, else start it: the one "
+                      "command line for a first start, a requeued job and torchrun's restarts"),
+    click.option("--overwrite", is_flag=True, help="replace the run already in the run directory (its recipe, "
+                 "tokenizers, checkpoints, average and metrics are removed first)"),
+)
+
+
 @cli.command()
 @click.argument("recipe_file", metavar="RECIPE", type=click.Path(path_type=Path))
-@click.option("-o", "--output", "--out", "out", type=click.Path(path_type=Path),
-              help="run directory (default: runs/<recipe name>); --out is the same option")
-@click.option("--set", "overrides", multiple=True, help=set_help("train.max_steps=100"))
-@click.option("--resume", is_flag=True, help="continue from the run directory's latest checkpoint")
-@click.option("--auto-resume", is_flag=True,
-              help="continue the run when the run directory holds a checkpoint of it, else start it: the one "
-                   "command line for a first start, a requeued job and torchrun's restarts")
-@click.option("--overwrite", is_flag=True, help="replace the run already in the run directory (its recipe, "
-              "tokenizers, checkpoints, average and metrics are removed first)")
+@RUN_OPTIONS[0]
+@RUN_OPTIONS[1]
+@RUN_OPTIONS[2]
+@RUN_OPTIONS[3]
+@RUN_OPTIONS[4]
 @click.option("--tokenizers-from", type=click.Path(path_type=Path, file_okay=False),
               help="a new run takes this run directory's tokenizer files instead of training its own, so that "
                    "the two can be ensembled (decode --ensemble)")
@@ -211,8 +221,44 @@ def train(ctx: click.Context, recipe_file: Path, out: Path | None, overrides: tu
     result = engine.train(recipe_file, out=out, start=start, overrides=overrides, single=single)
     if result.finished_before:  # said in its one line
         return
+    _say_trained(result)
+
+
+def _say_trained(result: engine.TrainResult) -> None:
     figures = " ".join(f"{k}={v}" if isinstance(v, str) else f"{k}={v:.4g}" for k, v in result.metrics.items())
     click.echo(f"trained to step {result.step} in {result.run_dir} {figures}".rstrip())
+
+
+@cli.command()
+@click.argument("teacher", metavar="TEACHER_RUN", type=click.Path(path_type=Path, file_okay=False))
+@click.argument("recipe_file", metavar="RECIPE", type=click.Path(path_type=Path))
+@RUN_OPTIONS[0]
+@RUN_OPTIONS[1]
+@RUN_OPTIONS[2]
+@RUN_OPTIONS[3]
+@RUN_OPTIONS[4]
+@click.option("--teacher-set", "teacher_overrides", multiple=True,
+              help="change the teacher's search for the distillation, e.g. decode.beam=5 (repeatable; default: the "
+                   "teacher run's own [decode])")
+@CHECKPOINT_OPTION
+@STREAM_OPTIONS[2]
+@click.pass_context
+def distill(ctx: click.Context, teacher: Path, recipe_file: Path, out: Path | None, overrides: tuple[str, ...],
+            resume: bool, auto_resume: bool, overwrite: bool, teacher_overrides: tuple[str, ...],
+            checkpoint: str | None, processes: int | None) -> None:
+    """Train a student on its teacher's outputs (sequence-level knowledge distillation): TEACHER_RUN (its
+    ensemble of members, or an imported model) decodes RECIPE's training sources with its own search, streamed
+    and resumable on every core; the outputs are kept once, keyed by the teacher's checkpoints, search and the
+    data, for every later student; then RECIPE trains on them into RUN as `train` does ([distill] original_ratio
+    adds a share of the original pairs). A stop keeps what was decoded or trained; the same command with
+    --auto-resume continues either."""
+    _registry(ctx)
+    _fit_threads()
+    start = engine.RunStart.from_flags(resume=resume, auto_resume=auto_resume, overwrite=overwrite)
+    result = engine.distill(teacher, recipe_file, out=out, start=start, overrides=overrides,
+                            teacher_overrides=teacher_overrides, checkpoint=checkpoint, processes=processes)
+    if not result.finished_before:
+        _say_trained(result)
 
 
 @cli.command(name="import")

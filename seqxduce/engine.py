@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from seqxduce.training.trainer import TrainResult
 
 __all__ = ["load_recipe", "load_run_recipe", "prepare", "train", "RunStart", "decode", "decode_split", "evaluate",
-           "average", "info", "plot", "attention", "recipe_cost", "last_checkpoints",
+           "distill", "average", "info", "plot", "attention", "recipe_cost", "last_checkpoints",
            "format_outputs", "format_annotations", "checkpoint_for", "load_run", "read_lines", "check_writable",
            "score", "score_files", "read_pairs",
            "decode_file", "score_file", "StreamedFile", "format_scores", "alignments", "export_run", "serve"]
@@ -69,6 +69,7 @@ def train(recipe: Recipe | str | Path, out: str | Path | None = None, start: Run
     own process is started).
     """
     from seqxduce.rundir import RunDir
+    from seqxduce.training.distilled import check_student
     from seqxduce.training.trainer import train as _train
 
     start = start or RunStart()
@@ -91,6 +92,7 @@ def train(recipe: Recipe | str | Path, out: str | Path | None = None, start: Run
             recipe = saved
         else:
             recipe = load_recipe(recipe, overrides)
+    check_student(recipe)
     if start.init_from is not None:
         _check_one_model(start.init_from, recipe.train.members, single)
     if recipe.train.members > 1 and not single:
@@ -105,6 +107,63 @@ def train(recipe: Recipe | str | Path, out: str | Path | None = None, start: Run
 
         write_run_readme(result.run_dir)
     return result
+
+
+def distill(teacher: str | Path, recipe: str | Path, out: str | Path | None = None, start: RunStart | None = None,
+            overrides: Sequence[str] = (), teacher_overrides: Sequence[str] = (), checkpoint: str | None = None,
+            processes: int | None = None) -> TrainResult:
+    """Sequence-level knowledge distillation in one step: the teacher run (a run directory: its ensemble of
+    members, or an imported model) decodes the student recipe's training sources with its own search (changed by
+    teacher_overrides, e.g. decode.beam=5; checkpoint: best, average or last), streamed, resumable, on every core
+    (processes; or torchrun's ranks); the outputs are kept once as a distilled set keyed by the teacher's
+    checkpoints and tokenizer files, its search and the data (seqxduce.training.distilled), found again by every
+    later student, rank and restart; then the student recipe trains on it into `out` as `train` would ([distill]
+    original_ratio: a share of the original pairs beside), starting as `start` says. A student whose [tokenizer]
+    is the teacher's takes the teacher's tokenizer files."""
+    from dataclasses import replace
+
+    from seqxduce.distillation.making import find_set, make_set
+    from seqxduce.distillation.teacher import check_named_teacher, find_teacher, same_tokenizer
+
+    start = start or RunStart()
+    student = load_recipe(recipe, overrides)
+    if student.distill.targets:
+        raise UserError(f"{recipe}: [distill] targets names a distilled set already; distill sets it itself: leave it "
+                        "out (or train this recipe with `seqxduce train`)")
+    the_teacher = find_teacher(Path(teacher), teacher_overrides, checkpoint)
+    check_named_teacher(student, the_teacher)
+
+    def decode_with_teacher(sources: Path, targets: Path, resume: bool) -> None:
+        decode_file(the_teacher.run, sources, targets, overrides=the_teacher.overrides, checkpoint=checkpoint,
+                    resume=resume, processes=processes)
+
+    planned = find_set(student, the_teacher)
+    out = Path(out) if out is not None else Path("runs") / Path(recipe).stem
+    _check_student_run(out, start, planned.distilled.folder)
+    made = make_set(planned, the_teacher, decode_with_teacher, f"distill ([task] of {recipe})")
+    if start.mode != "resume" and start.tokenizers_from is None and start.init_from is None \
+            and same_tokenizer(student, the_teacher):
+        start = replace(start, tokenizers_from=the_teacher.run)
+        _say("distill: the student's [tokenizer] is the teacher's: a new student takes the teacher's tokenizer files")
+    return train(recipe, out, start, overrides=(*overrides, f"distill.targets={made.folder}"))
+
+
+def _check_student_run(out: Path, start: RunStart, folder: Path) -> None:
+    """Before anything is decoded: a new run where one is refused, or a run to continue that was trained on
+    another distilled set (another teacher checkpoint, search or data), is one line."""
+    from seqxduce.rundir import RunDir
+
+    run_dir = RunDir(out)
+    if start.mode == "new":
+        run_dir.check_start(resume=False, overwrite=start.overwrite)
+        return
+    if not run_dir.recipe_file.is_file():
+        return
+    trained_on = run_dir.load_recipe().distill.targets
+    if trained_on and Path(trained_on) != folder:
+        raise UserError(f"distill: {out} was trained on the distilled set {trained_on}; this teacher, search and "
+                        f"data make {folder}: continue it with the teacher checkpoint and --teacher-set it started "
+                        "with, or train into another --out")
 
 
 def _auto_start(start: RunStart, run_dir: RunDir, recipe: Recipe) -> RunStart:

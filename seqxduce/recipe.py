@@ -12,7 +12,7 @@ from typing import Any, Generic, TypeVar
 
 from seqxduce.api import Settings, UserError
 from seqxduce.registry import Component, Registry, registry
-from seqxduce.settings import DecodeCore, ModelCore, TaskCore, TokenizerCore, TrainSettings
+from seqxduce.settings import DecodeCore, DistillSettings, ModelCore, TaskCore, TokenizerCore, TrainSettings
 from seqxduce.settings_check import default_of, make_settings, road_keys, unread_by, where
 
 if sys.version_info >= (3, 11):
@@ -30,6 +30,7 @@ SECTIONS: dict[str, tuple[str | None, type]] = {
     "model": ("model", ModelCore),
     "train": (None, TrainSettings),
     "decode": ("decoder", DecodeCore),
+    "distill": (None, DistillSettings),
 }
 
 
@@ -57,13 +58,14 @@ class Recipe:
     model: Section[ModelCore]
     decode: Section[DecodeCore]
     train: TrainSettings
+    distill: DistillSettings = dataclasses.field(default_factory=DistillSettings)
 
     def resolved(self) -> dict[str, dict[str, Any]]:
         """Every key of every section, defaults included."""
         out: dict[str, dict[str, Any]] = {}
         for name in SECTIONS:
-            if name == "train":
-                out[name] = dataclasses.asdict(self.train)
+            if SECTIONS[name][0] is None:  # a section of the core's keys alone: [train], [distill]
+                out[name] = dataclasses.asdict(getattr(self, name))
                 continue
             section: Section = getattr(self, name)
             values = dataclasses.asdict(section.core)
@@ -83,8 +85,8 @@ class Recipe:
         return "\n".join(lines)
 
     def _fields(self, name: str) -> dict[str, dataclasses.Field]:
-        if name == "train":
-            return fields_by_name(TrainSettings)
+        if SECTIONS[name][0] is None:
+            return fields_by_name(SECTIONS[name][1])
         section: Section = getattr(self, name)
         fields = fields_by_name(type(section.core))
         if section.settings is not None:
@@ -96,7 +98,9 @@ class Recipe:
         still names the same data): the recipe a run directory saves."""
         data_dir = str(self.path(self.task.core.data_dir))
         task = dataclasses.replace(self.task, core=dataclasses.replace(self.task.core, data_dir=data_dir))
-        return dataclasses.replace(self, base_dir=Path(base_dir).resolve(), task=task)
+        paths = {key: str(self.path(value)) for key in ("teacher", "targets") if (value := getattr(self.distill, key))}
+        return dataclasses.replace(self, base_dir=Path(base_dir).resolve(), task=task,
+                                   distill=dataclasses.replace(self.distill, **paths))
 
     def path(self, value: str) -> Path:
         """A path from the recipe, relative to the recipe's directory unless absolute."""
@@ -237,6 +241,7 @@ def build_recipe(
         model=resolved["model"],
         decode=resolved["decode"],
         train=resolved["train"].core,
+        distill=resolved["distill"].core,
     )
 
 

@@ -183,3 +183,17 @@ class TrainSettings(Settings):
         if self.patience and not self.validate_every:
             raise UserError(f"[train] patience = {self.patience} counts validations, but validate_every = 0 "
                             "validates only at the end; set validate_every > 0, or patience = 0")
+
+
+@dataclass
+class DistillSettings(Settings):
+    """[distill]: a student trained on its teacher's outputs (sequence-level knowledge distillation, Kim & Rush
+    2016), made by `seqxduce distill TEACHER_RUN RECIPE --out RUN`."""
+
+    teacher: str = setting("", help="the recipe the teacher run must have been trained with, relative to this "
+                                     "recipe ([task], [tokenizer] and [model] compared); empty: any teacher run")
+    targets: str = setting("", help="the distilled dataset the student trains on (a folder `seqxduce distill` "
+                                    "writes and sets here); empty: the task's own training targets")
+    original_ratio: float = setting(0.0, help="the share of the original training pairs trained on beside the "
+                                              "distilled ones (0: the distilled pairs alone; 1: every original "
+                                              "pair too), a seeded choice", min=0.0, max=1.0)

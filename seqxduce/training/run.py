@@ -26,6 +26,7 @@ from seqxduce.recipe import Recipe
 from seqxduce.run_start import RunStart
 from seqxduce.rundir import SAMPLED_DIR, RunDir, locate
 from seqxduce.training import binarized, distributed
+from seqxduce.training.distilled import student_task
 from seqxduce.training.early_stopping import EarlyStopping
 from seqxduce.training.metrics_log import MetricsLog
 from seqxduce.training.optim import build_optimizer, build_scaler, restore_optimizer
@@ -136,6 +137,7 @@ def assemble(recipe: Recipe, run_dir: Path, start: RunStart | None = None) -> Tr
     if is_main:
         task.prepare(data_dir)
     world.barrier()
+    task = student_task(recipe, task)  # a distilled set's record is written before the barrier
     train_examples = Examples(task, data_dir)  # read only when the training data are not prepared yet, or sampled
     with stop_while_preparing("preparing the training data, before the first step"):
         train_pairs, data_key = training_data(recipe, task, data_dir, rundir, world, train_examples, resume,

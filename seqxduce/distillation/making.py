@@ -1,0 +1,78 @@
+"""A distilled set made once: the student recipe's training sources written out, the teacher's outputs for them by
+the streamed, resumable decode (every core, or torchrun's ranks), and the set marked whole. A second student, a
+restart or another rank finds it by its key and decodes nothing."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from seqxduce import components
+from seqxduce.console import console
+from seqxduce.decoding.stream_files import partial_path, record_path
+from seqxduce.distillation.teacher import Teacher
+from seqxduce.recipe import Recipe
+from seqxduce.training.distilled import DistilledSet, count_lines, distilled_key
+from seqxduce.training.prepare import Examples, data_fingerprint
+from seqxduce.training.token_cache import cache_root
+
+# decode(sources, targets, resume): the teacher's outputs for a file of sources, streamed into targets
+# (seqxduce.decode_file with the teacher's run, search and processes; made by the caller)
+Decode = Callable[[Path, Path, bool], None]
+DISTILLED_PREFIX = "distilled-"
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A distilled set by its key, before it is made: its folder, what the key is made of, the split it decodes."""
+
+    distilled: DistilledSet
+    parts: dict[str, Any]
+    examples: Examples
+
+
+def find_set(student: Recipe, teacher: Teacher, root: Path | None = None) -> Planned:
+    """The distilled set of the student recipe's training split by this teacher, by its key (nothing decoded
+    yet): what the key is made of is the teacher's (Teacher.key_parts), the training data's (their files' names,
+    sizes and times, or their text) and the student's [task]."""
+    task = components.build_task(student)
+    data_dir = components.data_dir(student)
+    if int(os.environ.get("RANK", "0")) == 0:
+        task.prepare(data_dir)
+    examples = Examples(task, data_dir)
+    parts = {"teacher": teacher.key_parts(), "data": data_fingerprint(task, data_dir, examples),
+             "task": student.resolved()["task"]}
+    return Planned(DistilledSet((root or cache_root()) / (DISTILLED_PREFIX + distilled_key(parts))), parts, examples)
+
+
+def make_set(planned: Planned, teacher: Teacher, decode: Decode, where: str) -> DistilledSet:
+    """The planned set made (continuing a stopped decode of it), or found made; under torchrun rank 0 writes the
+    sources and every rank decodes its share."""
+    distilled = planned.distilled
+    main = int(os.environ.get("RANK", "0")) == 0
+    if distilled.complete:
+        if main:
+            console.print(f"distill: the teacher's outputs for these sources are made already: {distilled.folder}")
+        return distilled
+    if main and not distilled.has_sources():
+        count = distilled.write_sources(iter(planned.examples), where)
+        console.print(f"distill: {count} training sources to decode with the teacher {teacher.described()} "
+                      f"into {distilled.folder}")
+    _await_sources(distilled)
+    targets = distilled.targets
+    started = any(p.exists() for p in (targets, partial_path(targets), record_path(targets)))
+    decode(distilled.sources, targets, started)
+    if main:
+        distilled.finish(count_lines(distilled.sources), planned.parts)
+    return distilled
+
+
+def _await_sources(distilled: DistilledSet) -> None:
+    """Under torchrun, the ranks but 0 wait for the sources it writes (atomically: both files or none). If rank 0
+    fails instead, torchrun ends the others."""
+    while not distilled.has_sources():
+        time.sleep(0.5)

@@ -1,0 +1,82 @@
+"""The teacher of a distillation: the run (or imported model) whose outputs a student learns from, known by what
+decides those outputs: its checkpoints' and tokenizer files' bytes and its search settings."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from seqxduce.api import UserError
+from seqxduce.members import member_checkpoints
+from seqxduce.recipe import Recipe, load_recipe
+from seqxduce.rundir import locate
+from seqxduce.training.distilled import file_digest
+
+# the sections that make a teacher what [distill] teacher names: its data, vocabulary and architecture
+COMPARED = ("task", "tokenizer", "model")
+
+
+@dataclass(frozen=True)
+class Teacher:
+    """A teacher run as decoding will load it: the run, its recipe with the teacher's overrides, and the checkpoint
+    files (the run's chosen checkpoint, then each member's) that decode."""
+
+    run: Path
+    recipe: Recipe
+    checkpoints: tuple[Path, ...]
+    tokenizer_files: tuple[Path, ...]
+    overrides: tuple[str, ...] = ()
+    checkpoint: str | None = None
+
+    def key_parts(self) -> dict[str, Any]:
+        """What decides the teacher's outputs, for the distilled set's key: the bytes of its checkpoints and
+        tokenizer files (another step, average or member is another teacher) and its resolved search."""
+        return {"checkpoints": [file_digest(p) for p in self.checkpoints],
+                "tokenizers": [file_digest(p) for p in self.tokenizer_files],
+                "search": self.recipe.resolved()["decode"]}
+
+    def described(self) -> str:
+        count = len(self.checkpoints)
+        return f"{self.run} ({count} model{'s' if count > 1 else ''}: {', '.join(p.name for p in self.checkpoints)})"
+
+
+def find_teacher(run: Path, overrides: Sequence[str] = (), checkpoint: str | None = None) -> Teacher:
+    """The teacher at `run` (a run directory), refused in one line when it is not one or holds no checkpoint.
+    overrides: `--teacher-set` (its search, e.g. decode.beam=5); checkpoint: best, average or last, per member."""
+    if not Path(run).is_dir():
+        raise UserError(f"distill {run}: the teacher must be a run directory (the --out of `seqxduce train` or "
+                        "`seqxduce import`)")
+    rundir, chosen = locate(run, checkpoint)
+    recipe = rundir.load_recipe(overrides)
+    members = member_checkpoints(rundir, recipe, checkpoint)
+    return Teacher(Path(run).resolve(), recipe, (chosen, *members), tuple(rundir.tokenizer_files(recipe)),
+                   tuple(overrides), checkpoint)
+
+
+def check_named_teacher(student: Recipe, teacher: Teacher) -> None:
+    """When the student's [distill] teacher names a recipe, the teacher run must have been trained with it: its
+    [task], [tokenizer] and [model] (the data directory compared as the folder it names), refused naming the first
+    key that differs."""
+    named = student.distill.teacher
+    if not named:
+        return
+    path = student.path(named)
+    if not path.is_file():
+        raise UserError(f"[distill] teacher = {named!r}: no such recipe ({path}); name the teacher's recipe relative "
+                        "to the student's, or leave it empty for any teacher")
+    expected = load_recipe(path).relocated(teacher.recipe.base_dir).resolved()
+    found = teacher.recipe.resolved()
+    for section in COMPARED:
+        for key, value in expected[section].items():
+            if found[section].get(key) != value:
+                raise UserError(f"distill {teacher.run}: [{section}] {key} = {found[section].get(key)!r} there, but "
+                                f"the recipe [distill] teacher names ({path.name}) has {value!r}; give the run "
+                                "trained with that recipe, or set distill.teacher to the teacher's recipe")
+
+
+def same_tokenizer(student: Recipe, teacher: Teacher) -> bool:
+    """Whether the student's [tokenizer] is the teacher's: then it takes the teacher's tokenizer files, as Kim &
+    Rush's students share their teacher's vocabulary, instead of training its own on the distilled text."""
+    return student.resolved()["tokenizer"] == teacher.recipe.resolved()["tokenizer"] and bool(teacher.tokenizer_files)

@@ -1,0 +1,221 @@
+"""A student's distilled training set (sequence-level knowledge distillation, Kim & Rush 2016): the training
+split's sources, their original targets and the teacher's outputs for them, as three files of one line per pair in
+one folder, keyed by what decides the teacher's outputs (its checkpoints' bytes, its search, the data); and the task
+a student trains with, whose training split reads that folder and whose other splits are the task's own.
+
+`seqxduce distill` writes the folder (engine.distill: the sources and originals here, the teacher's outputs by the
+streamed, resumable decode) and sets [distill] targets to it; every process of the student's run (each rank, each
+member, each restart) then reads the same files through DistilledTask. What the student's prepared data are keyed by
+is the files' names, sizes and times (prepare.data_fingerprint through Task.data_files), the mix of originals
+included, so another teacher, search or ratio prepares its own."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from seqxduce.api import Example, Postprocessed, Report, Task, UserError
+from seqxduce.atomic import atomic_write, atomic_write_text
+from seqxduce.recipe import Recipe
+
+SOURCES, ORIGINALS, TARGETS, RECORD = "sources.txt", "originals.txt", "targets.txt", "distilled.json"
+FORMAT = "seqxduce-distilled-1"
+# the seed of the originals' share, fixed: a student's [train] seed changes its parameters, not its data
+MIX_SEED = 20161
+
+
+def distilled_key(parts: Mapping[str, Any]) -> str:
+    """The folder's key: a digest of what decides its contents (see engine.distill for the parts)."""
+    text = json.dumps({"format": FORMAT, **parts}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def file_digest(path: Path) -> str:
+    """The sha256 of a file's bytes (a teacher checkpoint: another one is another teacher)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class DistilledSet:
+    """The folder of one distilled training set. Written in two steps that each survive a stop: the sources and
+    originals at once (atomically), then the teacher's outputs by a resumable decode (targets.txt.partial and its
+    record until it completes); the record, written last, says the set is whole."""
+
+    folder: Path
+
+    @property
+    def sources(self) -> Path:
+        return self.folder / SOURCES
+
+    @property
+    def originals(self) -> Path:
+        return self.folder / ORIGINALS
+
+    @property
+    def targets(self) -> Path:
+        return self.folder / TARGETS
+
+    @property
+    def record_file(self) -> Path:
+        return self.folder / RECORD
+
+    def record(self) -> dict[str, Any] | None:
+        """What the finished set holds (pairs, key and its parts), or None while it is not finished."""
+        try:
+            return json.loads(self.record_file.read_text())
+        except (OSError, ValueError):
+            return None
+
+    @property
+    def complete(self) -> bool:
+        return self.record() is not None and self.targets.is_file()
+
+    def has_sources(self) -> bool:
+        return self.sources.is_file() and self.originals.is_file()
+
+    def write_sources(self, examples: Iterator[Example], where: str) -> int:
+        """The split's sources and original targets, one per line, written atomically (a stop leaves neither or
+        both); a text holding a line break, which one line per pair cannot carry, is refused naming the pair."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        count = 0
+        with atomic_write(self.originals, "w", encoding="utf-8") as tgt:
+            with atomic_write(self.sources, "w", encoding="utf-8") as src:
+                for count, example in enumerate(examples, 1):
+                    for side, text in (("source", example.source), ("target", example.target)):
+                        if "\n" in text or "\r" in text:
+                            raise UserError(f"{where}: the {side} of training pair {count} holds a line break; "
+                                            "distillation decodes one source per line: remove it from the data")
+                    src.write(example.source + "\n")
+                    tgt.write(example.target + "\n")
+        if count == 0:
+            raise UserError(f"{where}: the training split is empty: nothing to distill")
+        return count
+
+    def finish(self, pairs: int, parts: Mapping[str, Any]) -> None:
+        """Mark the set whole, once the teacher's outputs are final; refused when their count is not the
+        sources' (a wrong result never passes)."""
+        outputs = count_lines(self.targets)
+        if outputs != pairs:
+            raise UserError(f"{self.targets}: {outputs} teacher outputs for {pairs} sources; remove {self.folder} "
+                            "and distill again")
+        atomic_write_text(self.record_file, json.dumps({"format": FORMAT, "pairs": pairs, **parts}, indent=1,
+                                                       sort_keys=True, default=str) + "\n")
+
+    def mix_file(self, ratio: float) -> Path:
+        """A small file naming the share of originals, so that a mix is part of the prepared data's key (their
+        files' names, sizes and times; see prepare.data_fingerprint). Written once, never rewritten."""
+        path = self.folder / f"mix-{ratio!r}.json"
+        if not path.is_file():
+            atomic_write_text(path, json.dumps({"original_ratio": ratio, "seed": MIX_SEED}) + "\n")
+        return path
+
+
+def count_lines(path: Path) -> int:
+    count = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            count += chunk.count(b"\n")
+    return count
+
+
+def originals_chosen(pairs: int, ratio: float) -> np.ndarray:
+    """Which original pairs train beside the distilled ones: a fixed-seed choice of round(ratio * pairs)."""
+    chosen = np.zeros(pairs, dtype=bool)
+    take = round(ratio * pairs)
+    if take:
+        chosen[np.random.default_rng(MIX_SEED).choice(pairs, size=take, replace=False)] = True
+    return chosen
+
+
+class DistilledTask(Task):
+    """The student's task: the training split is the teacher's outputs for the task's training sources (and a
+    share of the original pairs beside them, each right after its distilled pair); every other split, the
+    scoring and the output format are the task's own."""
+
+    def __init__(self, task: Task, distilled: DistilledSet, original_ratio: float = 0.0):
+        record = distilled.record()
+        if record is None:
+            raise UserError(f"[distill] targets = {distilled.folder}: not a finished distilled set (no {RECORD}); "
+                            "make it with `seqxduce distill TEACHER_RUN RECIPE --out RUN`")
+        self.task, self.distilled, self.original_ratio = task, distilled, original_ratio
+        self.pairs = int(record["pairs"])
+        self.splits = task.splits
+
+    def prepare(self, data_dir: Path) -> None:
+        self.task.prepare(data_dir)
+
+    def examples(self, split: str, data_dir: Path) -> list[Example]:
+        return list(self.stream(split, data_dir)) if split == "train" else self.task.examples(split, data_dir)
+
+    def stream(self, split: str, data_dir: Path) -> Iterator[Example]:
+        if split != "train":
+            yield from self.task.stream(split, data_dir)
+            return
+        chosen = originals_chosen(self.pairs, self.original_ratio)
+        d = self.distilled
+        with open(d.sources, encoding="utf-8") as src, open(d.targets, encoding="utf-8") as out, \
+                open(d.originals, encoding="utf-8") as orig:
+            for i, (source, target, original) in enumerate(zip(src, out, orig, strict=True)):
+                source = source.rstrip("\n")
+                yield Example(source, target.rstrip("\n"))
+                if chosen[i]:
+                    yield Example(source, original.rstrip("\n"))
+
+    def data_files(self, split: str, data_dir: Path) -> list[Path] | None:
+        if split != "train":
+            return self.task.data_files(split, data_dir)
+        d = self.distilled
+        return [d.sources, d.targets, d.originals, d.mix_file(self.original_ratio)]
+
+    def postprocess(self, hypothesis: str, source: str) -> Postprocessed:
+        return self.task.postprocess(hypothesis, source)
+
+    def score(self, hypotheses: list[str], references: list[str], sources: list[str] | None = None) -> Report:
+        return self.task.score(hypotheses, references, sources)
+
+    def score_outputs(self, outputs: Sequence[Postprocessed], references: list[str],
+                      sources: list[str] | None = None) -> Report:
+        return self.task.score_outputs(outputs, references, sources)
+
+    def score_references(self, hypotheses: list[str], references: list[list[str]],
+                         sources: list[str] | None = None) -> Report:
+        return self.task.score_references(hypotheses, references, sources)
+
+    def score_files(self, hypothesis_file: Path, reference_file: Path) -> Report:
+        return self.task.score_files(hypothesis_file, reference_file)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "task":  # not set yet (an object being unpickled): no task to ask
+            raise AttributeError(name)
+        # what a task plugin adds beyond the contract (a tree beam's constraint, a parse task's grammar) is the
+        # task's own: only the training split is replaced
+        return getattr(self.task, name)
+
+
+def student_task(recipe: Recipe, task: Task) -> Task:
+    """The task a run trains with: the recipe's own, or, when [distill] targets names a distilled set, the task
+    whose training split is that set. A student recipe given to `seqxduce train` alone is refused in one line."""
+    d = recipe.distill
+    check_student(recipe)
+    if not d.targets:
+        return task
+    return DistilledTask(task, DistilledSet(recipe.path(d.targets)), d.original_ratio)
+
+
+def check_student(recipe: Recipe) -> None:
+    """A student recipe ([distill] teacher or original_ratio, no distilled set yet) is trained by `seqxduce
+    distill`, which makes its set: refused in one line anywhere else."""
+    d = recipe.distill
+    if not d.targets and (d.teacher or d.original_ratio):
+        raise UserError(f"{recipe.source}: [distill] makes a student, which trains on its teacher's outputs: run "
+                        f"`seqxduce distill TEACHER_RUN {recipe.source} --out RUN`")

@@ -1,0 +1,223 @@
+"""`seqxduce distill`: a tiny teacher decodes a student's training split, the outputs are kept once as a set keyed by
+the teacher's checkpoints, its search and the data, and the student trains on them; a stopped distillation
+resumes to the same set; the original pairs' share; the refusals, each before any decoding."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from seqxduce import engine
+from seqxduce.api import Example, Report, Task, UserError
+from seqxduce.cli import cli
+from seqxduce.decoding.stream_files import partial_path, record_path
+from seqxduce.rundir import RunDir
+from seqxduce.training.distilled import (
+    RECORD,
+    DistilledSet,
+    DistilledTask,
+    originals_chosen,
+)
+from tests.fault_tools import HANG_GUARD_S, run, start, wait_for
+from tests.tiny import TINY_RECIPE
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("teacher") / "run"
+    engine.train(TINY_RECIPE, out)
+    return out
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch) -> Path:
+    """A cache folder of the test's own: a distilled set made by another test is not found."""
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("SEQXDUCE_CACHE", str(folder))
+    return folder
+
+
+def distill(*args: object) -> object:
+    result = CliRunner().invoke(cli, ["distill", *map(str, args)])
+    return result
+
+
+def only_set(cache: Path) -> DistilledSet:
+    found = sorted(cache.glob("distilled-*"))
+    assert len(found) == 1, found
+    return DistilledSet(found[0])
+
+
+def test_the_student_trains_on_what_the_teacher_decodes(teacher: Path, cache: Path, tmp_path: Path) -> None:
+    result = distill(teacher, TINY_RECIPE, "--out", tmp_path / "student")
+    assert result.exit_code == 0, result.output
+    made = only_set(cache)
+    assert made.complete and json.loads(made.record_file.read_text())["pairs"] == 300
+    # the targets are the teacher's own decode of the sources, line for line
+    decoded = tmp_path / "decoded.txt"
+    by_decode = CliRunner().invoke(cli, ["decode", str(teacher), "--input", str(made.sources), "-o", str(decoded)])
+    assert by_decode.exit_code == 0, by_decode.output
+    assert made.targets.read_bytes() == decoded.read_bytes()
+    # and the task's training split is what the student read: its sources, in order, with the teacher's outputs
+    originals = engine.load_recipe(TINY_RECIPE)
+    from seqxduce.components import build_task, data_dir
+
+    task = build_task(originals)
+    given = task.examples("train", data_dir(originals))
+    assert made.sources.read_text().splitlines() == [e.source for e in given]
+    assert made.originals.read_text().splitlines() == [e.target for e in given]
+    student = RunDir(tmp_path / "student")
+    saved = student.load_recipe()
+    assert Path(saved.distill.targets) == made.folder
+    assert student.step_checkpoints(), "the student trained"
+    # the student's [tokenizer] is the teacher's: it took the teacher's files
+    assert (tmp_path / "student" / "tokenizer.vocab").read_bytes() == (teacher / "tokenizer.vocab").read_bytes()
+    assert "takes the teacher's tokenizer files" in result.output
+
+
+def test_the_set_is_made_once_and_keyed_by_the_teachers_checkpoint_and_search(teacher: Path, cache: Path,
+                                                                               tmp_path: Path) -> None:
+    fewer_steps = ("--set", "train.max_steps=2")
+    first = distill(teacher, TINY_RECIPE, "--out", tmp_path / "a", *fewer_steps)
+    assert first.exit_code == 0, first.output
+    made = only_set(cache)
+    # a second student of the same teacher decodes nothing
+    again = distill(teacher, TINY_RECIPE, "--out", tmp_path / "b", *fewer_steps)
+    assert again.exit_code == 0, again.output
+    assert f"made already: {made.folder}" in again.output and only_set(cache) == made
+    # another search, or another checkpoint of the teacher, is another teacher
+    other_search = distill(teacher, TINY_RECIPE, "--out", tmp_path / "c", *fewer_steps,
+                           "--teacher-set", "decode.beam=1")
+    assert other_search.exit_code == 0, other_search.output
+    step_4 = teacher / "checkpoints" / "step_00000004.pt"
+    other_checkpoint = distill(teacher, TINY_RECIPE, "--out", tmp_path / "d", *fewer_steps, "--checkpoint", step_4)
+    assert other_checkpoint.exit_code == 0, other_checkpoint.output
+    folders = {Path(RunDir(tmp_path / x).load_recipe().distill.targets) for x in "abcd"}
+    assert len(folders) == 3 and len(list(cache.glob("distilled-*"))) == 3
+
+
+def test_a_stopped_distillation_resumes_to_the_set_of_one_never_stopped(teacher: Path, tmp_path: Path) -> None:
+    """SIGTERM while the teacher decodes (held after its first piece of two: 256 of 300 sources), then the same
+    command with --auto-resume: the decode continues where it stopped and the set is the one of a distillation
+    never stopped, byte for byte."""
+    whole_cache, stopped_cache = tmp_path / "whole", tmp_path / "stopped"
+    args = ("distill", teacher, TINY_RECIPE, "--set", "train.max_steps=2", "--auto-resume")
+    whole = run(*args, "--out", tmp_path / "s1", extra_env={"SEQXDUCE_CACHE": str(whole_cache)})
+    assert whole.returncode == 0, whole.stderr
+    marker, log = tmp_path / "held", tmp_path / "held.log"
+    stopped_env = {"SEQXDUCE_CACHE": str(stopped_cache)}
+    process = start("piece", marker, *args, "--out", tmp_path / "s2", log=log, module=("tests.faults.held",),
+                    extra_env=stopped_env)
+    wait_for(marker.exists, process)
+    process.send_signal(signal.SIGTERM)
+    marker.unlink()
+    process.wait(timeout=HANG_GUARD_S)
+    said = log.read_text()
+    assert process.returncode == 128 + signal.SIGTERM, said
+    stopped = only_set(stopped_cache)
+    assert not stopped.complete and not (stopped.folder / RECORD).exists()
+    kept = json.loads(record_path(stopped.targets).read_text())["done"]
+    assert kept == 256 and len(partial_path(stopped.targets).read_text().splitlines()) == kept, said
+    assert not (tmp_path / "s2" / "checkpoints").exists(), "no student step before the set is whole"
+    resumed = run(*args, "--out", tmp_path / "s2", extra_env=stopped_env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert only_set(stopped_cache).targets.read_bytes() == only_set(whole_cache).targets.read_bytes()
+    assert RunDir(tmp_path / "s2").step_checkpoints()
+
+
+class Lines(Task):
+    """A task of given training pairs (valid and test: none)."""
+
+    def __init__(self, pairs: list[tuple[str, str]]):
+        self.pairs = pairs
+
+    def examples(self, split: str, data_dir: Path) -> list[Example]:
+        return [Example(s, t) for s, t in self.pairs] if split == "train" else []
+
+    def score(self, hypotheses, references, sources=None) -> Report:
+        return Report("exact", 0.0)
+
+
+def made_by_hand(folder: Path, pairs: list[tuple[str, str]], outputs: list[str]) -> DistilledSet:
+    distilled = DistilledSet(folder)
+    distilled.write_sources(iter(Lines(pairs).examples("train", folder)), "test")
+    distilled.targets.write_text("".join(line + "\n" for line in outputs))
+    distilled.finish(len(pairs), {"made": "by hand"})
+    return distilled
+
+
+def test_a_share_of_the_original_pairs_trains_beside_the_distilled_ones(tmp_path: Path) -> None:
+    pairs = [(f"s{i}", f"t{i}") for i in range(200)]
+    distilled = made_by_hand(tmp_path / "set", pairs, [f"d{i}" for i in range(200)])
+    task = Lines(pairs)
+    alone = list(DistilledTask(task, distilled).stream("train", tmp_path))
+    assert alone == [Example(f"s{i}", f"d{i}") for i in range(200)]
+    half = list(DistilledTask(task, distilled, 0.5).stream("train", tmp_path))
+    assert len(half) == 300
+    chosen = originals_chosen(200, 0.5)
+    assert chosen.sum() == 100
+    expected = []
+    for i in range(200):
+        expected.append(Example(f"s{i}", f"d{i}"))
+        if chosen[i]:
+            expected.append(Example(f"s{i}", f"t{i}"))
+    assert half == expected  # each original right after its distilled pair, the same choice every time
+    every = list(DistilledTask(task, distilled, 1.0).stream("train", tmp_path))
+    assert len(every) == 400
+    # the share is part of what the prepared data are keyed by (the files' names): each share its own
+    files = {r: DistilledTask(task, distilled, r).data_files("train", tmp_path)[-1] for r in (0.0, 0.5, 1.0)}
+    assert len(set(files.values())) == 3 and all(f.is_file() for f in files.values())
+    # the other splits are the task's own
+    assert DistilledTask(task, distilled, 0.5).examples("valid", tmp_path) == []
+
+
+def test_a_set_whose_outputs_are_short_is_never_marked_whole(tmp_path: Path) -> None:
+    pairs = [("a", "b"), ("c", "d")]
+    with pytest.raises(UserError, match="1 teacher outputs for 2 sources"):
+        made_by_hand(tmp_path / "set", pairs, ["x"])
+    assert not DistilledSet(tmp_path / "set").complete
+
+
+def test_a_line_break_inside_a_source_is_refused_naming_the_pair(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="the source of training pair 2 holds a line break"):
+        DistilledSet(tmp_path / "set").write_sources(iter([Example("a", "b"), Example("c\nd", "e")]), "test")
+
+
+def tiny_copy(path: Path, text: str = "") -> Path:
+    """The tiny recipe written elsewhere, naming the tiny recipe's data folder (the teacher's), plus text."""
+    data = TINY_RECIPE.parent / "data"
+    path.write_text(TINY_RECIPE.read_text().replace("[task]\n", f'[task]\ndata_dir = "{data}"\n') + text)
+    return path
+
+
+def test_refusals_come_before_any_decoding(teacher: Path, cache: Path, tmp_path: Path) -> None:
+    # a student recipe given to train: distill makes its set
+    student = tiny_copy(tmp_path / "student.toml", '\n[distill]\nteacher = "teacher.toml"\n')
+    trained = CliRunner().invoke(cli, ["train", str(student), "--out", str(tmp_path / "x")])
+    assert trained.exit_code == 1 and "run `seqxduce distill TEACHER_RUN" in trained.output, trained.output
+    assert not (tmp_path / "x").exists()
+    # [distill] teacher names the teacher's recipe: a teacher run of another model is refused
+    tiny_copy(tmp_path / "teacher.toml").write_text((tmp_path / "teacher.toml").read_text().replace(
+        "d_model = 16", "d_model = 32"))
+    other = distill(teacher, student, "--out", tmp_path / "y")
+    assert other.exit_code == 1, other.output
+    assert "[model] d_model = 16 there, but the recipe [distill] teacher names (teacher.toml) has 32" in other.output
+    tiny_copy(tmp_path / "teacher.toml")
+    # a recipe that names a distilled set already
+    named = distill(teacher, TINY_RECIPE, "--out", tmp_path / "z", "--set", f"distill.targets={tmp_path}")
+    assert named.exit_code == 1 and "distill sets it itself" in named.output, named.output
+    # a teacher that is not a run directory
+    missing = distill(tmp_path / "nothing", TINY_RECIPE, "--out", tmp_path / "z")
+    assert missing.exit_code != 0
+    assert not list(cache.glob("distilled-*")), "nothing was decoded"
+    # a student run trained on one set, continued with another teacher search: refused before decoding
+    first = distill(teacher, student, "--out", tmp_path / "s", "--set", "train.max_steps=2")
+    assert first.exit_code == 0, first.output
+    other_search = distill(teacher, student, "--out", tmp_path / "s", "--set", "train.max_steps=2",
+                           "--auto-resume", "--teacher-set", "decode.beam=1")
+    assert other_search.exit_code == 1 and "was trained on the distilled set" in other_search.output
+    assert len(list(cache.glob("distilled-*"))) == 1
