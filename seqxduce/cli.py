@@ -240,7 +240,9 @@ def _say_trained(result: engine.TrainResult) -> None:
 @click.option("--teacher-set", "teacher_overrides", multiple=True,
               help="change the teacher's search for the distillation, e.g. decode.beam=5 (repeatable; default: the "
                    "teacher run's own [decode])")
-@CHECKPOINT_OPTION
+@click.option("--checkpoint", metavar="best|average|last|PATH",
+              help="which of TEACHER_RUN's checkpoints teaches: best, average or last, for each of its members "
+                   "alike; or a checkpoint file. Default: the average if any, else the newest")
 @STREAM_OPTIONS[2]
 @click.pass_context
 def distill(ctx: click.Context, teacher: Path, recipe_file: Path, out: Path | None, overrides: tuple[str, ...],
