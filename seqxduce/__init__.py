@@ -29,6 +29,7 @@ from seqxduce.engine import (
     decode,
     decode_file,
     decode_split,
+    distill,
     evaluate,
     export_run,
     import_model,
@@ -52,5 +53,5 @@ __all__ = [
     "setting", "hookimpl",
     "train", "RunStart", "decode", "decode_split", "evaluate", "average", "load_recipe", "prepare",
     "info", "plot", "attention", "recipe_cost", "score", "export_run", "serve", "import_model", "decode_file",
-    "score_file",
+    "score_file", "distill",
 ]

@@ -123,8 +123,9 @@ def runnable(command: list[str]) -> bool:
 
 
 def tiny(args: list[str], cwd: Path) -> list[str]:
-    """A `train` (or `prepare`) command's arguments with the TINY_* overrides its recipe has keys for."""
-    recipe_file = Path(args[1]) if Path(args[1]).is_absolute() else cwd / args[1]
+    """A `train`, `prepare` or `distill` command's arguments with the TINY_* overrides its recipe has keys for."""
+    named = args[2] if args[0] == "distill" else args[1]  # distill TEACHER_RUN RECIPE
+    recipe_file = Path(named) if Path(named).is_absolute() else cwd / named
     given = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--set"]
     recipe = load_recipe(recipe_file, given)
     sections = {"train": recipe.train, "model": recipe.model.settings, "tokenizer": recipe.tokenizer.settings,
@@ -186,7 +187,7 @@ def run(command: list[str], cwd: Path, where: Block) -> None:
     from seqxduce.cli import add_plugin_commands
 
     args = command[1:]
-    if command[0] == "seqxduce" and args and args[0] in ("train", "prepare"):  # prepare: the tokenizer train keys
+    if command[0] == "seqxduce" and args and args[0] in ("train", "prepare", "distill"):  # prepare: the tokenizer
         args = tiny(args, cwd)
     if command[0] == "cat":  # `cat A B > C`, as the shell would
         out = cwd / command[-1]

@@ -25,7 +25,7 @@ RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 def test_the_package_offers_a_function_per_command_without_importing_torch():
     code = ("import sys, seqxduce; names = ['train', 'decode', 'decode_split', 'evaluate', 'average', 'prepare', "
             "'load_recipe', 'info', 'plot', 'attention', 'recipe_cost', 'score', 'export_run', 'serve', "
-            "'decode_file', 'score_file']; "
+            "'decode_file', 'score_file', 'distill']; "
             "assert all(callable(getattr(seqxduce, n)) for n in names); assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
 
