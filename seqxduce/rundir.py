@@ -9,7 +9,7 @@ A run directory holds:
     average.pt           the average of the last checkpoints (train.average_last), if asked for
     best.pt              the checkpoint of the best validation so far, where the trainer keeps one
     metrics.jsonl        one JSON object per training log line and validation
-    sampled/             the current epoch's training pairs when a tokenizer samples (training.sampled_epochs)
+    sampled/             the current epoch's training pairs when a tokenizer samples (corpus.sampled_epochs)
 """
 
 from __future__ import annotations

@@ -20,16 +20,9 @@ from seqxduce import components
 from seqxduce.api import Example, Settings, Task, UserError
 from seqxduce.components import Tokenizers
 from seqxduce.console import console
-from seqxduce.data import Pair, PairArrays, encode_pairs, release_freed_memory
-from seqxduce.device import resolve_device
-from seqxduce.recipe import Recipe
-from seqxduce.run_start import RunStart
-from seqxduce.rundir import SAMPLED_DIR, RunDir, locate
-from seqxduce.training import binarized, distributed
-from seqxduce.training.early_stopping import EarlyStopping
-from seqxduce.training.metrics_log import MetricsLog
-from seqxduce.training.optim import build_optimizer, build_scaler, restore_optimizer
-from seqxduce.training.prepare import (
+from seqxduce.corpus import binarized
+from seqxduce.corpus.arrays import PairArrays, release_freed_memory
+from seqxduce.corpus.prepare import (
     TOKENIZERS,
     Examples,
     data_fingerprint,
@@ -40,8 +33,17 @@ from seqxduce.training.prepare import (
     train_tokenizers_shown,
     write_dataset,
 )
-from seqxduce.training.sampled_epochs import EpochEncoder
-from seqxduce.training.signals import stop_while_preparing
+from seqxduce.corpus.sampled_epochs import EpochEncoder
+from seqxduce.data import Pair, encode_pairs
+from seqxduce.device import resolve_device
+from seqxduce.recipe import Recipe
+from seqxduce.run_start import RunStart
+from seqxduce.rundir import SAMPLED_DIR, RunDir, locate
+from seqxduce.signals import stop_while_preparing
+from seqxduce.training import distributed
+from seqxduce.training.early_stopping import EarlyStopping
+from seqxduce.training.metrics_log import MetricsLog
+from seqxduce.training.optim import build_optimizer, build_scaler, restore_optimizer
 from seqxduce.training.state import TrainState, restore
 from seqxduce.training.step_plan import StepPlan
 from seqxduce.training.tensorboard_log import TENSORBOARD_DIR, summary_writer_class
@@ -241,7 +243,7 @@ def _tokenizers_in(rundir: RunDir, recipe: Recipe, world: distributed.World, exa
 def training_data(recipe: Recipe, task: Task, data_dir: Path, rundir: RunDir, world: distributed.World,
                   examples: Examples, resume: bool, tokenizers_from: Path | None) -> tuple[PairArrays, str]:
     """The run's tokenizer files into its directory and its training pairs, mapped from the prepared dataset:
-    rank 0 prepares what is not prepared yet (training.prepare), the others wait, then every rank maps the same
+    rank 0 prepares what is not prepared yet (corpus.prepare), the others wait, then every rank maps the same
     files. With [train] token_cache = false, every rank encodes in memory and nothing is written."""
     s = recipe.train
     is_main = world.rank == 0

@@ -77,7 +77,7 @@ def _set_up_members(recipe: Recipe, run: Path, resume: bool, overwrite: bool) ->
     """Check the run directory, then write the members' recipe and train their one set of tokenizers (a resumed
     run keeps the ones it has)."""
     from seqxduce.components import build_task, data_dir
-    from seqxduce.training.prepare import train_tokenizers_shown
+    from seqxduce.corpus.prepare import train_tokenizers_shown
 
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise UserError(f"[train] members = {recipe.train.members} under torchrun: train the ensemble's members in "

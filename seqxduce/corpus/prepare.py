@@ -1,5 +1,5 @@
 """Preparing a run's training data once: the tokenizer trained on the training text, then the whole split
-encoded on every core, cleaned by the length limits and written as a binarized dataset (training.binarized) that
+encoded on every core, cleaned by the length limits and written as a binarized dataset (corpus.binarized) that
 every run with the same key maps and every rank of a run shares.
 
 Two keys name a dataset's folder under the cache root ($SEQXDUCE_CACHE, else ~/.cache/seqxduce):
@@ -34,13 +34,14 @@ import numpy as np
 from seqxduce import components
 from seqxduce.api import Example, Task, Tokenizer, UserError
 from seqxduce.console import PairsProgress, console
+from seqxduce.corpus import binarized
+from seqxduce.corpus.arrays import PairArrays
+from seqxduce.corpus.token_cache import cache_root
 from seqxduce.cpus import usable_cpus
-from seqxduce.data import PairArrays
 from seqxduce.recipe import Recipe
 from seqxduce.rundir import RunDir
-from seqxduce.training import binarized
-from seqxduce.training.signals import preparing_stopped, signals_held, stop_while_preparing, worker_defaults
-from seqxduce.training.token_cache import cache_root
+from seqxduce.signals import preparing_stopped, stop_while_preparing
+from seqxduce.stopping import signals_held, worker_defaults
 
 TOKENIZERS = "tokenizers"  # the folder of a prepared dataset's tokenizer files
 SHARD = 20_000  # pairs a worker encodes at a time: the progress moves by this much
@@ -192,7 +193,7 @@ def _tokens_key(folder: Path) -> str | None:
 # ---------------------------------------------------------------- encoding on every core
 
 Shard = tuple[int, list[str], list[str]]  # a shard's place in the corpus (0, 1, ...) and its pairs' texts
-# a shard's ids by another encoding than the tokenizers' encode_batch (training.sampled_epochs: one epoch's sample)
+# a shard's ids by another encoding than the tokenizers' encode_batch (corpus.sampled_epochs: one epoch's sample)
 ShardEncoding = Callable[[int, list[str], list[str]], tuple[list[list[int]], list[list[int]]]]
 
 
