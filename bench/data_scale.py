@@ -187,12 +187,12 @@ def encode_figures(recipe_file: Path, folder: Path, limit: int) -> dict[str, flo
     from seqxduce import components
     from seqxduce.corpus import binarized, prepare
     from seqxduce.recipe import load_recipe
-    from seqxduce.rundir import RunDir
+    from seqxduce.tokenizer_files import TokenizerFiles
 
     recipe = load_recipe(recipe_file)
     task = components.build_task(recipe)
     examples = list(islice(task.stream("train", components.data_dir(recipe)), limit))
-    tokenizers = RunDir(folder / prepare.TOKENIZERS).load_tokenizers(recipe)
+    tokenizers = TokenizerFiles(folder / prepare.TOKENIZERS).load(recipe)
     figures: dict[str, float] = {"pairs_read": len(examples)}
     for workers in (1, 2):
         started = time.perf_counter()

@@ -118,7 +118,7 @@ def write_dataset(recipe_file: Path, pairs: int, base: Path, env: dict[str, str]
     from seqxduce import components
     from seqxduce.corpus import binarized, prepare
     from seqxduce.recipe import load_recipe
-    from seqxduce.rundir import RunDir
+    from seqxduce.tokenizer_files import TokenizerFiles
 
     recipe = load_recipe(recipe_file)
     task = components.build_task(recipe)
@@ -129,7 +129,7 @@ def write_dataset(recipe_file: Path, pairs: int, base: Path, env: dict[str, str]
         return folder
     source, meta = binarized.open_dataset(base, verify=False)
     src_lengths, tgt_lengths = np.asarray(source.src_lengths), np.asarray(source.tgt_lengths)
-    eos = RunDir(base / prepare.TOKENIZERS).load_tokenizers(recipe).src.eos_id
+    eos = TokenizerFiles(base / prepare.TOKENIZERS).load(recipe).src.eos_id
     rng = np.random.default_rng(seed)
     with binarized.DatasetWriter(folder, meta["vocab_size"], replace=True) as writer:
         for start in range(0, pairs, CHUNK):

@@ -39,9 +39,9 @@ from seqxduce.corpus.arrays import PairArrays
 from seqxduce.corpus.token_cache import cache_root
 from seqxduce.cpus import usable_cpus
 from seqxduce.recipe import Recipe
-from seqxduce.rundir import RunDir
 from seqxduce.signals import preparing_stopped, stop_while_preparing
 from seqxduce.stopping import signals_held, worker_defaults
+from seqxduce.tokenizer_files import TokenizerFiles
 
 TOKENIZERS = "tokenizers"  # the folder of a prepared dataset's tokenizer files
 SHARD = 20_000  # pairs a worker encodes at a time: the progress moves by this much
@@ -175,7 +175,7 @@ def dataset_for_files(recipe: Recipe, fingerprint: str, tokenizer_files: Sequenc
         return folder
     own = prepared_folder(recipe, fingerprint, root)
     if binarized.exists(own) and (own / TOKENIZERS).is_dir() and \
-            _contents(RunDir(own / TOKENIZERS).tokenizer_files(recipe)) == _contents(tokenizer_files):
+            _contents(TokenizerFiles(own / TOKENIZERS).files(recipe)) == _contents(tokenizer_files):
         return own
     for other in sorted(folder.parent.glob("prepared-*")):  # another recipe's preparation with the same ids
         if binarized.exists(other) and _tokens_key(other) == folder.name:
@@ -349,19 +349,20 @@ def prepare_new(recipe: Recipe, folder: Path, examples: Iterable[Example], finge
     work = binarized.work_folder(folder, "tok-")
     try:
         tokenizer_dir = work / TOKENIZERS
-        train_tokenizers_shown(RunDir(tokenizer_dir), recipe, examples, total=total, show=show)
+        files = TokenizerFiles(tokenizer_dir)
+        train_tokenizers_shown(files, recipe, examples, total=total, show=show)
         preparing_stopped()
-        tokenizers = RunDir(tokenizer_dir).load_tokenizers(recipe)
-        key = tokens_folder(recipe, fingerprint, RunDir(tokenizer_dir).tokenizer_files(recipe), tokenizers).name
+        tokenizers = files.load(recipe)
+        key = tokens_folder(recipe, fingerprint, files.files(recipe), tokenizers).name
         return write_dataset(folder, examples, tokenizers, recipe, tokenizer_dir, workers=workers, show=show,
                              total=total, replace=replace, meta={TOKENS_KEY: key})
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def train_tokenizers_shown(rundir: RunDir, recipe: Recipe, examples: Iterable[Example], total: int | None = None,
+def train_tokenizers_shown(files: TokenizerFiles, recipe: Recipe, examples: Iterable[Example], total: int | None = None,
                            show: bool = True) -> None:
-    """rundir.train_tokenizers with what a log file needs, for a tokenizer that trains for minutes on a large
+    """files.train with what a log file needs, for a tokenizer that trains for minutes on a large
     corpus: a first line, the pairs it has read (a bar on a terminal, else a plain line at a steady pace), a line
     when the text is read and the tokenizer trains on it (SentencePiece says nothing while it does), and the
     time it took. total: the pairs the examples hold, when known (for the ETA)."""
@@ -373,7 +374,7 @@ def train_tokenizers_shown(rundir: RunDir, recipe: Recipe, examples: Iterable[Ex
     passes = 1 if recipe.tokenizer.core.shared else 2  # a tokenizer per side reads the text once for each
     with PairsProgress("tokenizer: reading the text", total * passes if total is not None else None,
                        enabled=show) as progress:
-        rundir.train_tokenizers(recipe, _Reading(examples, progress, started, name))
+        files.train(recipe, _Reading(examples, progress, started, name))
     if show:
         console.print(f"trained the tokenizer in {time.perf_counter() - started:.1f} s", markup=False,
                       highlight=False)

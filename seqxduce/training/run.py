@@ -144,7 +144,7 @@ def assemble(recipe: Recipe, run_dir: Path, start: RunStart | None = None) -> Tr
                                               tokenizers_from)
     valid_examples = task.examples("valid", data_dir) if "valid" in task.splits else []
     torch.manual_seed(s.seed)
-    built = rundir.components(recipe, task)
+    built = components.build_components(recipe, rundir.tokenizers.load(recipe), task)
     tokenizers = built.tokenizers
     valid_pairs = encode(recipe, tokenizers, valid_examples, "valid", rundir, is_main) if valid_examples else []
     # reads the training text again only if a tokenizer samples (subword regularization), once an epoch
@@ -232,11 +232,11 @@ def _tokenizers_in(rundir: RunDir, recipe: Recipe, world: distributed.World, exa
     from other settings)."""
     if not resume and world.rank == 0:
         if tokenizers_from is not None:
-            rundir.copy_tokenizers(recipe, tokenizers_from)
+            rundir.tokenizers.copy(recipe, tokenizers_from)
         else:
-            train_tokenizers_shown(rundir, recipe, nonempty(recipe, examples))  # with its lines for a log file
+            train_tokenizers_shown(rundir.tokenizers, recipe, nonempty(recipe, examples))  # lines for a log file
     world.barrier()
-    if not rundir.has_tokenizers(recipe):
+    if not rundir.tokenizers.has(recipe):
         raise UserError(f"--resume: {rundir.path} holds no tokenizer files; train into a new --out")
 
 
@@ -250,7 +250,7 @@ def training_data(recipe: Recipe, task: Task, data_dir: Path, rundir: RunDir, wo
     limits = (s.max_source_len, s.max_target_len)
     if not s.token_cache:
         _tokenizers_in(rundir, recipe, world, examples, resume, tokenizers_from)
-        tokenizers = rundir.load_tokenizers(recipe)
+        tokenizers = rundir.tokenizers.load(recipe)
         listed, skipped = encode_pairs(list(nonempty(recipe, examples)), tokenizers.src, tokenizers.tgt, *limits)
         _report_kept(len(listed), skipped, is_main)
         pairs = PairArrays.from_pairs(listed)
@@ -266,12 +266,12 @@ def training_data(recipe: Recipe, task: Task, data_dir: Path, rundir: RunDir, wo
                 console.print(f"train: the training data were prepared already: {folder}")
             else:
                 prepare_new(recipe, folder, examples, fingerprint, total=examples.lines_hint())
-            rundir.copy_tokenizers(recipe, folder / TOKENIZERS)
+            rundir.tokenizers.copy(recipe, folder / TOKENIZERS)
     else:  # the tokenizer files come from elsewhere: the ids are keyed by their bytes
         _tokenizers_in(rundir, recipe, world, examples, resume, tokenizers_from)
-        tokenizers = rundir.load_tokenizers(recipe)
+        tokenizers = rundir.tokenizers.load(recipe)
         # a restart, a resumed run, a run given the same tokenizer files: the dataset prepared before, if any
-        folder = dataset_for_files(recipe, fingerprint, rundir.tokenizer_files(recipe), tokenizers)
+        folder = dataset_for_files(recipe, fingerprint, rundir.tokenizers.files(recipe), tokenizers)
         if is_main:
             if binarized.exists(folder):
                 binarized.open_dataset(folder)
@@ -316,11 +316,11 @@ def _node_copy(recipe: Recipe, rundir: RunDir, fingerprint: str, examples: Examp
     """This node's own dataset of the ids rank 0 mapped: encoded with the run's tokenizer files (which rank 0
     put in the run directory: the same bytes, so the same ids) by the node's first process, the others waiting
     for it; found instead when the node has it already (a restart)."""
-    if not rundir.has_tokenizers(recipe):
+    if not rundir.tokenizers.has(recipe):
         raise UserError(f"process {world.rank}: sees neither the training data process 0 prepared nor the run's "
                         f"tokenizer files in {rundir.path}: put --out on storage every node shares")
-    tokenizers = rundir.load_tokenizers(recipe)
-    own = dataset_for_files(recipe, fingerprint, rundir.tokenizer_files(recipe), tokenizers)
+    tokenizers = rundir.tokenizers.load(recipe)
+    own = dataset_for_files(recipe, fingerprint, rundir.tokenizers.files(recipe), tokenizers)
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
         if not binarized.exists(own):
             write_dataset(own, nonempty(recipe, examples), tokenizers, recipe, show=False)
