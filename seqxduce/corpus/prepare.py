@@ -20,12 +20,13 @@ import dataclasses
 import hashlib
 import json
 import multiprocessing
+import random
 import shutil
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain, islice
+from itertools import chain, islice, zip_longest
 from multiprocessing.pool import AsyncResult, Pool
 from pathlib import Path
 
@@ -48,16 +49,49 @@ SHARD = 20_000  # pairs a worker encodes at a time: the progress moves by this m
 IN_PROCESS = 50_000  # below this many pairs, one process encodes (starting workers would cost more)
 
 
+@dataclass(frozen=True)
+class TrainingTargets:
+    """The training split's targets read from another file, one line per example the task gives (a distilled
+    corpus: a teacher's `decode --split train`), for every example or, with share < 1, for that share of them (drawn
+    from seed, example by example, the same on every read): the others keep the task's own targets."""
+
+    path: Path
+    share: float = 1.0
+    seed: int = 0
+
+    def key(self) -> str:
+        """What the file and the share add to the data's key (corpus.prepare: data_fingerprint)."""
+        stat = Path(self.path).stat()
+        return f"targets\0{Path(self.path).resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}\0{self.share}\0{self.seed}"
+
+    def replaced(self, examples: Iterable[Example]) -> Iterator[Example]:
+        """examples with their targets taken from the file (as share says); refused in one line when the file's
+        lines and the examples do not pair up."""
+        rng = random.Random(self.seed)
+        count = 0
+        with open(self.path, encoding="utf-8") as lines:
+            for example, line in zip_longest(examples, lines):
+                if example is None or line is None:
+                    raise UserError(f"training targets {self.path}: {'fewer' if line is None else 'more'} lines than "
+                                    f"the task's training examples ({count} paired); give one line per example, "
+                                    "in order (decode --split train writes them so)")
+                count += 1
+                if self.share >= 1 or rng.random() < self.share:
+                    example = dataclasses.replace(example, target=line.rstrip("\n"))
+                yield example
+
+
 class Examples:
     """A split's examples, streamed from the task (Task.stream) and read anew each time they are iterated, so that
     preparing a corpus (the tokenizer's training, then the encoding; each epoch's sample under subword sampling)
-    never holds it as Python strings."""
+    never holds it as Python strings. targets: the training targets read from another file instead."""
 
-    def __init__(self, task: Task, data_dir: Path, split: str = "train"):
-        self.task, self.data_dir, self.split = task, data_dir, split
+    def __init__(self, task: Task, data_dir: Path, split: str = "train", targets: TrainingTargets | None = None):
+        self.task, self.data_dir, self.split, self.targets = task, data_dir, split, targets
 
     def __iter__(self) -> Iterator[Example]:
-        return self.task.stream(self.split, self.data_dir)
+        examples = self.task.stream(self.split, self.data_dir)
+        return examples if self.targets is None else self.targets.replaced(examples)
 
     def lines_hint(self) -> int | None:
         """How many lines the split's first file holds, when the task names its files (a progress bar's total:
@@ -102,6 +136,9 @@ def data_fingerprint(task: Task, data_dir: Path, examples: Iterable[Example]) ->
         for path in files:
             stat = Path(path).stat()
             digest.update(f"{Path(path).resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+        targets = getattr(examples, "targets", None)
+        if targets is not None:  # the examples' text is read otherwise, their replaced targets with it
+            digest.update(targets.key().encode())
         return digest.hexdigest()
     for ex in examples:
         digest.update(ex.source.encode() + b"\0" + ex.target.encode() + b"\n")
