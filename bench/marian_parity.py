@@ -61,7 +61,7 @@ def generate_parity(folder: Path, run: Path, sources: list[str], max_new: int) -
     from seqxduce.rundir import RunDir
 
     rundir = RunDir(run)
-    src = rundir.load_tokenizers(rundir.load_recipe()).src
+    src = rundir.tokenizers.load(rundir.load_recipe()).src
     ids = [src.encode(s) + [src.eos_id] for s in sources]
     rows = []
     for beam, penalty in ((1, 0.0), (4, 0.0), (4, 1.0)):
@@ -153,7 +153,7 @@ def ctranslate2_parity(folder: Path, run: Path, sources: list[str], max_new: int
     cli("export", run, "--to", "ctranslate2", "-o", work / "ours")
     TransformersConverter(str(folder)).convert(str(work / "theirs"))
     rundir = RunDir(run)
-    src = rundir.load_tokenizers(rundir.load_recipe()).src
+    src = rundir.tokenizers.load(rundir.load_recipe()).src
     batch = [[src.id_to_token(i) for i in src.encode(s)] for s in sources]
     rows = []
     for beam in (1, 4):

@@ -40,14 +40,14 @@ def load_run_recipe(run_dir: Path, overrides: Sequence[str] = ()) -> Recipe:
 def prepare(recipe: Recipe, training_data: bool = False, again: bool = False, workers: int | None = None) -> Path:
     """Download or build the recipe's task data; returns the data directory. With training_data, also prepare
     what a new run of the recipe trains from (its tokenizers and binarized training split, under the cache root;
-    see seqxduce.training.prepare), unless done before; again: prepare them anew (a damaged dataset)."""
+    see seqxduce.corpus.prepare), unless done before; again: prepare them anew (a damaged dataset)."""
     from seqxduce.components import build_task, data_dir
 
     where = data_dir(recipe)
     task = build_task(recipe)
     task.prepare(where)
     if training_data:
-        from seqxduce.training.prepare import prepare_training_data
+        from seqxduce.corpus.prepare import prepare_training_data
 
         prepare_training_data(recipe, task, where, again=again, workers=workers)
     return where

@@ -87,7 +87,7 @@ def load_export(path: Path | str, overrides: Sequence[str] = (), work: Path | No
     if index:
         threads["device_index"] = int(index)
     translator = ct2.Translator(str(path), device=device, compute_type=compute_type, **threads)
-    return ExportedRun(recipe, path, components.build_task(recipe), exported.load_tokenizers(recipe), translator)
+    return ExportedRun(recipe, path, components.build_task(recipe), exported.tokenizers.load(recipe), translator)
 
 
 def translate_ids(run: ExportedRun, sources: Sequence[list[int]],

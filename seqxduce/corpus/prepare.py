@@ -1,5 +1,5 @@
 """Preparing a run's training data once: the tokenizer trained on the training text, then the whole split
-encoded on every core, cleaned by the length limits and written as a binarized dataset (training.binarized) that
+encoded on every core, cleaned by the length limits and written as a binarized dataset (corpus.binarized) that
 every run with the same key maps and every rank of a run shares.
 
 Two keys name a dataset's folder under the cache root ($SEQXDUCE_CACHE, else ~/.cache/seqxduce):
@@ -20,12 +20,13 @@ import dataclasses
 import hashlib
 import json
 import multiprocessing
+import random
 import shutil
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import chain, islice
+from itertools import chain, islice, zip_longest
 from multiprocessing.pool import AsyncResult, Pool
 from pathlib import Path
 
@@ -34,29 +35,63 @@ import numpy as np
 from seqxduce import components
 from seqxduce.api import Example, Task, Tokenizer, UserError
 from seqxduce.console import PairsProgress, console
+from seqxduce.corpus import binarized
+from seqxduce.corpus.arrays import PairArrays
+from seqxduce.corpus.token_cache import cache_root
 from seqxduce.cpus import usable_cpus
-from seqxduce.data import PairArrays
 from seqxduce.recipe import Recipe
-from seqxduce.rundir import RunDir
-from seqxduce.training import binarized
-from seqxduce.training.signals import preparing_stopped, signals_held, stop_while_preparing, worker_defaults
-from seqxduce.training.token_cache import cache_root
+from seqxduce.signals import preparing_stopped, stop_while_preparing
+from seqxduce.stopping import signals_held, worker_defaults
+from seqxduce.tokenizer_files import TokenizerFiles
 
 TOKENIZERS = "tokenizers"  # the folder of a prepared dataset's tokenizer files
 SHARD = 20_000  # pairs a worker encodes at a time: the progress moves by this much
 IN_PROCESS = 50_000  # below this many pairs, one process encodes (starting workers would cost more)
 
 
+@dataclass(frozen=True)
+class TrainingTargets:
+    """The training split's targets read from another file, one line per example the task gives (a distilled
+    corpus: a teacher's `decode --split train`), for every example or, with share < 1, for that share of them (drawn
+    from seed, example by example, the same on every read): the others keep the task's own targets."""
+
+    path: Path
+    share: float = 1.0
+    seed: int = 0
+
+    def key(self) -> str:
+        """What the file and the share add to the data's key (corpus.prepare: data_fingerprint)."""
+        stat = Path(self.path).stat()
+        return f"targets\0{Path(self.path).resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}\0{self.share}\0{self.seed}"
+
+    def replaced(self, examples: Iterable[Example]) -> Iterator[Example]:
+        """examples with their targets taken from the file (as share says); refused in one line when the file's
+        lines and the examples do not pair up."""
+        rng = random.Random(self.seed)
+        count = 0
+        with open(self.path, encoding="utf-8") as lines:
+            for example, line in zip_longest(examples, lines):
+                if example is None or line is None:
+                    raise UserError(f"training targets {self.path}: {'fewer' if line is None else 'more'} lines than "
+                                    f"the task's training examples ({count} paired); give one line per example, "
+                                    "in order (decode --split train writes them so)")
+                count += 1
+                if self.share >= 1 or rng.random() < self.share:
+                    example = dataclasses.replace(example, target=line.rstrip("\n"))
+                yield example
+
+
 class Examples:
     """A split's examples, streamed from the task (Task.stream) and read anew each time they are iterated, so that
     preparing a corpus (the tokenizer's training, then the encoding; each epoch's sample under subword sampling)
-    never holds it as Python strings."""
+    never holds it as Python strings. targets: the training targets read from another file instead."""
 
-    def __init__(self, task: Task, data_dir: Path, split: str = "train"):
-        self.task, self.data_dir, self.split = task, data_dir, split
+    def __init__(self, task: Task, data_dir: Path, split: str = "train", targets: TrainingTargets | None = None):
+        self.task, self.data_dir, self.split, self.targets = task, data_dir, split, targets
 
     def __iter__(self) -> Iterator[Example]:
-        return self.task.stream(self.split, self.data_dir)
+        examples = self.task.stream(self.split, self.data_dir)
+        return examples if self.targets is None else self.targets.replaced(examples)
 
     def lines_hint(self) -> int | None:
         """How many lines the split's first file holds, when the task names its files (a progress bar's total:
@@ -101,6 +136,9 @@ def data_fingerprint(task: Task, data_dir: Path, examples: Iterable[Example]) ->
         for path in files:
             stat = Path(path).stat()
             digest.update(f"{Path(path).resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+        targets = getattr(examples, "targets", None)
+        if targets is not None:  # the examples' text is read otherwise, their replaced targets with it
+            digest.update(targets.key().encode())
         return digest.hexdigest()
     for ex in examples:
         digest.update(ex.source.encode() + b"\0" + ex.target.encode() + b"\n")
@@ -174,7 +212,7 @@ def dataset_for_files(recipe: Recipe, fingerprint: str, tokenizer_files: Sequenc
         return folder
     own = prepared_folder(recipe, fingerprint, root)
     if binarized.exists(own) and (own / TOKENIZERS).is_dir() and \
-            _contents(RunDir(own / TOKENIZERS).tokenizer_files(recipe)) == _contents(tokenizer_files):
+            _contents(TokenizerFiles(own / TOKENIZERS).files(recipe)) == _contents(tokenizer_files):
         return own
     for other in sorted(folder.parent.glob("prepared-*")):  # another recipe's preparation with the same ids
         if binarized.exists(other) and _tokens_key(other) == folder.name:
@@ -192,7 +230,7 @@ def _tokens_key(folder: Path) -> str | None:
 # ---------------------------------------------------------------- encoding on every core
 
 Shard = tuple[int, list[str], list[str]]  # a shard's place in the corpus (0, 1, ...) and its pairs' texts
-# a shard's ids by another encoding than the tokenizers' encode_batch (training.sampled_epochs: one epoch's sample)
+# a shard's ids by another encoding than the tokenizers' encode_batch (corpus.sampled_epochs: one epoch's sample)
 ShardEncoding = Callable[[int, list[str], list[str]], tuple[list[list[int]], list[list[int]]]]
 
 
@@ -348,19 +386,20 @@ def prepare_new(recipe: Recipe, folder: Path, examples: Iterable[Example], finge
     work = binarized.work_folder(folder, "tok-")
     try:
         tokenizer_dir = work / TOKENIZERS
-        train_tokenizers_shown(RunDir(tokenizer_dir), recipe, examples, total=total, show=show)
+        files = TokenizerFiles(tokenizer_dir)
+        train_tokenizers_shown(files, recipe, examples, total=total, show=show)
         preparing_stopped()
-        tokenizers = RunDir(tokenizer_dir).load_tokenizers(recipe)
-        key = tokens_folder(recipe, fingerprint, RunDir(tokenizer_dir).tokenizer_files(recipe), tokenizers).name
+        tokenizers = files.load(recipe)
+        key = tokens_folder(recipe, fingerprint, files.files(recipe), tokenizers).name
         return write_dataset(folder, examples, tokenizers, recipe, tokenizer_dir, workers=workers, show=show,
                              total=total, replace=replace, meta={TOKENS_KEY: key})
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def train_tokenizers_shown(rundir: RunDir, recipe: Recipe, examples: Iterable[Example], total: int | None = None,
+def train_tokenizers_shown(files: TokenizerFiles, recipe: Recipe, examples: Iterable[Example], total: int | None = None,
                            show: bool = True) -> None:
-    """rundir.train_tokenizers with what a log file needs, for a tokenizer that trains for minutes on a large
+    """files.train with what a log file needs, for a tokenizer that trains for minutes on a large
     corpus: a first line, the pairs it has read (a bar on a terminal, else a plain line at a steady pace), a line
     when the text is read and the tokenizer trains on it (SentencePiece says nothing while it does), and the
     time it took. total: the pairs the examples hold, when known (for the ETA)."""
@@ -372,7 +411,7 @@ def train_tokenizers_shown(rundir: RunDir, recipe: Recipe, examples: Iterable[Ex
     passes = 1 if recipe.tokenizer.core.shared else 2  # a tokenizer per side reads the text once for each
     with PairsProgress("tokenizer: reading the text", total * passes if total is not None else None,
                        enabled=show) as progress:
-        rundir.train_tokenizers(recipe, _Reading(examples, progress, started, name))
+        files.train(recipe, _Reading(examples, progress, started, name))
     if show:
         console.print(f"trained the tokenizer in {time.perf_counter() - started:.1f} s", markup=False,
                       highlight=False)
