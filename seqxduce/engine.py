@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from seqxduce.inspection.cost import TrainingCost
     from seqxduce.inspection.run_info import RunInfo
     from seqxduce.rundir import RunDir
+    from seqxduce.serving.limits import Limits
     from seqxduce.training.trainer import TrainResult
 
 T = TypeVar("T")
@@ -308,27 +309,30 @@ def export_run(run: str | Path, output: str | Path, engine: str = "ctranslate2",
 
 
 def serve(run: str | Path, host: str = "127.0.0.1", port: int = 8000, overrides: Sequence[str] = (),
-          ensemble: Sequence[str | Path] = (), checkpoint: str | None = None, **limits: int | float | str) -> None:
-    """Serve a run over HTTP until SIGTERM or Ctrl-C, as `seqxduce serve` does (needs the [serve] extra); limits
-    are the command's other options by their Python names (max_batch_tokens=..., max_wait_ms=..., log_level=...),
-    checked as the command checks them."""
-    import click
+          ensemble: Sequence[str | Path] = (), checkpoint: str | None = None, engine: str = "seqxduce",
+          limits: Limits | None = None, **options: Any) -> None:
+    """Serve a run over HTTP until SIGTERM or Ctrl-C, as `seqxduce serve` does (needs the [serve] extra), with
+    the engine named (as in decode()). limits: the server's bounds (seqxduce.serving.limits.Limits, a Settings:
+    each checked when built); or give them here by name (max_inputs=3). options: the command's others by their
+    Python names (allowed_hosts, forwarded_allow_ips, verbose_info, threads, log_level)."""
+    import dataclasses
 
-    from seqxduce.serving.command import serve as command
+    from seqxduce.serving.command import serve_run
+    from seqxduce.serving.limits import Limits
+    from seqxduce.settings_check import SettingError
 
-    args = [str(run), "--host", host, "--port", str(port)]
-    args += [a for o in overrides for a in ("--set", o)] + [a for e in ensemble for a in ("--ensemble", str(e))]
-    args += ["--checkpoint", checkpoint] if checkpoint is not None else []
-    known = {option for param in command.params for option in param.opts}
-    for name, value in limits.items():
-        option = "--" + name.replace("_", "-")
-        if option not in known:
-            raise UserError(f"serve: no option {name}; the options are those of `seqxduce serve --help`")
-        args += [option, str(value)]
-    try:  # the command's own parsing: the same defaults and range checks as on the command line
-        command.main(args, prog_name="seqxduce serve", standalone_mode=False)
-    except click.ClickException as error:
-        raise UserError(f"serve: {error.format_message()}") from None
+    known = {f.name for f in dataclasses.fields(Limits)}
+    others = ("allowed_hosts", "forwarded_allow_ips", "verbose_info", "threads", "log_level")
+    for name in options:
+        if name not in known and name not in others:
+            raise UserError(f"serve: no option {name}; the options are those of `seqxduce serve --help`, by their "
+                            "Python names")
+    try:
+        limits = dataclasses.replace(limits or Limits(), **{k: v for k, v in options.items() if k in known})
+    except SettingError as err:
+        raise UserError(f"serve: {err.at(err.key)}") from None
+    serve_run(_run_spec(run, overrides, ensemble, checkpoint), engine, limits, host=host, port=port,
+              **{k: v for k, v in options.items() if k in others})
 
 
 def score_files(run: str | Path | LoadedRun, source_file: str | Path, target_file: str | Path,

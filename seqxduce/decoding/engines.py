@@ -25,18 +25,19 @@ if TYPE_CHECKING:  # pragma: no cover
     from seqxduce.decoding.scoring import PairScore
     from seqxduce.decoding.streaming import BufferJob
 
-# what an engine may lack, as a refusal names it
-FEATURES: dict[str, str] = {
-    "prefixes": "target prefixes (--prefix-file, a request's \"prefix\")",
-    "nbest": "n-best lists (--nbest)",
-    "scoring": "scoring given pairs (score)",
-    "ensemble": "--ensemble (several models' predictions averaged)",
-    "checkpoint": "--checkpoint (one of a run's checkpoints)",
-    "annotations": "--annotations (the model's per-position figures)",
-    "alignments": "--alignments (word alignments from the attention)",
-    "attention": "/v1/attention (the model's attention weights)",
-    "any decoder": "a decoder other than greedy or beam",
-    "stop within a batch": "a batch stopped between its steps",
+# what an engine may have, as a refusal names it: (the flag or route, what it is)
+FEATURES: dict[str, tuple[str, str]] = {
+    "prefixes": ("--prefix-file", "target prefixes"),
+    "nbest": ("--nbest", "n-best lists"),
+    "scoring": ("score", "scoring given pairs"),
+    "ensemble": ("--ensemble", "several models' predictions averaged"),
+    "checkpoint": ("--checkpoint", "one of a run's checkpoints"),
+    "annotations": ("--annotations", "the model's per-position figures"),
+    "alignments": ("--alignments", "word alignments from the attention"),
+    "attention": ("/v1/attention", "the model's attention weights"),
+    "any decoder": ("[decode] name", "a decoder other than greedy or beam"),
+    "stop within a batch": ("a stop between a batch's steps", "SIGTERM, a deadline or clients gone end a batch at "
+                                                              "its next step"),
 }
 
 
@@ -57,8 +58,8 @@ class Engine(abc.ABC):
     def require(self, feature: str, where: str) -> None:
         """Refuse, in one line naming the engine and the feature, a feature this engine lacks."""
         if feature not in self.capabilities:
-            raise UserError(f"{where} --engine {self.name}: {FEATURES[feature]} is not supported there; "
-                            f"{self.instead}")
+            flag, what = FEATURES[feature]
+            raise UserError(f"{where} --engine {self.name}: {flag} is not supported there ({what}); {self.instead}")
 
     def check(self, spec: RunSpec, where: str, features: Iterable[str] = ()) -> None:
         """Refuse before any work what this engine cannot do of a load and a command: the features used, the
