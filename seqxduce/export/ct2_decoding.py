@@ -36,6 +36,8 @@ from seqxduce.recipe import Recipe
 from seqxduce.rundir import RunDir
 
 SEARCHES = ("greedy", "beam")
+# the [decode] keys translate_ids reads (besides the core's batch_size and precision)
+HONOURED = frozenset({"beam", "alpha", "length_penalty", "nbest", "max_len_a", "max_len_b", "min_len"})
 # decode --precision as a CTranslate2 compute type
 CT2_COMPUTE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
 

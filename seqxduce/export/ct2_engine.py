@@ -4,7 +4,7 @@ around CTranslate2's greedy or beam search, ranked as seqxduce's beam ranks).
 
 What it lacks is declared here: one exported model (no ensemble, no checkpoint choice: export the one wanted), no
 attention or per-position figures, a batch that runs to its end once started, greedy and beam only, and of the
-[decode] settings only those its search reads (HONOURED).
+[decode] settings only those its search reads (ct2_decoding.HONOURED).
 """
 
 from __future__ import annotations
@@ -22,11 +22,8 @@ from seqxduce.decoding.engines import Engine
 from seqxduce.decoding.jobs import RunSpec
 from seqxduce.decoding.scoring import PairScore
 from seqxduce.export import ct2_decoding
-from seqxduce.export.ct2_decoding import Ct2DecodeJob, Ct2ScoreJob, ExportedRun, load_export
+from seqxduce.export.ct2_decoding import HONOURED, Ct2DecodeJob, Ct2ScoreJob, ExportedRun, load_export
 from seqxduce.export.exporting import METADATA_FILE, is_export
-
-# the [decode] keys export.ct2_decoding.translate_ids reads
-HONOURED = frozenset({"beam", "alpha", "length_penalty", "nbest", "max_len_a", "max_len_b", "min_len"})
 
 
 class CTranslate2Engine(Engine):

@@ -18,15 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from seqxduce.decoding.decode import Output
-from seqxduce.export.ct2_decoding import ExportedRun, decode_sources
+from seqxduce.export.ct2_decoding import HONOURED, ExportedRun, decode_sources
 from seqxduce.serving.batching import StopCheck
 from seqxduce.serving.limits import Prefixed, RequestError, source_text
 from seqxduce.serving.service import Asked, Service, model_positions
 from seqxduce.settings_check import request_keys
-
-# what export.ct2_decoding.translate_ids reads of [decode] (besides nbest, a request field of its own)
-HONOURED = ("beam", "alpha", "max_len_a", "max_len_b", "min_len")
-REFUSED = ("/v1/attention",)  # what needs seqxduce's own engine
 
 
 class CT2Service(Service):
@@ -38,7 +34,8 @@ class CT2Service(Service):
 
     def decode_keys(self) -> dict[str, Any]:
         """The [decode] keys a request may set: those of the recipe's decoder that CTranslate2's search honours."""
-        return {name: getattr(self.settings, name) for name in request_keys(self.settings) if name in HONOURED}
+        return {name: getattr(self.settings, name) for name in request_keys(self.settings)
+                if name in HONOURED and name != "nbest"}
 
     def unchanged(self) -> ExportedRun:
         return self.exported
