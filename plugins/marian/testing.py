@@ -113,14 +113,15 @@ def _train(model, folder: Path, text: list[str], steps: int, seed: int) -> None:
 
 def hf_generate(folder: Path, source_ids: list[list[int]], beam: int, max_new_tokens: int,
                 length_penalty: float = 1.0, batch_size: int = 32, forced_eos: int | None = 0,
-                prefixes: list[list[int]] | None = None,
-                renormalize: bool = False) -> list[tuple[list[int], float, float | None]]:
+                prefixes: list[list[int]] | None = None, renormalize: bool = False,
+                early_stopping: bool | str = "never") -> list[tuple[list[int], float, float | None]]:
     """Hugging Face generate()'s output per source (ids without the start token and eos, a target prefix
     included), its log-probability (eos and prefix included) from a teacher-forced pass, and with beam > 1
     generate's own score of it (sequences_scores); source_ids end in eos. A prefix is given as generate takes
     one, decoder_input_ids = [<pad>] + prefix, and counts in the limit of max_new_tokens tokens after the start
-    (eos included), as an imported max_length does. early_stopping = "never" is the exact search seqxduce's beam
-    search runs; <pad> is banned as seqxduce's searches ban it; renormalize: generate's renormalize_logits."""
+    (eos included), as an imported max_length does. early_stopping: generate's stopping rule, by default "never",
+    the exact search seqxduce's beam search runs by default; <pad> is banned as seqxduce's searches ban it;
+    renormalize: generate's renormalize_logits."""
     import torch
     from transformers import MarianMTModel
 
@@ -142,7 +143,7 @@ def hf_generate(folder: Path, source_ids: list[list[int]], beam: int, max_new_to
                     input_ids=ids, attention_mask=mask, decoder_input_ids=torch.tensor([[pad] + prefixes[i]
                                                                                         for i in chunk]),
                     num_beams=beam, do_sample=False, max_length=max_new_tokens + 1, length_penalty=length_penalty,
-                    early_stopping="never" if beam > 1 else False, bad_words_ids=[[pad]], min_length=0,
+                    early_stopping=early_stopping if beam > 1 else False, bad_words_ids=[[pad]], min_length=0,
                     num_return_sequences=1, forced_eos_token_id=forced_eos, return_dict_in_generate=True,
                     output_scores=beam > 1, renormalize_logits=renormalize)
             scores = generated.sequences_scores.tolist() if beam > 1 else [None] * len(chunk)

@@ -186,7 +186,7 @@ def test_the_hubs_generation_keys_import_and_decode_as_generate(marian_folder: P
     GenerationConfig.from_pretrained(folder)
     output = _ok("import", folder, "--from", "marian", "-o", tmp_path / "run")
     assert "renormalize_logits = true" in output
-    loaded = seqxduce.engine.load_run(tmp_path / "run", ["decode.early_stop=false"])
+    loaded = seqxduce.engine.load_run(tmp_path / "run", ["decode.early_stopping=never"])
     assert loaded.recipe.decode.settings.renormalize is True
     sources = sentences(100, seed=9)
     source_ids = [loaded.tokenizers.src.encode(s) + [loaded.tokenizers.src.eos_id] for s in sources]
