@@ -165,6 +165,11 @@ def test_the_three_stopping_rules_of_hugging_face():
     # the default is the exact search, and early_stop = true is early_stopping = true whatever that says
     assert BeamSettings().early_stopping == "never" and BeamSettings().stopping_rule() == "never"
     assert _stopping(late, False, early_stop=True).tokens == [A]
+    # an ensemble is a model like any other to the search: one of the model with itself decides alike
+    from seqxduce.decoding.ensemble import EnsembleModel
+
+    twice = EnsembleModel([settled, settled])
+    assert (_stopping(twice, False).tokens, _stopping(twice, "never").tokens) == ([A], [B, B, B])
     # n-best: the two finished when false stops, best first
     assert [h.tokens for h in beam_search(settled, request([1]), BeamSettings(
         beam=2, nbest=2, alpha=1.0, length_penalty="power", max_len_a=0, max_len_b=6,

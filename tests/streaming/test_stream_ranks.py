@@ -203,11 +203,13 @@ def test_ctranslate2_refuses_worker_processes_on_a_run_directory_before_any_work
     assert "decoding with" not in result.output and not list(tmp_path.glob("out.txt*"))
 
 
-def test_ctranslate2_says_it_does_not_renormalize(trained_copy_run: Path, tmp_path: Path):
+def test_ctranslate2_says_it_does_not_renormalize_nor_stop_as_hugging_face(trained_copy_run: Path, tmp_path: Path):
     pytest.importorskip("ctranslate2")
     given = write(tmp_path / "in.txt", sources(3, seed=19))
     result = CliRunner().invoke(add_plugin_commands(), ["decode", str(trained_copy_run), "--input", str(given),
                                                         "--engine", "ctranslate2", "--set",
-                                                        "decode.renormalize=true"])
+                                                        "decode.renormalize=true", "--set",
+                                                        "decode.early_stopping=false"])
     assert result.exit_code == 0, result.output
     assert "warning: [decode] renormalize = true is not applied by --engine ctranslate2" in result.stderr
+    assert "warning: [decode] early_stopping = false is not applied by --engine ctranslate2" in result.stderr
