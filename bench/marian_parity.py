@@ -2,6 +2,7 @@
 and fine-tuning it (the loss on new text falls; a resumed fine-tuning is bit-exact).
 
     python bench/marian_parity.py [--model DIR] [--sources 300] [--max-new-tokens 30] [--skip-fine-tuning]
+                                  [--stopping-only]
 
 Without --model it builds the tests' tiny MarianMTModel (seqxduce_marian.testing: SentencePiece models trained on
 generated sentences, a few training steps on reversing them, a random final_logits_bias) in a temporary folder;
@@ -246,6 +247,8 @@ def main() -> None:
     parser.add_argument("--sources", type=int, default=300)
     parser.add_argument("--max-new-tokens", type=int, default=30)
     parser.add_argument("--skip-fine-tuning", action="store_true", help="print parts 1 and 2 only")
+    parser.add_argument("--stopping-only", action="store_true",
+                        help="print only the rows with the folder's own early_stopping (part 1's last two)")
     args = parser.parse_args()
     from seqxduce_marian.testing import build_tiny_marian, sentences
 
@@ -258,6 +261,10 @@ def main() -> None:
         print(f"commit {git_commit()}, {cpu_name()}, load {load_average()}")
         print("| compared with | search | equal outputs | largest log-prob difference of equal outputs |")
         print("|---|---|---|---|")
+        if args.stopping_only:
+            for row in stopping_parity(folder, run, sources, args.max_new_tokens):
+                print(row, flush=True)
+            return
         for row in generate_parity(folder, run, sources, args.max_new_tokens):
             print(row, flush=True)
         for row in prefix_parity(folder, run, sources, args.max_new_tokens):
