@@ -77,19 +77,33 @@ def load_export(path: Path | str, overrides: Sequence[str] = (), work: Path | No
     # `serve --threads`): CTranslate2's own default is 4 whatever the machine has, which oversubscribes a 2-core
     # one and makes the two engines' figures incomparable (on one 2-core machine its calls on a few sources took
     # 15x longer at 2 threads than at 1: bench/log/2026-11-27-decode-int8.md)
-    if getattr(recipe.decode.settings, "renormalize", False):
-        # CTranslate2's search has no such step: said, not refused, since an imported Marian model sets it and its
-        # outputs under CTranslate2 are what CTranslate2's own converter of that model gives
-        from seqxduce.console import console
-
-        console.print("warning: [decode] renormalize = true is not applied by --engine ctranslate2 (its scores are "
-                      "the model's log-probabilities over every token); decode with --engine seqxduce for Hugging "
-                      "Face's renormalize_logits", markup=False, highlight=False)
+    _warn_unread(recipe.decode.settings)
     threads = {"intra_threads": torch.get_num_threads()} if device == "cpu" else {}
     if index:
         threads["device_index"] = int(index)
     translator = ct2.Translator(str(path), device=device, compute_type=compute_type, **threads)
     return ExportedRun(recipe, path, components.build_task(recipe), exported.tokenizers.load(recipe), translator)
+
+
+def _warn_unread(settings: object) -> None:
+    """A warning per decode setting CTranslate2's search does not read. Said, not refused: an imported Marian model
+    sets them (renormalize_logits, and early_stopping = false, generate's default), and its outputs under
+    CTranslate2 are what CTranslate2's own converter of that model gives."""
+    from seqxduce.console import console
+
+    unread = []
+    if getattr(settings, "renormalize", False):
+        unread.append("renormalize = true is not applied by --engine ctranslate2 (its scores are the model's "
+                      "log-probabilities over every token); decode with --engine seqxduce for Hugging Face's "
+                      "renormalize_logits")
+    rule = settings.stopping_rule() if hasattr(settings, "stopping_rule") else "never"  # BeamSettings
+    if rule != "never":
+        unread.append(f"early_stopping = {str(rule).lower()} is not applied by --engine ctranslate2 (its search "
+                      "stops a source once its best candidate has ended and it has `beam` finished hypotheses, "
+                      "then ranks them with the length penalty: docs/coming-from.md, \"Stopping rules\"); decode "
+                      "with --engine seqxduce for Hugging Face's rule")
+    for line in unread:
+        console.print(f"warning: [decode] {line}", markup=False, highlight=False)
 
 
 def translate_ids(run: ExportedRun, sources: Sequence[list[int]],

@@ -32,8 +32,9 @@ class CTranslate2Engine(Engine):
     name = "ctranslate2"
     capabilities = frozenset({"prefixes", "nbest", "scoring"})
     honoured = HONOURED
-    # its search acts as seqxduce's with these values: no renormalized steps, the eos at the limit scored
-    acts_as = {"renormalize": False, "limit_eos": "scored"}
+    # its search acts as seqxduce's with these values: no renormalized steps, the eos at the limit scored, and the
+    # default stopping rule (docs/coming-from.md, "Stopping rules": what its own search does)
+    acts_as = {"renormalize": False, "limit_eos": "scored", "early_stopping": "never"}
     auto_processes = False
     instead = ("decode with --engine seqxduce, or export the model you want (`seqxduce export RUN/best.pt -o DIR`) "
                "and decode that")

@@ -203,22 +203,27 @@ def test_ctranslate2_refuses_worker_processes_on_a_run_directory_before_any_work
     assert "decoding with" not in result.output and not list(tmp_path.glob("out.txt*"))
 
 
-def test_ctranslate2_says_it_does_not_renormalize_and_refuses_being_asked_to(trained_copy_run: Path, tmp_path: Path):
-    """A recipe that holds renormalize (an imported Marian model's) decodes with a warning; the setting given on
-    the command line, where it would change nothing, is refused in one line naming the engine and the setting."""
+@pytest.mark.parametrize("setting", ["renormalize=true", "early_stopping=false"])
+def test_ctranslate2_says_it_does_not_renormalize_nor_stop_as_hugging_face_and_refuses_being_asked_to(
+        setting: str, trained_copy_run: Path, tmp_path: Path):
+    """A recipe that holds renormalize or a Hugging Face stopping rule (an imported Marian model's) decodes with a
+    warning; the setting given on the command line, where it would change nothing, is refused in one line naming
+    the engine and the setting."""
+    key, value = setting.split("=")
     pytest.importorskip("ctranslate2")
     given = write(tmp_path / "in.txt", sources(3, seed=19))
     result = CliRunner().invoke(add_plugin_commands(), ["decode", str(trained_copy_run), "--input", str(given),
                                                         "--engine", "ctranslate2", "--set",
-                                                        "decode.renormalize=true"])
+                                                        f"decode.{setting}"])
     assert result.exit_code == 1
-    assert "--set decode.renormalize=true: the ctranslate2 engine does not read [decode] renormalize" in result.output
+    assert f"--set decode.{setting}: the ctranslate2 engine does not read [decode] {key}" in result.output
     run = tmp_path / "run"
     shutil.copytree(trained_copy_run, run)
     recipe = run / "recipe.toml"
-    assert "renormalize = false" in recipe.read_text()
-    recipe.write_text(recipe.read_text().replace("renormalize = false", "renormalize = true"))
+    default = {"renormalize": "false", "early_stopping": '"never"'}[key]
+    assert f"{key} = {default}" in recipe.read_text()
+    recipe.write_text(recipe.read_text().replace(f"{key} = {default}", f"{key} = {value}"))
     result = CliRunner().invoke(add_plugin_commands(), ["decode", str(run), "--input", str(given),
                                                         "--engine", "ctranslate2"])
     assert result.exit_code == 0, result.output
-    assert "warning: [decode] renormalize = true is not applied by --engine ctranslate2" in result.stderr
+    assert f"warning: [decode] {key} = {value} is not applied by --engine ctranslate2" in result.stderr

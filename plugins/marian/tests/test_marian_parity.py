@@ -50,7 +50,7 @@ def test_decoding_matches_generate(marian_folder: Path, marian_run: Path, beam: 
     overrides = ["decode.max_len_a=0", f"decode.max_len_b={MAX_NEW_TOKENS - 1}"]
     overrides += ["decode.name=greedy"] if beam == 1 else ["decode.name=beam", f"decode.beam={beam}",
                                                            f"decode.alpha={penalty}", "decode.length_penalty=power",
-                                                           "decode.limit_eos=free"]
+                                                           "decode.limit_eos=free", "decode.early_stopping=never"]
     outputs = seqxduce.decode(marian_run, sources, overrides=overrides)
     equal = [(out.nbest[0][1], ref) for out, ref in zip(outputs, reference) if out.nbest[0][1].tokens == ref[0]]
     assert len(equal) >= 0.99 * SOURCES
