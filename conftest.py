@@ -1,5 +1,5 @@
 """Settings of every test session (tests/ and plugins/*/tests): the tokenized-corpus cache
-(seqxduce.training.token_cache) goes to a folder of the session's own, not the user's ~/.cache, and is removed at
+(seqxduce.corpus.token_cache) goes to a folder of the session's own, not the user's ~/.cache, and is removed at
 the end."""
 
 import atexit

@@ -185,14 +185,14 @@ def encode_figures(recipe_file: Path, folder: Path, limit: int) -> dict[str, flo
     import sentencepiece as spm
 
     from seqxduce import components
+    from seqxduce.corpus import binarized, prepare
     from seqxduce.recipe import load_recipe
-    from seqxduce.rundir import RunDir
-    from seqxduce.training import binarized, prepare
+    from seqxduce.tokenizer_files import TokenizerFiles
 
     recipe = load_recipe(recipe_file)
     task = components.build_task(recipe)
     examples = list(islice(task.stream("train", components.data_dir(recipe)), limit))
-    tokenizers = RunDir(folder / prepare.TOKENIZERS).load_tokenizers(recipe)
+    tokenizers = TokenizerFiles(folder / prepare.TOKENIZERS).load(recipe)
     figures: dict[str, float] = {"pairs_read": len(examples)}
     for workers in (1, 2):
         started = time.perf_counter()
@@ -226,7 +226,7 @@ def one_size(pairs: int, work: Path, sample: int, encode_pairs: int, memory_only
         row["prepare_s"], row["prepare_peak_rss"] = _run_measured(sys.executable, "-m", "seqxduce", "prepare",
                                                                   recipe, "--again", env=env)
     (folder,) = [p for p in cache.glob("prepared-*") if p.is_dir()]
-    from seqxduce.training import binarized
+    from seqxduce.corpus import binarized
 
     meta = binarized.read_meta(folder)
     row.update(kept=meta["pairs"], disk_bytes=binarized.size_on_disk(folder))

@@ -170,7 +170,7 @@ def ut_row(args, device: torch.device, peak: float, kind: str, key: str, label: 
            figures: dict) -> None:
     from torch.utils.flop_counter import FlopCounterMode
 
-    from seqxduce.data import collate_indices, token_batches
+    from seqxduce.corpus.arrays import collate_indices, token_batches
     from seqxduce.recipe import load_recipe
     from seqxduce.training.in_memory import in_memory_run
     from seqxduce.training.trainer import Trainer

@@ -2,6 +2,7 @@
 and fine-tuning it (the loss on new text falls; a resumed fine-tuning is bit-exact).
 
     python bench/marian_parity.py [--model DIR] [--sources 300] [--max-new-tokens 30] [--skip-fine-tuning]
+                                  [--stopping-only]
 
 Without --model it builds the tests' tiny MarianMTModel (seqxduce_marian.testing: SentencePiece models trained on
 generated sentences, a few training steps on reversing them, a random final_logits_bias) in a temporary folder;
@@ -18,7 +19,9 @@ with --model it takes a Marian folder in the Hugging Face format (an OPUS-MT dow
    generate() as decoder_input_ids = [<pad>] + prefix with the limit counting the prefix, as an imported
    max_length does: equal outputs over all rows and over the unlikely-prefix rows, the largest difference of the
    scores (generate's sequences_scores: what follows the prefix, over that part's length) and the mean output
-   length of both;
+   length of both; then the same prefixes with the folder's own stopping rule (its generation settings'
+   early_stopping, absent = generate's default false): generate() with it against the import's own [decode]
+   (decode.early_stopping as imported) and against the exact search (early_stopping = "never");
 2. `seqxduce export --to ctranslate2` of the import against ct2-transformers-converter of the folder: equal
    outputs (as pieces) under greedy and beam 4; and seqxduce's beam 4 (no length penalty) with the prefixes above
    against translate_batch(target_prefix=...) of the converter's model, over the rows whose output goes on past
@@ -61,7 +64,7 @@ def generate_parity(folder: Path, run: Path, sources: list[str], max_new: int) -
     from seqxduce.rundir import RunDir
 
     rundir = RunDir(run)
-    src = rundir.load_tokenizers(rundir.load_recipe()).src
+    src = rundir.tokenizers.load(rundir.load_recipe()).src
     ids = [src.encode(s) + [src.eos_id] for s in sources]
     rows = []
     for beam, penalty in ((1, 0.0), (4, 0.0), (4, 1.0)):
@@ -69,7 +72,7 @@ def generate_parity(folder: Path, run: Path, sources: list[str], max_new: int) -
         overrides = ["decode.max_len_a=0", f"decode.max_len_b={max_new - 1}"]
         overrides += (["decode.name=greedy"] if beam == 1 else
                       ["decode.name=beam", f"decode.beam={beam}", f"decode.alpha={penalty}",
-                       "decode.length_penalty=power", "decode.limit_eos=free"])
+                       "decode.length_penalty=power", "decode.limit_eos=free", "decode.early_stopping=never"])
         outputs = seqxduce.decode(run, sources, overrides=overrides)
         # an output that reaches the limit ends with generate's forced eos, which seqxduce (limit_eos = "free")
         # scores as generate does, at 0, where the teacher-forced reference charges it: its gap is eos's cost
@@ -96,7 +99,7 @@ def prefix_parity(folder: Path, run: Path, sources: list[str], max_new: int) -> 
         overrides = ["decode.max_len_a=0", f"decode.max_len_b={max_new - 1}"]
         overrides += (["decode.name=greedy"] if beam == 1 else
                       ["decode.name=beam", f"decode.beam={beam}", f"decode.alpha={penalty}",
-                       "decode.length_penalty=power", "decode.limit_eos=free", "decode.early_stop=false"])
+                       "decode.length_penalty=power", "decode.limit_eos=free", "decode.early_stopping=never"])
         loaded = seqxduce.engine.load_run(run, overrides)
         src, tgt = loaded.tokenizers.src, loaded.tokenizers.tgt
         prefix_ids = encode_prefixes(tgt, prefixes, "prefix ")
@@ -114,6 +117,42 @@ def prefix_parity(folder: Path, run: Path, sources: list[str], max_new: int) -> 
                     f"({100 * sum(same) / len(sources):.1f}%); unlikely prefixes {sum(unlikely)}/{len(unlikely)}; "
                     f"mean output {ours_len:.1f} tokens (generate {theirs_len:.1f}) | "
                     f"{'-' if beam == 1 else f'{gap:.1e} (scores)'} |")
+    return rows
+
+
+def stopping_parity(folder: Path, run: Path, sources: list[str], max_new: int) -> list[str]:
+    """Rows of part 1 with the folder's own stopping rule (its generation settings' early_stopping, absent =
+    generate's default false) and the target prefixes: the import's own [decode] (only the length limit set as the
+    other rows set it) against generate() with that rule, and the exact search ("never") against it."""
+    import json
+
+    from seqxduce_marian.testing import hf_generate, target_prefixes
+
+    import seqxduce
+    from seqxduce.decoding.decode import encode_prefixes
+
+    generation = folder / "generation_config.json"
+    own = json.loads(generation.read_text()).get("early_stopping") if generation.exists() else None
+    own = False if own is None else own
+    prefixes = target_prefixes(sources)
+    limits = ["decode.max_len_a=0", f"decode.max_len_b={max_new - 1}"]
+    imported = seqxduce.engine.load_run(run, limits)
+    settings = imported.recipe.decode.settings
+    src, tgt = imported.tokenizers.src, imported.tokenizers.tgt
+    prefix_ids = encode_prefixes(tgt, prefixes, "prefix ")
+    reference = hf_generate(folder, [src.encode(s) + [src.eos_id] for s in sources], settings.beam, max_new,
+                            length_penalty=settings.alpha, prefixes=prefix_ids, early_stopping=own)
+    rows = []
+    for loaded, what in ((imported, f"the import's own (early_stopping = {json.dumps(settings.early_stopping)})"),
+                         (seqxduce.engine.load_run(run, [*limits, "decode.early_stopping=never"]),
+                          "early_stopping = \"never\" (the exact search)")):
+        hyps = [o.nbest[0][1] for o in seqxduce.engine.decode(loaded, sources, prefixes=prefixes)]
+        same = [h.tokens == ref[0] for h, ref in zip(hyps, reference)]
+        gap = max((abs(h.score - ref[2]) for h, ref, s in zip(hyps, reference, same) if s), default=float("nan"))
+        rows.append(f"| generate(decoder_input_ids), the folder's own early_stopping = {json.dumps(own)} | "
+                    f"beam {settings.beam}, length_penalty {settings.alpha:g}, target prefixes; seqxduce: {what} | "
+                    f"{sum(same)}/{len(sources)} ({100 * sum(same) / len(sources):.1f}%); unlikely prefixes "
+                    f"{sum(same[2::3])}/{len(same[2::3])} | {gap:.1e} (scores) |")
     return rows
 
 
@@ -153,7 +192,7 @@ def ctranslate2_parity(folder: Path, run: Path, sources: list[str], max_new: int
     cli("export", run, "--to", "ctranslate2", "-o", work / "ours")
     TransformersConverter(str(folder)).convert(str(work / "theirs"))
     rundir = RunDir(run)
-    src = rundir.load_tokenizers(rundir.load_recipe()).src
+    src = rundir.tokenizers.load(rundir.load_recipe()).src
     batch = [[src.id_to_token(i) for i in src.encode(s)] for s in sources]
     rows = []
     for beam in (1, 4):
@@ -208,6 +247,8 @@ def main() -> None:
     parser.add_argument("--sources", type=int, default=300)
     parser.add_argument("--max-new-tokens", type=int, default=30)
     parser.add_argument("--skip-fine-tuning", action="store_true", help="print parts 1 and 2 only")
+    parser.add_argument("--stopping-only", action="store_true",
+                        help="print only the rows with the folder's own early_stopping (part 1's last two)")
     args = parser.parse_args()
     from seqxduce_marian.testing import build_tiny_marian, sentences
 
@@ -220,9 +261,15 @@ def main() -> None:
         print(f"commit {git_commit()}, {cpu_name()}, load {load_average()}")
         print("| compared with | search | equal outputs | largest log-prob difference of equal outputs |")
         print("|---|---|---|---|")
+        if args.stopping_only:
+            for row in stopping_parity(folder, run, sources, args.max_new_tokens):
+                print(row, flush=True)
+            return
         for row in generate_parity(folder, run, sources, args.max_new_tokens):
             print(row, flush=True)
         for row in prefix_parity(folder, run, sources, args.max_new_tokens):
+            print(row, flush=True)
+        for row in stopping_parity(folder, run, sources, args.max_new_tokens):
             print(row, flush=True)
         for row in ctranslate2_parity(folder, run, sources, args.max_new_tokens, work):
             print(row, flush=True)

@@ -14,7 +14,8 @@ import tempfile
 from pathlib import Path
 
 from seqxduce import components
-from seqxduce.data import encode_pairs, padding_fraction, token_batches
+from seqxduce.corpus.arrays import padding_fraction, token_batches
+from seqxduce.data import encode_pairs
 from seqxduce.recipe import load_recipe
 
 

@@ -52,7 +52,7 @@ def count(run: Path, trees: Path) -> tuple[Counter, Counter, Counter, int]:
     data = components.data_dir(recipe)
     examples = task.examples("valid", data)
     baseline = most_frequent_tags(task.examples("train", data))
-    source_tokenizer = rundir.load_tokenizers(recipe).src
+    source_tokenizer = rundir.tokenizers.load(recipe).src
     hypotheses = trees.read_text(encoding="utf-8").splitlines()
     if len(hypotheses) != len(examples):
         raise SystemExit(f"{trees}: {len(hypotheses)} trees for {len(examples)} dev sentences")

@@ -216,12 +216,7 @@ def drive_engine(args: argparse.Namespace, name: str, sources: list[str]) -> lis
     print(f"{len(sources)} sources; decoding them once as `seqxduce decode --engine {name}` does (the reference)",
           flush=True)
     overrides = set_overrides(args.server_arg)  # the reference decodes with the server's --set values
-    if name == "ctranslate2":
-        from seqxduce.export.ct2_decoding import decode_lines
-
-        outputs = decode_lines(args.run, sources, overrides)
-    else:
-        outputs = engine.decode(args.run, sources, overrides=overrides)
+    outputs = engine.decode(args.run, sources, overrides=overrides, engine=name)
     expected = dict(zip(sources, engine.format_outputs(outputs)))
     port = free_port()
     server = start_server(args.run, port, [*args.server_arg, "--engine", name])

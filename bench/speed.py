@@ -17,7 +17,8 @@ import torch
 
 from seqxduce import components
 from seqxduce.api import DecodeRequest
-from seqxduce.data import collate_indices, encode_source, pad_sources, token_batches
+from seqxduce.corpus.arrays import collate_indices, token_batches
+from seqxduce.data import encode_source, pad_sources
 from seqxduce.decoding.search import beam_search, greedy_search
 from seqxduce.decoding.search_settings import BeamSettings, SearchSettings
 from seqxduce.device import autocast_context

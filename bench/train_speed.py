@@ -49,7 +49,7 @@ from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from seqxduce import hookimpl  # noqa: E402
 from seqxduce.api import Example, Report, Task  # noqa: E402
-from seqxduce.data import collate_indices, token_batches  # noqa: E402
+from seqxduce.corpus.arrays import collate_indices, token_batches  # noqa: E402
 from seqxduce.device import autocast_context  # noqa: E402
 from seqxduce.recipe import Recipe, build_recipe, load_recipe, read_toml  # noqa: E402
 from seqxduce.registry import Registry, new_manager, reset_registry  # noqa: E402

@@ -7,7 +7,7 @@ checking the dataset's digests, reading the lengths, the epoch's plan of batches
 the greedy batching over all pairs) and its share of them. The text and its encoding are not in it, so this
 benchmark does not tokenize 36M pairs (22 minutes here): a small corpus (bench/data_scale.py's WMT-like text) is
 prepared once for the tokenizer (shared BPE) and its pairs' lengths, then the dataset of each size is written
-directly with the project's own writer (training.binarized.DatasetWriter) into the folder `seqxduce prepare` would
+directly with the project's own writer (corpus.binarized.DatasetWriter) into the folder `seqxduce prepare` would
 have made for its recipe: each pair's (source, target) lengths drawn from the prepared pairs' lengths, its ids
 random. `seqxduce train` then finds it prepared, as it would after `prepare`.
 
@@ -116,9 +116,9 @@ def write_dataset(recipe_file: Path, pairs: int, base: Path, env: dict[str, str]
     drawn (jointly, seeded) from the base dataset's pairs, the ids random below the vocabulary size, each source
     ending in eos. Kept when it is there with that many pairs."""
     from seqxduce import components
+    from seqxduce.corpus import binarized, prepare
     from seqxduce.recipe import load_recipe
-    from seqxduce.rundir import RunDir
-    from seqxduce.training import binarized, prepare
+    from seqxduce.tokenizer_files import TokenizerFiles
 
     recipe = load_recipe(recipe_file)
     task = components.build_task(recipe)
@@ -129,7 +129,7 @@ def write_dataset(recipe_file: Path, pairs: int, base: Path, env: dict[str, str]
         return folder
     source, meta = binarized.open_dataset(base, verify=False)
     src_lengths, tgt_lengths = np.asarray(source.src_lengths), np.asarray(source.tgt_lengths)
-    eos = RunDir(base / prepare.TOKENIZERS).load_tokenizers(recipe).src.eos_id
+    eos = TokenizerFiles(base / prepare.TOKENIZERS).load(recipe).src.eos_id
     rng = np.random.default_rng(seed)
     with binarized.DatasetWriter(folder, meta["vocab_size"], replace=True) as writer:
         for start in range(0, pairs, CHUNK):

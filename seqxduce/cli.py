@@ -373,13 +373,15 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
 @click.option("--ensemble", multiple=True, type=click.Path(path_type=Path),
               help="also a checkpoint or run directory whose probabilities are averaged in, as in decode")
 @CHECKPOINT_OPTION
+@click.option("--engine", "engine_name", type=click.Choice(export_command.ENGINE_CHOICES), default="seqxduce",
+              show_default=True, help=export_command.ENGINE_HELP)
 @STREAM_OPTIONS[0]
 @STREAM_OPTIONS[1]
 @STREAM_OPTIONS[2]
 @click.pass_context
 def score(ctx: click.Context, run: Path, source_file: Path, target_file: Path, normalize: bool,
           output: Path | None, overrides: tuple[str, ...], ensemble: tuple[Path, ...], checkpoint: str | None,
-          resume: bool, buffer_size: int, processes: int | None) -> None:
+          engine_name: str, resume: bool, buffer_size: int, processes: int | None) -> None:
     """Score given pairs with a trained run, as decode loads it (a multi-member run: its ensemble): one line per
     pair, tab-separated, the target's total log-probability and its log-probability per token, both over its
     tokens and eos (natural log), for filtering and reranking. Streamed, resumable and shared among processes
@@ -390,7 +392,7 @@ def score(ctx: click.Context, run: Path, source_file: Path, target_file: Path, n
     _fit_threads()
     engine.score_file(run, source_file, target_file, output, normalize=normalize, overrides=overrides,
                       ensemble=ensemble, checkpoint=checkpoint, resume=resume, buffer_size=buffer_size,
-                      processes=processes)
+                      processes=processes, engine=engine_name)
 
 
 def _check_unscored(ctx: click.Context, report: Report, allow_errors: bool) -> None:

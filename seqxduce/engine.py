@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from seqxduce.api import Report, TrainingStopped, UserError, count_lines, iter_lines, read_lines
+from seqxduce.api import Report, UserError, read_lines
+from seqxduce.decoding.file_jobs import StreamedFile
 from seqxduce.files import check_writable
 from seqxduce.recipe import Recipe, load_recipe
 from seqxduce.run_start import RunStart
@@ -16,17 +16,21 @@ from seqxduce.run_start import RunStart
 if TYPE_CHECKING:  # pragma: no cover
     from seqxduce.decoding.changes import Change
     from seqxduce.decoding.decode import LoadedRun, Output
+    from seqxduce.decoding.jobs import RunSpec
     from seqxduce.decoding.scoring import PairScore
     from seqxduce.export.exporting import Exported
     from seqxduce.inspection.cost import TrainingCost
     from seqxduce.inspection.run_info import RunInfo
     from seqxduce.rundir import RunDir
+    from seqxduce.serving.limits import Limits
     from seqxduce.training.trainer import TrainResult
+
+T = TypeVar("T")
 
 __all__ = ["load_recipe", "load_run_recipe", "prepare", "train", "RunStart", "decode", "decode_split", "evaluate",
            "distill", "average", "info", "plot", "attention", "recipe_cost", "last_checkpoints",
            "format_outputs", "format_annotations", "checkpoint_for", "load_run", "read_lines", "check_writable",
-           "score", "score_files", "read_pairs",
+           "score", "score_files",
            "decode_file", "score_file", "StreamedFile", "format_scores", "alignments", "export_run", "serve"]
 
 
@@ -40,14 +44,14 @@ def load_run_recipe(run_dir: Path, overrides: Sequence[str] = ()) -> Recipe:
 def prepare(recipe: Recipe, training_data: bool = False, again: bool = False, workers: int | None = None) -> Path:
     """Download or build the recipe's task data; returns the data directory. With training_data, also prepare
     what a new run of the recipe trains from (its tokenizers and binarized training split, under the cache root;
-    see seqxduce.training.prepare), unless done before; again: prepare them anew (a damaged dataset)."""
+    see seqxduce.corpus.prepare), unless done before; again: prepare them anew (a damaged dataset)."""
     from seqxduce.components import build_task, data_dir
 
     where = data_dir(recipe)
     task = build_task(recipe)
     task.prepare(where)
     if training_data:
-        from seqxduce.training.prepare import prepare_training_data
+        from seqxduce.corpus.prepare import prepare_training_data
 
         prepare_training_data(recipe, task, where, again=again, workers=workers)
     return where
@@ -68,8 +72,8 @@ def train(recipe: Recipe | str | Path, out: str | Path | None = None, start: Run
     recipe with [train] members = N > 1 trains N seeds of it (seqxduce.members) unless single (how each member's
     own process is started).
     """
+    from seqxduce.corpus.distilled import check_student
     from seqxduce.rundir import RunDir
-    from seqxduce.training.distilled import check_student
     from seqxduce.training.trainer import train as _train
 
     start = start or RunStart()
@@ -116,7 +120,7 @@ def distill(teacher: str | Path, recipe: str | Path, out: str | Path | None = No
     members, or an imported model) decodes the student recipe's training sources with its own search (changed by
     teacher_overrides, e.g. decode.beam=5; checkpoint: best, average or last), streamed, resumable, on every core
     (processes; or torchrun's ranks); the outputs are kept once as a distilled set keyed by the teacher's
-    checkpoints and tokenizer files, its search and the data (seqxduce.training.distilled), found again by every
+    checkpoints and tokenizer files, its search and the data (seqxduce.corpus.distilled), found again by every
     later student, rank and restart; then the student recipe trains on it into `out` as `train` would ([distill]
     original_ratio: a share of the original pairs beside), starting as `start` says. A student whose [tokenizer]
     is the teacher's takes the teacher's tokenizer files."""
@@ -144,7 +148,11 @@ def distill(teacher: str | Path, recipe: str | Path, out: str | Path | None = No
     if start.mode != "resume" and start.tokenizers_from is None and start.init_from is None \
             and same_tokenizer(student, the_teacher):
         start = replace(start, tokenizers_from=the_teacher.run)
-        _say("distill: the student's [tokenizer] is the teacher's: a new student takes the teacher's tokenizer files")
+        from seqxduce.console import console
+
+        if int(os.environ.get("RANK", "0")) == 0:
+            console.print("distill: the student's [tokenizer] is the teacher's: a new student takes the teacher's "
+                          "tokenizer files", markup=False)
     return train(recipe, out, start, overrides=(*overrides, f"distill.targets={made.folder}"))
 
 
@@ -237,7 +245,8 @@ def load_run(run: str | Path, overrides: Sequence[str] = (), ensemble: Sequence[
 
 def decode(run: str | Path | LoadedRun, sources: Sequence[str], overrides: Sequence[str] = (),
            annotate: bool = False, ensemble: Sequence[Path] = (), checkpoint: str | None = None,
-           prefixes: Sequence[str] | None = None, prefix_where: str = "prefix ") -> list[Output]:
+           prefixes: Sequence[str] | None = None, prefix_where: str = "prefix ", engine: str = "seqxduce",
+           changes: Sequence[Change] = ()) -> list[Output]:
     """Decode source lines with a run directory or checkpoint (or a run load_run loaded); outputs come back in
     input order.
 
@@ -245,51 +254,65 @@ def decode(run: str | Path | LoadedRun, sources: Sequence[str], overrides: Seque
     ensemble: more checkpoints or run directories (same tokenizer files) whose predictions are averaged in.
     checkpoint: which of the run's checkpoints (best, average, last or a file; default the average if any).
     prefixes: per source, target text its output must start with (then searched freely); an empty one, none;
-    one the target vocabulary cannot spell is refused, named as `prefix_where` and its number."""
-    from seqxduce.decoding.decode import decode_lines
-
-    return decode_lines(_loaded(run, overrides, ensemble, checkpoint), sources, annotate=annotate,
-                        prefixes=prefixes, prefix_where=prefix_where)
+    one the target vocabulary cannot spell is refused, named as `prefix_where` and its number.
+    engine: "seqxduce" (its own search) or "ctranslate2" (an export folder, or the run exported first;
+    seqxduce.decoding.engines): a feature the engine lacks is refused in one line naming both.
+    changes: decode settings as flags give them, as load_run takes them."""
+    return _with_engine(engine, _run_spec(run, overrides, ensemble, checkpoint, changes), "decode",
+                        ["annotations"] if annotate else [],
+                        lambda chosen, loaded: chosen.decode(loaded, sources, prefixes, prefix_where, annotate))
 
 
 def decode_split(run: str | Path | LoadedRun, split: str, overrides: Sequence[str] = (), annotate: bool = False,
-                 ensemble: Sequence[Path] = (), checkpoint: str | None = None) -> tuple[list[Output], Report]:
+                 ensemble: Sequence[Path] = (), checkpoint: str | None = None, engine: str = "seqxduce",
+                 changes: Sequence[Change] = ()) -> tuple[list[Output], Report]:
     """Decode one of the task's splits with a run and score it (the rest as in decode())."""
-    from seqxduce.decoding.decode import decode_split as _decode_split
-
-    return _decode_split(_loaded(run, overrides, ensemble, checkpoint), split, annotate=annotate)
+    return _with_engine(engine, _run_spec(run, overrides, ensemble, checkpoint, changes), "decode",
+                        ["annotations"] if annotate else [],
+                        lambda chosen, loaded: chosen.decode_split(loaded, split, annotate))
 
 
 def score(run: str | Path | LoadedRun, sources: Sequence[str], targets: Sequence[str],
-          overrides: Sequence[str] = (), ensemble: Sequence[Path] = (), checkpoint: str | None = None
-          ) -> list[PairScore]:
+          overrides: Sequence[str] = (), ensemble: Sequence[Path] = (), checkpoint: str | None = None,
+          engine: str = "seqxduce", changes: Sequence[Change] = ()) -> list[PairScore]:
     """Score given (source, target) pairs with a run as decode() loads it (its checkpoint, a multi-member run's
-    ensemble, and ensemble as in decode()): each target's total log-probability, eos counted
-    (seqxduce.decoding.scoring)."""
-    from seqxduce.decoding.scoring import score_pairs
-
-    return score_pairs(_loaded(run, overrides, ensemble, checkpoint), sources, targets)
-
-
-@dataclass
-class StreamedFile:
-    """What decode_file and score_file did: input lines done in all (a resumed job's earlier ones included) and
-    by this call, seconds, a split's metric (decode --split), whether the output was complete already (resume),
-    and what decoded (checkpoint and members, or the export)."""
-
-    done: int = 0
-    new: int = 0
-    seconds: float = 0.0
-    report: Report | None = None
-    complete_already: bool = False
-    described: str = ""
-    kept: list = field(default_factory=list, repr=False)  # a split's postprocessed outputs (for its metric)
-    writer: bool = True  # this process wrote the outputs (under torchrun: rank 0)
+    ensemble, and ensemble as in decode(); engine as in decode()): each target's total log-probability, eos
+    counted (seqxduce.decoding.scoring)."""
+    return _with_engine(engine, _run_spec(run, overrides, ensemble, checkpoint, changes), "score", ["scoring"],
+                        lambda chosen, loaded: chosen.score(loaded, sources, targets))
 
 
-# decode and score spread an input of at least this many lines over one single-thread process per usable CPU
-# when decoding on the CPU (bench/decode_scale.py: two such processes decode faster than one of two threads)
-AUTO_PROCESSES_FROM = 20_000
+def _with_engine(engine: str, spec: RunSpec | LoadedRun, where: str, features: Sequence[str],
+                 work: Callable[[Any, Any], T]) -> T:
+    """work(engine, loaded) with the engine named and what it loaded of the run (refused before any load when
+    the engine lacks a feature used or does not read a setting given); a run load_run loaded is seqxduce's."""
+    from seqxduce.decoding.decode import LoadedRun
+    from seqxduce.decoding.engine_choice import engine_named
+
+    chosen = engine_named(engine)
+    if isinstance(spec, LoadedRun):
+        if chosen.name != "seqxduce":
+            raise UserError(f"{where} --engine {chosen.name}: a run load_run loaded is seqxduce's engine's; give the "
+                            "run directory or export folder's path")
+        return work(chosen, spec)
+    chosen.check(spec, where, features)
+    with chosen.open(spec) as loaded:
+        return work(chosen, loaded)
+
+
+def _run_spec(run: str | Path | LoadedRun, overrides: Sequence[str], ensemble: Sequence[str | Path],
+              checkpoint: str | None, changes: Sequence[Change] = ()) -> RunSpec | LoadedRun:
+    """What to load (a RunSpec), or a run load_run loaded as it is (then overrides, ensemble, checkpoint and
+    changes were load_run's to apply)."""
+    from seqxduce.decoding.decode import LoadedRun
+    from seqxduce.decoding.jobs import RunSpec
+
+    if isinstance(run, LoadedRun):
+        if overrides or ensemble or checkpoint is not None or changes:
+            raise UserError("decode: a loaded run takes no overrides, ensemble, checkpoint or changes; give them to "
+                            "load_run")
+        return run
+    return RunSpec(str(run), tuple(overrides), tuple(str(e) for e in ensemble), checkpoint, tuple(changes))
 
 
 def decode_file(run: str | Path, input: str | Path | None = None, output: str | Path | None = None, *,
@@ -302,282 +325,40 @@ def decode_file(run: str | Path, input: str | Path | None = None, output: str | 
     buffers (buffer_size sources once grown, seqxduce.decoding.streaming), outputs written in input order as
     each buffer finishes (output None: stdout), in bounded memory. With `output`, a stopped job keeps its lines in
     OUTPUT.partial and `resume` continues it; the finished file is the same, byte for byte. processes: worker
-    processes of one thread each (None: one per usable CPU for a CPU decode of at least AUTO_PROCESSES_FROM
-    lines, else this process); under torchrun the ranks share the buffers. examples: with split, print that
-    many outputs beside their references on stderr."""
-    from seqxduce.decoding.jobs import DecodeJob, RunSpec
+    processes of one thread each (None: with seqxduce's engine one per usable CPU for a CPU decode of at least
+    AUTO_PROCESSES_FROM lines, else this process); under torchrun the ranks share the buffers. examples: with
+    split, print that many outputs beside their references on stderr. engine as in decode(). One typed request
+    (seqxduce.decoding.file_jobs.DecodeFile) handed to decoding/."""
+    from seqxduce.decoding.engine_choice import engine_named
+    from seqxduce.decoding.file_jobs import DecodeFile
+    from seqxduce.decoding.file_jobs import decode_file as run_request
 
-    if (input is None) == (split is None):
-        raise UserError("decode: give exactly one of --input FILE (or -) and --split NAME")
-    if prefix_file is not None and input is None:
-        raise UserError("decode --prefix-file: give it with --input (one prefix per source line)")
-    total = _check_stream_input(input, prefix_file, output, resume)
-    with _Stops("decode", output) as stops:
-        if engine == "ctranslate2":
-            return _decode_file_ct2(run, input, output, split, overrides, ensemble, checkpoint, changes, annotations,
-                                    alignments, prefix_file, resume, buffer_size, processes, total, examples, stops)
-        loaded = load_run(run, overrides, [Path(e) for e in ensemble], checkpoint, changes)
-        _say(f"decoding with {loaded.described()}")
-        spec = RunSpec(str(run), tuple(overrides), tuple(str(e) for e in ensemble), checkpoint, tuple(changes))
-        job = DecodeJob(spec, annotate=annotations is not None, align=alignments is not None,
-                        split=split is not None, prefix_where=f"--prefix-file {prefix_file}:")
-        return _stream_decode(job, job.processor_for(loaded), loaded.task, loaded.recipe, loaded.described(),
-                              _checkpoint_files(loaded), input, output, split, annotations, alignments, prefix_file,
-                              resume, buffer_size, processes, total, examples, stops,
-                              on_cpu=loaded.device.type == "cpu")
-
-
-class _Stops:
-    """A signal outside the streamed job's own handling (run_job's): while the model loads, before the job opens
-    its files, and after its files are final (a split's metric, the ending), it ends the command at once, with a
-    line saying what was written, instead of the signal's default action (no word, and no exit status a
-    requeue script can tell from a crash). `written`: the job's files are final."""
-
-    def __init__(self, what: str, output: str | Path | None):
-        self.what, self.output, self.written = what, output, False
-
-    def __enter__(self) -> _Stops:
-        from seqxduce.stopping import stop_at_once
-
-        self._handling = stop_at_once()
-        self._handling.__enter__()
-        return self
-
-    def __exit__(self, kind, error, trace) -> None:
-        from seqxduce.stopping import StoppedAtOnce, signal_name
-
-        self._handling.__exit__(kind, error, trace)
-        if isinstance(error, StoppedAtOnce):
-            said = f"{signal_name(error.signum)}: {self.what} stopped "
-            if self.written:
-                where = "(its outputs went to stdout)" if self.output is None else f"({self.output} is complete)"
-                message = f"{said}after writing every line {where}"
-            else:
-                message = f"{said}before writing any line; run the same command again to start it"
-            raise TrainingStopped(message, exit_code=128 + error.signum) from None
-
-
-def _decode_file_ct2(run, input, output, split, overrides, ensemble, checkpoint, changes, annotations, alignments,
-                     prefix_file, resume, buffer_size, processes, total, examples, stops: _Stops) -> StreamedFile:
-    """decode_file with CTranslate2: a run directory is exported into a temporary folder first."""
-    import tempfile
-
-    from seqxduce.export.ct2_decoding import Ct2DecodeJob, load_export
-    from seqxduce.export.exporting import is_export
-
-    for flag, value in (("--checkpoint", checkpoint), ("--alignments", alignments), ("--ensemble", ensemble or None),
-                        ("--annotations", annotations)):
-        if value is not None:
-            raise UserError(f"decode --engine ctranslate2: {flag} is not supported there (CTranslate2 decodes one "
-                            "exported model, without attention or per-position figures); decode with --engine "
-                            "seqxduce" + (", or export the checkpoint you want (`seqxduce export RUN/best.pt`) and "
-                                          "decode that" if flag == "--checkpoint" else ""))
-    if (processes or 1) > 1 and not is_export(run):  # before the export, the files and the workers
-        raise UserError(f"--processes {processes} with --engine ctranslate2: {run} is not an export folder (each "
-                        f"worker would export the run again); `seqxduce export {run} -o DIR` first and decode DIR, "
-                        "or give --processes 1")
-    with tempfile.TemporaryDirectory(prefix="seqxduce-ct2-") as work:
-        exported = load_export(run, overrides, Path(work), changes=changes)
-        _say(f"decoding with CTranslate2: {exported.directory}")
-        job = Ct2DecodeJob(str(run), tuple(overrides), tuple(changes), split=split is not None,
-                           prefix_where=f"--prefix-file {prefix_file}:")
-        files = _ct2_model_files(Path(run), Path(exported.directory))
-        return _stream_decode(job, job.processor_for(exported), exported.task, exported.recipe,
-                              f"ctranslate2:{Path(run).resolve()}", files, input, output, split, None, None,
-                              prefix_file,
-                              resume, buffer_size, processes if processes is not None else 1, total, examples,
-                              stops, on_cpu=exported.translator.device == "cpu")
-
-
-def _ct2_model_files(run: Path, exported: Path) -> list[Path]:
-    """The files a CTranslate2 decode's resume record keys the model by: an export folder's own files; for a run
-    exported on the fly into a temporary folder (a new one each time), the checkpoint the export was made from,
-    as the native engine keys it, so that the same command with --resume finds the same job."""
-    from seqxduce.export.exporting import METADATA_FILE, is_export
-
-    if is_export(run):
-        return sorted(p for p in exported.iterdir() if p.is_file())
-    import json
-
-    return [Path(json.loads((exported / METADATA_FILE).read_text(encoding="utf-8"))["checkpoint"])]
-
-
-def _check_stream_input(input, prefix_file, output, resume: bool) -> int | None:
-    """The input's line count (None for stdin or a split), refused before any model loads when the prefix file
-    does not match it, when --resume has no file to continue, or when torchrun's ranks cannot all read stdin."""
-    from seqxduce.decoding.stream_job import under_torchrun
-
-    if resume and output is None:
-        raise UserError("--resume continues a stopped job's --output file; give --output")
-    if input is None:
-        return None
-    if str(input) == "-":
-        if under_torchrun():
-            raise UserError("--input -: under torchrun every rank reads the input; give a file")
-        return None
-    total = count_lines(input)
-    if prefix_file is not None:
-        prefixes = count_lines(prefix_file)
-        if prefixes != total:
-            raise UserError(f"--prefix-file {prefix_file}: {prefixes} prefixes for {total} sources; give one prefix "
-                            "line per source line (an empty line for none)")
-    return total
-
-
-def _stream_decode(job, process, task, recipe, described: str, checkpoints: Sequence[Path], input, output, split,
-                   annotations, alignments, prefix_file, resume: bool, buffer_size: int | None,
-                   processes: int | None, total: int | None, examples: int, stops: _Stops,
-                   on_cpu: bool) -> StreamedFile:
-    """The streamed job of decode_file, whichever engine's `process` does the buffers."""
-    from seqxduce.api import Postprocessed
-    from seqxduce.decoding.decode import score_outputs, split_examples
-    from seqxduce.decoding.stream_job import under_torchrun
-
-    items: Iterable
-    if split is not None:
-        items = split_examples(task, recipe, split)
-        total = len(items)
-    elif prefix_file is not None:
-        items = _in_step(input, prefix_file)
-    else:
-        items = iter_lines(input)
-    finals = {name: Path(path) for name, path in (("output", output), ("annotations", annotations),
-                                                    ("alignments", alignments)) if path is not None}
-    record = {"command": "decode", "input": _described_input(input, split), "prefix_file": _file_key(prefix_file),
-              "checkpoint": described, "checkpoint_files": [_file_key(p) for p in checkpoints],
-              **_decode_settings(recipe)}
-
-    def show(piece) -> None:  # a split's first outputs beside their references, as they come
-        for k, text in enumerate(piece.lines["output"][: max(examples - piece.start, 0)]):
-            ex = items[piece.start + k]
-            _say(f"src: {ex.source}\nhyp: {text}\nref: {ex.ref}\n")
-
-    workers = processes_for_input(processes, total, on_cpu, under_torchrun())
-    done = _run_stream(job, process, items, total, finals, record, output is None, resume, buffer_size, workers,
-                       "decode", stops, keep=split is not None,
-                       on_piece=show if split is not None and examples else None)
-    done.described = described
-    if split is not None and done.writer and not done.complete_already:
-        outputs = [Postprocessed(k["text"], k["figures"]) for k in done.kept]
-        done.report = score_outputs(task, outputs, items)
-    return done
-
-
-def processes_for_input(asked: int | None, lines: int | None, on_cpu: bool, torchrun: bool) -> int:
-    from seqxduce.decoding.streaming import processes_for
-
-    return processes_for(asked, lines, on_cpu, torchrun, AUTO_PROCESSES_FROM)
-
-
-def _run_stream(job, process, items, total, finals: dict[str, Path], record: dict, to_stdout: bool, resume: bool,
-                buffer_size: int | None, processes: int, what: str, stops: _Stops, keep: bool = False,
-                on_piece=None):
-    """run_job with the outputs' files (refused before any work when a file cannot be written)."""
-    from seqxduce.cpus import per_worker_threads
-    from seqxduce.decoding.stream_files import OutputFiles
-    from seqxduce.decoding.stream_job import Plan, run_job
-    from seqxduce.decoding.streaming import DEFAULT_BUFFER, BufferGrid
-
-    grid = BufferGrid(buffer_size or DEFAULT_BUFFER)
-    files = OutputFiles(finals, {**record, "buffer_size": grid.size}, keep=keep) if finals else None
-    threads = per_worker_threads(processes)
-    plan = Plan(grid, processes, threads, resume, what)
-    if processes > 1:
-        _say(f"{what}: {processes} worker processes of {threads} thread(s) each")
-        process = None  # each worker loads its own
-    result = run_job(job, items, total, files, to_stdout, plan, process, on_piece=on_piece)
-    stops.written = True
-    if result.late_signal:
-        from seqxduce.stopping import signal_name
-
-        where = "its outputs went to stdout" if not finals else f"{next(iter(finals.values()))} is complete"
-        _say(f"{signal_name(result.late_signal)}: came after the last line was written; {where}")
-    if result.complete_already:
-        _say(f"{what}: {next(iter(finals.values()))} is complete already (no stopped job to continue); run without "
-             "--resume to write it anew")
-    return StreamedFile(result.done, result.new, result.seconds, complete_already=result.complete_already,
-                        kept=result.kept, writer=result.writer)
-
-
-def _in_step(input, prefix_file) -> Iterator[tuple[str, str]]:
-    """(source, prefix) pairs of two files read in step; one that ends first is refused naming both."""
-    sources, prefixes = iter_lines(input), iter_lines(prefix_file)
-    for number, source in enumerate(sources, start=1):
-        prefix = next(prefixes, None)
-        if prefix is None:
-            raise UserError(f"--prefix-file {prefix_file}: {number - 1} prefixes for more sources; give one prefix "
-                            "line per source line (an empty line for none)")
-        yield source, prefix
-    if next(prefixes, None) is not None:
-        raise UserError(f"--prefix-file {prefix_file}: more prefixes than the sources of {input}; give one prefix "
-                        "line per source line")
-
-
-def _described_input(input, split: str | None) -> str:
-    return f"split {split}" if split is not None else ("stdin" if str(input) == "-" else _file_key(input))
-
-
-def _file_key(path) -> str | None:
-    """A file as a resume record names it: its absolute path, size and modification time (a changed file is
-    another job)."""
-    if path is None or str(path) == "-":
-        return None if path is None else "stdin"
-    stat = Path(path).stat()
-    return f"{Path(path).resolve()} {stat.st_size} {stat.st_mtime_ns}"
-
-
-def _decode_settings(recipe: Recipe) -> dict:
-    """What in a recipe decides the bits a decode writes, as a resume record compares it."""
-    import dataclasses
-
-    settings = recipe.decode.settings
-    return {"decoder": recipe.decode.core.name, "decode": dataclasses.asdict(recipe.decode.core),
-            "search": dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else None,
-            "device": recipe.train.device, "precision": recipe.train.precision}
-
-
-def _checkpoint_files(loaded: LoadedRun) -> list[Path]:
-    return [loaded.checkpoint, *loaded.members]
-
-
-def _say(message: str) -> None:
-    """A note on stderr, from one process only under torchrun (rank 0)."""
-    from seqxduce.console import console
-
-    if os.environ.get("RANK", "0") == "0":
-        console.print(message, markup=False, highlight=False)
+    return run_request(DecodeFile(
+        run=_run_spec(run, overrides, ensemble, checkpoint, changes), engine=engine_named(engine),
+        input=_path(input), output=_path(output), split=split, prefix_file=_path(prefix_file),
+        annotations=_path(annotations), alignments=_path(alignments), resume=resume, buffer_size=buffer_size,
+        processes=processes, examples=examples))
 
 
 def score_file(run: str | Path, source_file: str | Path, target_file: str | Path, output: str | Path | None = None,
                *, normalize: bool = False, overrides: Sequence[str] = (), ensemble: Sequence[str | Path] = (),
                checkpoint: str | None = None, resume: bool = False, buffer_size: int | None = None,
-               processes: int | None = None) -> StreamedFile:
+               processes: int | None = None, engine: str = "seqxduce") -> StreamedFile:
     """Score the pairs of two files of any length as `seqxduce score` does, streamed as decode_file streams
     (read in step, written in input order as each buffer finishes, resumable with an output file, shared by
-    worker processes or torchrun's ranks)."""
-    from seqxduce.decoding.jobs import RunSpec, ScoreJob
-    from seqxduce.decoding.stream_job import under_torchrun
+    worker processes or torchrun's ranks); engine as in decode()."""
+    from seqxduce.decoding.engine_choice import engine_named
+    from seqxduce.decoding.file_jobs import ScoreFile
+    from seqxduce.decoding.file_jobs import score_file as run_request
 
-    if resume and output is None:
-        raise UserError("--resume continues a stopped job's --output file; give --output")
-    sources, targets = count_lines(source_file), count_lines(target_file)
-    if sources != targets:
-        raise UserError(f"--source {source_file} has {sources} lines but --target {target_file} has "
-                        f"{targets}: give one target line per source line")
-    with _Stops("score", output) as stops:
-        loaded = load_run(run, overrides, [Path(e) for e in ensemble], checkpoint)
-        _say(f"scoring with {loaded.described()}")
-        job = ScoreJob(RunSpec(str(run), tuple(overrides), tuple(str(e) for e in ensemble), checkpoint), normalize)
-        record = {"command": "score", "source": _file_key(source_file), "target": _file_key(target_file),
-                  "checkpoint": loaded.described(),
-                  "checkpoint_files": [_file_key(p) for p in _checkpoint_files(loaded)],
-                  "normalize": normalize, **_decode_settings(loaded.recipe)}
-        processes = processes_for_input(processes, sources, loaded.device.type == "cpu", under_torchrun())
-        done = _run_stream(job, job.processor_for(loaded), zip(iter_lines(source_file), iter_lines(target_file)),
-                           sources, {"output": Path(output)} if output is not None else {}, record,
-                           output is None, resume, buffer_size, processes, "score", stops)
-        done.described = loaded.described()
-        return done
+    return run_request(ScoreFile(
+        run=_run_spec(run, overrides, ensemble, checkpoint), engine=engine_named(engine), source=Path(source_file),
+        target=Path(target_file), output=_path(output), normalize=normalize, resume=resume,
+        buffer_size=buffer_size, processes=processes))
+
+
+def _path(given: str | Path | None) -> Path | None:
+    return None if given is None else Path(given)
 
 
 def export_run(run: str | Path, output: str | Path, engine: str = "ctranslate2", quantization: str = "none",
@@ -591,44 +372,42 @@ def export_run(run: str | Path, output: str | Path, engine: str = "ctranslate2",
 
 
 def serve(run: str | Path, host: str = "127.0.0.1", port: int = 8000, overrides: Sequence[str] = (),
-          ensemble: Sequence[str | Path] = (), checkpoint: str | None = None, **limits: int | float | str) -> None:
-    """Serve a run over HTTP until SIGTERM or Ctrl-C, as `seqxduce serve` does (needs the [serve] extra); limits
-    are the command's other options by their Python names (max_batch_tokens=..., max_wait_ms=..., log_level=...),
-    checked as the command checks them."""
-    import click
+          ensemble: Sequence[str | Path] = (), checkpoint: str | None = None, engine: str = "seqxduce",
+          limits: Limits | None = None, **options: Any) -> None:
+    """Serve a run over HTTP until SIGTERM or Ctrl-C, as `seqxduce serve` does (needs the [serve] extra), with
+    the engine named (as in decode()). limits: the server's bounds (seqxduce.serving.limits.Limits, a Settings:
+    each checked when built); or give them here by name (max_inputs=3). options: the command's others by their
+    Python names (allowed_hosts, forwarded_allow_ips, verbose_info, threads, log_level)."""
+    import dataclasses
 
-    from seqxduce.serving.command import serve as command
+    from seqxduce.serving.command import serve_run
+    from seqxduce.serving.limits import Limits
+    from seqxduce.settings_check import SettingError
 
-    args = [str(run), "--host", host, "--port", str(port)]
-    args += [a for o in overrides for a in ("--set", o)] + [a for e in ensemble for a in ("--ensemble", str(e))]
-    args += ["--checkpoint", checkpoint] if checkpoint is not None else []
-    known = {option for param in command.params for option in param.opts}
-    for name, value in limits.items():
-        option = "--" + name.replace("_", "-")
-        if option not in known:
-            raise UserError(f"serve: no option {name}; the options are those of `seqxduce serve --help`")
-        args += [option, str(value)]
-    try:  # the command's own parsing: the same defaults and range checks as on the command line
-        command.main(args, prog_name="seqxduce serve", standalone_mode=False)
-    except click.ClickException as error:
-        raise UserError(f"serve: {error.format_message()}") from None
+    known = {f.name for f in dataclasses.fields(Limits)}
+    others = ("allowed_hosts", "forwarded_allow_ips", "verbose_info", "threads", "log_level")
+    for name in options:
+        if name not in known and name not in others:
+            raise UserError(f"serve: no option {name}; the options are those of `seqxduce serve --help`, by their "
+                            "Python names")
+    try:
+        limits = dataclasses.replace(limits or Limits(), **{k: v for k, v in options.items() if k in known})
+    except SettingError as err:
+        raise UserError(f"serve: {err.at(err.key)}") from None
+    serve_run(_run_spec(run, overrides, ensemble, checkpoint), engine, limits, host=host, port=port,
+              **{k: v for k, v in options.items() if k in others})
 
 
 def score_files(run: str | Path | LoadedRun, source_file: str | Path, target_file: str | Path,
-                overrides: Sequence[str] = (), ensemble: Sequence[Path] = (), checkpoint: str | None = None
-                ) -> list[PairScore]:
-    """score() of the pairs of two files of one sentence per line (`seqxduce score`)."""
-    sources, targets = read_pairs(source_file, target_file)
-    return score(run, sources, targets, overrides=overrides, ensemble=ensemble, checkpoint=checkpoint)
-
-
-def read_pairs(source_file: str | Path, target_file: str | Path) -> tuple[list[str], list[str]]:
-    """The lines of a source file and of a target file, refused in one line unless there are as many of each."""
+                overrides: Sequence[str] = (), ensemble: Sequence[Path] = (), checkpoint: str | None = None,
+                engine: str = "seqxduce", changes: Sequence[Change] = ()) -> list[PairScore]:
+    """score() of the pairs of two files of one sentence per line (`seqxduce score`), refused in one line unless
+    there are as many of each."""
     sources, targets = read_lines(Path(source_file)), read_lines(Path(target_file))
     if len(sources) != len(targets):
         raise UserError(f"--source {source_file} has {len(sources)} lines but --target {target_file} has "
                         f"{len(targets)}: give one target line per source line")
-    return sources, targets
+    return score(run, sources, targets, overrides=overrides, ensemble=ensemble, checkpoint=checkpoint, engine=engine)
 
 
 def format_scores(scores: Sequence[PairScore], normalize: bool = False) -> list[str]:
@@ -644,20 +423,10 @@ def alignments(run: str | Path | LoadedRun, outputs: Sequence[Output], overrides
     line per line format_outputs() gives; run: the loaded run that decoded them, or its path (loaded as decode()
     loads it, with overrides and ensemble). See seqxduce.decoding.alignments for the layer, heads and words."""
     from seqxduce.decoding.alignments import align_outputs
+    from seqxduce.decoding.jobs import RunSpec
 
-    return align_outputs(_loaded(run, overrides, ensemble, None), outputs)
-
-
-def _loaded(run: str | Path | LoadedRun, overrides: Sequence[str], ensemble: Sequence[Path],
-            checkpoint: str | None) -> LoadedRun:
-    """A run given loaded as it is (then overrides, ensemble and checkpoint were load_run's to apply), else loaded."""
-    from seqxduce.decoding.decode import LoadedRun
-
-    if isinstance(run, LoadedRun):
-        if overrides or ensemble or checkpoint is not None:
-            raise UserError("decode: a loaded run takes no overrides, ensemble or checkpoint; give them to load_run")
-        return run
-    return load_run(run, overrides, ensemble, checkpoint)
+    spec = _run_spec(run, overrides, ensemble, None)
+    return align_outputs(spec.load() if isinstance(spec, RunSpec) else spec, outputs)
 
 
 def checkpoint_for(run: str | Path, choice: str | None = None) -> Path:

@@ -9,23 +9,22 @@ A run directory holds:
     average.pt           the average of the last checkpoints (train.average_last), if asked for
     best.pt              the checkpoint of the best validation so far, where the trainer keeps one
     metrics.jsonl        one JSON object per training log line and validation
-    sampled/             the current epoch's training pairs when a tokenizer samples (training.sampled_epochs)
+    sampled/             the current epoch's training pairs when a tokenizer samples (corpus.sampled_epochs)
 """
 
 from __future__ import annotations
 
 import re
 import shutil
-import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from seqxduce import components
-from seqxduce.api import Example, Task, UserError
-from seqxduce.atomic import atomic_write_text, replace_durably, temporary_name_pattern
+from seqxduce.api import UserError
+from seqxduce.atomic import atomic_write_text, temporary_name_pattern
 from seqxduce.files import WRITE_CHECK_PREFIX, check_folder_writable
 from seqxduce.recipe import Recipe, load_recipe
+from seqxduce.tokenizer_files import TOKENIZER_WORK_PREFIX, TokenizerFiles
 
 RECIPE_FILE = "recipe.toml"
 CHECKPOINT_DIR = "checkpoints"
@@ -37,7 +36,6 @@ METRICS_FILE = "metrics.jsonl"
 SAMPLED_DIR = "sampled"
 STEP_NAME = r"step_(\d+)\.pt"
 STEP_FILE = re.compile(rf"^{STEP_NAME}$")
-TOKENIZER_WORK_PREFIX = ".tokenizer-work-"  # tokenizer files staged before they move into the run
 # what a save cut off leaves behind, built from the names above so that a new file of the run is covered: the
 # staging names of atomic writes (seqxduce.atomic), tokenizer staging folders, write checks (seqxduce.files)
 _SAVED = "|".join([STEP_NAME.replace("(", "(?:"),
@@ -89,16 +87,12 @@ def _describe(paths: Sequence[Path], base: Path) -> str:
     return shown + (f" and {len(names) - 4} more" if len(names) > 4 else "")
 
 
-def tokenizer_prefixes(shared: bool) -> tuple[str, str]:
-    """The file prefixes of the source and target tokenizers."""
-    return ("tokenizer", "tokenizer") if shared else ("src_tokenizer", "tgt_tokenizer")
-
-
 class RunDir:
     """One run directory and the files in it."""
 
     def __init__(self, path: Path | str):
         self.path = Path(path)
+        self.tokenizers = TokenizerFiles(self.path)  # the run's tokenizer files, beside its checkpoints
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
@@ -253,7 +247,7 @@ class RunDir:
         said = []
         if overwrite:
             best = [self.best_file] if self.best_file.exists() else []
-            removed = self.run_files() + self._tokenizer_files() + best
+            removed = self.run_files() + self.tokenizers.any_files() + best
             for path in removed:
                 path.unlink()
             shutil.rmtree(self.path / SAMPLED_DIR, ignore_errors=True)
@@ -264,10 +258,6 @@ class RunDir:
         if orphans:
             said.append(f"removed {_describe(orphans, self.path)}, left by a save that was cut off")
         return said
-
-    def _tokenizer_files(self) -> list[Path]:
-        prefixes = {*tokenizer_prefixes(True), *tokenizer_prefixes(False)}
-        return [p for p in sorted(self.path.iterdir()) if p.is_file() and p.name.startswith(tuple(prefixes))]
 
     # ------------------------------------------------------------ recipe
 
@@ -280,77 +270,6 @@ class RunDir:
     def write_recipe(self, recipe: Recipe) -> None:
         """Save the recipe, its relative paths resolved against this directory (the caller's recipe is kept)."""
         atomic_write_text(self.recipe_file, recipe.relocated(self.path).to_toml())
-
-    # ------------------------------------------------------------ tokenizers
-
-    def has_tokenizers(self, recipe: Recipe) -> bool:
-        """Whether the recipe's (target) tokenizer files are here."""
-        prefix = tokenizer_prefixes(recipe.tokenizer.core.shared)[1]
-        if not self.path.is_dir():
-            return False
-        return any(p.name.startswith(prefix) and p.is_file() for p in self.path.iterdir())
-
-    def tokenizer_files(self, recipe: Recipe) -> list[Path]:
-        """The files of the recipe's tokenizer(s) saved here."""
-        prefixes = set(tokenizer_prefixes(recipe.tokenizer.core.shared))
-        return sorted(p for p in self.path.iterdir() if p.is_file() and p.name.startswith(tuple(prefixes)))
-
-    def train_tokenizers(self, recipe: Recipe, examples: Iterable[Example]) -> None:
-        """Train the tokenizer(s) on training text and save them here.
-
-        The tokenizer plugin saves into a staging folder whose files are then renamed into the run directory,
-        so an interrupted save never leaves a half-written tokenizer that a later run would load; files of an
-        earlier tokenizer with the same prefix are removed first.
-        """
-        self.path.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix=TOKENIZER_WORK_PREFIX, dir=self.path) as work:
-            staging = Path(work) / "saved"
-            staging.mkdir()
-            tokenizers = components.train_tokenizers(recipe, examples, Path(work))
-            src_prefix, tgt_prefix = tokenizer_prefixes(tokenizers.shared)
-            tokenizers.src.save(staging, src_prefix)
-            if not tokenizers.shared:
-                tokenizers.tgt.save(staging, tgt_prefix)
-            for prefix in {src_prefix, tgt_prefix}:
-                for old in self.path.glob(f"{prefix}*"):
-                    old.unlink()
-            for saved in staging.iterdir():
-                replace_durably(saved, self.path / saved.name)
-
-    def copy_tokenizers(self, recipe: Recipe, source: Path) -> None:
-        """Take the recipe's tokenizer files from another folder (a run, or the members' shared tokenizers) instead
-        of training new ones, so that the two runs read and write the same ids and can be ensembled."""
-        source_dir = RunDir(source)
-        if not source_dir.has_tokenizers(recipe):
-            raise UserError(f"--tokenizers-from {source}: holds no tokenizer files for [tokenizer] name = "
-                            f"{recipe.tokenizer.core.name!r} (shared = {recipe.tokenizer.core.shared}); name the "
-                            "folder of a run trained with the same [tokenizer] settings")
-        self.path.mkdir(parents=True, exist_ok=True)
-        if source_dir.path.resolve() == self.path.resolve():
-            return
-        for prefix in set(tokenizer_prefixes(recipe.tokenizer.core.shared)):
-            for old in self.path.glob(f"{prefix}*"):
-                old.unlink()
-        with tempfile.TemporaryDirectory(prefix=TOKENIZER_WORK_PREFIX, dir=self.path) as work:
-            for original in source_dir.tokenizer_files(recipe):
-                staged = Path(work) / original.name
-                shutil.copyfile(original, staged)
-                replace_durably(staged, self.path / original.name)
-
-    def load_tokenizers(self, recipe: Recipe) -> components.Tokenizers:
-        """The tokenizer(s) saved here."""
-        src_prefix, tgt_prefix = tokenizer_prefixes(recipe.tokenizer.core.shared)
-        src = components.new_tokenizer(recipe)
-        src.load(self.path, src_prefix)
-        if recipe.tokenizer.core.shared:
-            return components.Tokenizers(src, src)
-        tgt = components.new_tokenizer(recipe)
-        tgt.load(self.path, tgt_prefix)
-        return components.Tokenizers(src, tgt)
-
-    def components(self, recipe: Recipe, task: Task | None = None) -> components.Components:
-        """The recipe's task, the tokenizers saved here and a fresh model for them (training and decoding alike)."""
-        return components.build_components(recipe, self.load_tokenizers(recipe), task)
 
 
 def locate(path: Path | str, choice: str | None = None) -> tuple[RunDir, Path]:

@@ -4,7 +4,7 @@ timing is checked, only that the figures are there."""
 
 from __future__ import annotations
 
-from seqxduce.training import binarized
+from seqxduce.corpus import binarized
 from tests.bench_scripts import load_bench
 
 

@@ -7,7 +7,8 @@ import torch
 
 from seqxduce import engine
 from seqxduce.api import UserError
-from seqxduce.data import Pair, token_batches
+from seqxduce.corpus.arrays import token_batches
+from seqxduce.data import Pair
 from seqxduce.recipe import load_recipe
 from seqxduce.run_start import RunStart
 from seqxduce.training.run import assemble

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from seqxduce.api import UserError
-from seqxduce.data import Pair, collate, length_batches, token_batches
+from seqxduce.corpus.arrays import length_batches, token_batches
+from seqxduce.data import Pair, collate
 from seqxduce.training.step_plan import RankEpoch, batches_for_step, steps_in_epoch
 
 
@@ -83,7 +84,7 @@ def test_collate_shapes_and_shift():
 
 
 def test_source_buckets_line_up_targets_and_lower_the_padding():
-    from seqxduce.data import padding_fraction
+    from seqxduce.corpus.arrays import padding_fraction
 
     rng = random.Random(0)
     pairs = [Pair([5] * rng.randint(2, 30), [6] * rng.randint(2, 30)) for _ in range(2000)]

@@ -76,15 +76,17 @@ def test_load_run_says_what_it_loaded(run: Path):
 
 
 def test_the_shortcut_flags_are_the_decode_settings(run: Path, monkeypatch):
+    import seqxduce.decoding.decode as decoding
+
     seen = {}
-    real = engine.load_run
+    real = decoding.load_run
 
     def spy(path, overrides=(), ensemble=(), checkpoint=None, changes=()):
-        loaded = real(path, overrides, ensemble, checkpoint, changes)
+        loaded = real(path, overrides, ensemble, checkpoint, changes=changes)
         seen["run"] = loaded
         return loaded
 
-    monkeypatch.setattr(engine, "load_run", spy)
+    monkeypatch.setattr(decoding, "load_run", spy)  # what the engine's load (RunSpec.load) calls
     result = _invoke("decode", run, "--input", run.parent / "in.txt", "--beam", "3", "--batch-tokens", "7",
                      "--device", "cpu", "--nbest", "2")
     assert result.exit_code == 0, result.output

@@ -14,14 +14,14 @@ from click.testing import CliRunner
 from seqxduce import engine
 from seqxduce.api import Example, Report, Task, UserError
 from seqxduce.cli import cli
-from seqxduce.decoding.stream_files import partial_path, record_path
-from seqxduce.rundir import RunDir
-from seqxduce.training.distilled import (
+from seqxduce.corpus.distilled import (
     RECORD,
     DistilledSet,
     DistilledTask,
     originals_chosen,
 )
+from seqxduce.decoding.stream_files import partial_path, record_path
+from seqxduce.rundir import RunDir
 from tests.fault_tools import HANG_GUARD_S, run, start, wait_for
 from tests.tiny import TINY_RECIPE
 

@@ -159,17 +159,17 @@ def test_a_model_without_the_capability_is_refused_by_name(tiny_run, tmp_path, m
     run's built model is given the base class's export, so that no plugin's code is touched.)"""
     import types
 
+    from seqxduce import components
     from seqxduce.api import Model
-    from seqxduce.rundir import RunDir
 
-    built_by = RunDir.components
+    built_by = components.build_components
 
-    def without_export(self, *args, **kwargs):
-        built = built_by(self, *args, **kwargs)
+    def without_export(*args, **kwargs):
+        built = built_by(*args, **kwargs)
         built.model.export = types.MethodType(Model.export, built.model)
         return built
 
-    monkeypatch.setattr(RunDir, "components", without_export)
+    monkeypatch.setattr(components, "build_components", without_export)
     result = run_cli("export", tiny_run, "-o", tmp_path / "out")
     assert result.exit_code != 0 and "offers no export to ctranslate2" in result.output
     assert "Traceback" not in result.output and not (tmp_path / "out").exists()

@@ -30,7 +30,7 @@ def test_info_json_reports_the_run(tiny_run):
     assert facts["checkpoint"].endswith("average.pt") and "prefers" in facts["checkpoint_reason"]
     # the tiny model: built here and counted with torch, tied embeddings counted once
     recipe = RunDir(tiny_run).load_recipe()
-    model = components.build_model(recipe, RunDir(tiny_run).load_tokenizers(recipe).vocab())
+    model = components.build_model(recipe, RunDir(tiny_run).tokenizers.load(recipe).vocab())
     assert facts["parameters"] == sum(p.numel() for p in model.parameters())
     # every batch holds the whole training set (max_tokens = 100000), so 6 steps are 6 epochs
     assert facts["target_tokens"] == 6 * train_target_tokens(tiny_run)

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from seqxduce.api import Example
+from seqxduce.corpus import prepare
+from seqxduce.corpus.sampled_epochs import EpochEncoder
 from seqxduce.data import Pair
 from seqxduce.recipe import load_recipe
-from seqxduce.training import prepare
 from seqxduce.training.run import TrainingRun, assemble
-from seqxduce.training.sampled_epochs import EpochEncoder
 from seqxduce.training.state import TrainState
 from seqxduce.training.trainer import Trainer
 from tests.tiny import TINY_RECIPE as RECIPE

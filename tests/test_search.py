@@ -8,6 +8,7 @@ import torch
 
 from seqxduce.decoding.search import BeamDecoder, GreedyDecoder, beam_search, greedy_search, length_penalty
 from seqxduce.decoding.search_settings import BeamSettings, SearchSettings
+from seqxduce.errors import UserError
 from seqxduce.registry import registry
 from seqxduce.testing import BOS, EOS, HostReads, TableModel
 from seqxduce.testing import table_request as request
@@ -132,6 +133,76 @@ def test_source_stays_in_the_search_while_a_live_hypothesis_can_win():
     assert early.score < best.score
 
 
+def settled_early_model():
+    """eos B ends first (0.5), then A eos (0.3 * 0.9); the live B B (0.2) ends as B B B eos, the best under
+    length^1: log 0.2 / 4 against log 0.27 / 2."""
+    probs = torch.full((4, 5, 5), 1e-9)
+    probs[0, BOS, EOS], probs[0, BOS, A], probs[0, BOS, B] = 0.5, 0.3, 0.2
+    probs[1, A, EOS], probs[1, A, A] = 0.9, 0.1
+    probs[1, B, B] = probs[2, B, B] = probs[3, B, EOS] = 1.0
+    return TableModel(probs.log())
+
+
+def _stopping(model, rule, **settings):
+    values = dict(beam=2, alpha=1.0, length_penalty="power", max_len_a=0, max_len_b=6) | settings
+    return beam_search(model, request([1]), BeamSettings(early_stopping=rule, **values))[0][0]
+
+
+def test_the_three_stopping_rules_of_hugging_face():
+    """Hugging Face generate's early_stopping, each on a case the others decide otherwise. After step 2 both
+    tables have two finished hypotheses (beam 2) and a live B B. On settled_early_model the live one scored at
+    its length 2 (log 0.2 / 2 = -0.80) does not beat the worst finished (log 0.5 / 1 = -0.69): false stops
+    there, with A, as true does; "never" sees that B B may still reach length 4 and finds B B B. On
+    late_winner_model, B B at length 2 (log 0.3 / 2 = -0.60) beats the worst finished (log 0.35 / 1 = -1.05):
+    false goes on to B B B, true stops with A."""
+    settled, late = settled_early_model(), late_winner_model()
+    assert _stopping(settled, True).tokens == _stopping(settled, False).tokens == [A]
+    assert _stopping(settled, "never").tokens == [B, B, B]
+    assert _stopping(late, True).tokens == [A]
+    assert _stopping(late, False).tokens == _stopping(late, "never").tokens == [B, B, B]
+    assert _stopping(settled, "never").score == pytest.approx(math.log(0.2) / 4, abs=1e-5)
+    assert _stopping(settled, False).score == pytest.approx(math.log(0.3 * 0.9) / 2, abs=1e-5)
+    # the default is the exact search, and early_stop = true is early_stopping = true whatever that says
+    assert BeamSettings().early_stopping == "never" and BeamSettings().stopping_rule() == "never"
+    assert _stopping(late, False, early_stop=True).tokens == [A]
+    # an ensemble is a model like any other to the search: one of the model with itself decides alike
+    from seqxduce.decoding.ensemble import EnsembleModel
+
+    twice = EnsembleModel([settled, settled])
+    assert (_stopping(twice, False).tokens, _stopping(twice, "never").tokens) == ([A], [B, B, B])
+    # n-best: the two finished when false stops, best first
+    assert [h.tokens for h in beam_search(settled, request([1]), BeamSettings(
+        beam=2, nbest=2, alpha=1.0, length_penalty="power", max_len_a=0, max_len_b=6,
+        early_stopping=False))[0]] == [[A], []]
+
+
+def test_false_scores_a_live_hypothesis_at_its_length_after_the_prefix():
+    """With a target prefix the heuristic's length counts the tokens after it, as the finished scores do:
+    settled_early_model one step later, behind the prefix B (forced at step 0; the first free step reads the
+    old first step's row), gives the same outcomes; counting the prefix in the length, false would go on."""
+    model = settled_early_model()
+    shifted = TableModel(torch.cat([model.table[:1], model.table]))  # already log-probs: log_softmax keeps them
+    shifted.table[1, B] = model.table[0, BOS]
+    req = request([1])
+    req.prefixes = [[B]]
+    settings = dict(beam=2, alpha=1.0, length_penalty="power", max_len_a=0, max_len_b=7)
+    false = beam_search(shifted, req, BeamSettings(early_stopping=False, **settings))[0][0]
+    never = beam_search(shifted, req, BeamSettings(early_stopping="never", **settings))[0][0]
+    assert (false.tokens, never.tokens) == ([B, A], [B, B, B, B])
+
+
+def test_early_stopping_takes_true_false_and_never_only():
+    from seqxduce.settings_check import make_settings
+
+    made = make_settings(BeamSettings, {"early_stopping": False}, "decode", "x.toml",
+                         overridden={"early_stopping": "false"})
+    assert made.early_stopping is False
+    assert make_settings(BeamSettings, {"early_stopping": "never"}, "decode", "x.toml").early_stopping == "never"
+    with pytest.raises(UserError, match=r"x.toml: \[decode\] early_stopping = 'sometimes' is not one of False, "
+                                        r"True, never"):
+        make_settings(BeamSettings, {"early_stopping": "sometimes"}, "decode", "x.toml")
+
+
 def test_nbest_is_sorted_and_distinct_on_random_tables():
     torch.manual_seed(4)
     for _ in range(10):
@@ -206,6 +277,7 @@ class CountingTableModel(TableModel):
     BeamSettings(beam=4, alpha=0.6, max_len_a=1.5, max_len_b=3, nbest=2),
     BeamSettings(beam=3, alpha=0.0, max_len_a=1.0, max_len_b=2, early_stop=True, min_len=2),
     BeamSettings(beam=1, alpha=1.0, max_len_a=0.5, max_len_b=4),
+    BeamSettings(beam=3, alpha=1.0, max_len_a=1.0, max_len_b=3, nbest=2, early_stopping=False),
 ])
 def test_beam_search_reads_the_device_at_most_once_per_step(settings):
     """The one read per step is whether a source is done (the batch shrinks); finished hypotheses stay on the

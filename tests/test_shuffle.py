@@ -1,4 +1,4 @@
-"""seqxduce.shuffle: random.shuffle's permutation of a range computed over arrays, the same to the bit, and the
+"""seqxduce.corpus.shuffle: random.shuffle's permutation of a range computed over arrays, the same to the bit, and the
 Random left where random.shuffle leaves it (what keeps every epoch's batches those of before)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import random
 import numpy as np
 import pytest
 
-from seqxduce import shuffle
-from seqxduce.data import length_batches
+from seqxduce.corpus import shuffle
+from seqxduce.corpus.arrays import length_batches
 
 
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 4096, 4097, 10_001, 16_384, 16_385, 65_537, 300_001])

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from seqxduce.api import ModelOutput
-from seqxduce.data import collate_indices, token_batches
+from seqxduce.corpus.arrays import collate_indices, token_batches
 from seqxduce.recipe import load_recipe
 from seqxduce.testing import HostReads
 from seqxduce.training.in_memory import in_memory_run

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from seqxduce.api import Example
+from seqxduce.corpus import token_cache
+from seqxduce.corpus.token_cache import encode_pairs_cached
 from seqxduce.recipe import load_recipe
-from seqxduce.training import token_cache
 from seqxduce.training.run import assemble
-from seqxduce.training.token_cache import encode_pairs_cached
 from tests.tiny import TINY_RECIPE as RECIPE
 
 

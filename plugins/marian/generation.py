@@ -6,8 +6,11 @@ finished hypothesis's log-probability by its length (eos included) to the power 
 length_penalty = "power" with alpha = p; forced_eos_token_id, which ends a hypothesis at the length limit with an
 eos of log-probability 0, is limit_eos = "free"; renormalize_logits (on the hub's OPUS-MT generation_config.json
 since transformers PR #25459), which renormalizes each step's log-probabilities once <pad> is banned, is the beam
-decoder's renormalize = true (with greedy it changes no output and is noted). Banning <pad> (Marian's bad_words_ids)
-is what every seqxduce search does. Anything else that changes what generate() returns is refused in one line.
+decoder's renormalize = true (with greedy it changes no output and is noted). early_stopping (false when absent,
+generate's default; true; "never") is the beam decoder's early_stopping, the same stopping rule, so that the model
+decodes as where it came from (seqxduce's own default, "never", is the exact search). Banning <pad> (Marian's
+bad_words_ids) is what every seqxduce search does. Anything else that changes what generate() returns is refused
+in one line.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from seqxduce.api import UserError
+from seqxduce.search_settings import EARLY_STOPPING
 
 # values that leave generate() as plain greedy or beam search
 NEUTRAL: dict[str, Any] = {"num_beam_groups": 1, "do_sample": False, "num_return_sequences": 1,
@@ -24,6 +28,12 @@ NEUTRAL: dict[str, Any] = {"num_beam_groups": 1, "do_sample": False, "num_return
                            "begin_suppress_tokens": None, "min_new_tokens": None,
                            "remove_invalid_values": False}
 SAMPLING_ONLY = {"temperature", "top_k", "top_p", "typical_p"}  # inert without do_sample
+# what each of generate()'s early_stopping values stops a source at, for the import's notes
+STOPPING = {False: "false: a source stops at `beam` finished hypotheses once its best live one, scored at its "
+                   "current length, does not beat them (generate's default)",
+            True: "true: a source stops at `beam` finished hypotheses",
+            "never": "\"never\": a source stops once no live hypothesis can beat its finished ones (the exact "
+                     "search)"}
 
 
 def decode_settings(config: dict[str, Any], where: str, pad: int) -> tuple[dict[str, Any], list[str]]:
@@ -41,6 +51,11 @@ def decode_settings(config: dict[str, Any], where: str, pad: int) -> tuple[dict[
         raise UserError(f"{where}: min_length = {config['min_length']!r}: not imported (decode.min_len counts output "
                         "tokens, generate's min_length the decoder's input); remove it, and set decode.min_len")
     beam = int(config.get("num_beams") or 1)
+    early_stopping = config.get("early_stopping")
+    early_stopping = False if early_stopping is None else early_stopping  # None: generate's default, false
+    if not any(early_stopping is value or early_stopping == value == "never" for value in EARLY_STOPPING):
+        raise UserError(f"{where}: early_stopping = {early_stopping!r}: generate() takes true, false or \"never\"; "
+                        "give one of them")
     renormalize = config.get("renormalize_logits") is True
     decode: dict[str, Any] = {"name": "beam" if beam > 1 else "greedy", "max_len_a": 0.0}
     notes = []
@@ -52,11 +67,12 @@ def decode_settings(config: dict[str, Any], where: str, pad: int) -> tuple[dict[
     if beam > 1:
         penalty = float(config.get("length_penalty", 1.0))
         decode.update(beam=beam, alpha=penalty, length_penalty="power",
-                      early_stop=config.get("early_stopping") is True,
+                      early_stopping=early_stopping,
                       limit_eos="free" if config.get("forced_eos_token_id") is not None else "scored",
                       renormalize=renormalize)
         notes.append(f"generation: beam {beam}, score = log-probability / length^{penalty:g} (decode.beam, "
                      "decode.alpha, decode.length_penalty = \"power\")")
+        notes.append(f"generation: early_stopping = {STOPPING[early_stopping]} (decode.early_stopping)")
         if renormalize:
             notes.append("generation: renormalize_logits = true: each step's log-probabilities renormalized once "
                          "<pad> is banned (decode.renormalize)")

@@ -113,14 +113,24 @@ def _train(model, folder: Path, text: list[str], steps: int, seed: int) -> None:
 
 def hf_generate(folder: Path, source_ids: list[list[int]], beam: int, max_new_tokens: int,
                 length_penalty: float = 1.0, batch_size: int = 32, forced_eos: int | None = 0,
-                prefixes: list[list[int]] | None = None,
-                renormalize: bool = False) -> list[tuple[list[int], float, float | None]]:
-    """Hugging Face generate()'s output per source (ids without the start token and eos, a target prefix
-    included), its log-probability (eos and prefix included) from a teacher-forced pass, and with beam > 1
-    generate's own score of it (sequences_scores); source_ids end in eos. A prefix is given as generate takes
-    one, decoder_input_ids = [<pad>] + prefix, and counts in the limit of max_new_tokens tokens after the start
-    (eos included), as an imported max_length does. early_stopping = "never" is the exact search seqxduce's beam
-    search runs; <pad> is banned as seqxduce's searches ban it; renormalize: generate's renormalize_logits."""
+                prefixes: list[list[int]] | None = None, renormalize: bool = False,
+                early_stopping: bool | str = "never") -> list[tuple[list[int], float, float | None]]:
+    """Hugging Face generate()'s best output per source: hf_generate_nbest's first."""
+    return [hyps[0] for hyps in hf_generate_nbest(folder, source_ids, beam, max_new_tokens, 1, length_penalty,
+                                                  batch_size, forced_eos, prefixes, renormalize, early_stopping)]
+
+
+def hf_generate_nbest(folder: Path, source_ids: list[list[int]], beam: int, max_new_tokens: int, nbest: int,
+                      length_penalty: float = 1.0, batch_size: int = 32, forced_eos: int | None = 0,
+                      prefixes: list[list[int]] | None = None, renormalize: bool = False,
+                      early_stopping: bool | str = "never") -> list[list[tuple[list[int], float, float | None]]]:
+    """Hugging Face generate()'s `nbest` best outputs per source (num_return_sequences), best first, each as ids
+    without the start token and eos (a target prefix included), its log-probability (eos and prefix included)
+    from a teacher-forced pass, and with beam > 1 generate's own score of it (sequences_scores); source_ids end
+    in eos. A prefix is given as generate takes one, decoder_input_ids = [<pad>] + prefix, and counts in the
+    limit of max_new_tokens tokens after the start (eos included), as an imported max_length does.
+    early_stopping: generate's stopping rule, by default "never", the exact search seqxduce's beam search runs by
+    default; <pad> is banned as seqxduce's searches ban it; renormalize: generate's renormalize_logits."""
     import torch
     from transformers import MarianMTModel
 
@@ -130,7 +140,7 @@ def hf_generate(folder: Path, source_ids: list[list[int]], beam: int, max_new_to
     by_length: dict[int, list[int]] = {}  # generate takes one prompt length per batch
     for i, prefix in enumerate(prefixes):
         by_length.setdefault(len(prefix), []).append(i)
-    out: list[tuple[list[int], float, float | None]] = [([], 0.0, None)] * len(source_ids)
+    out: list[list[tuple[list[int], float, float | None]]] = [[] for _ in source_ids]
     for rows in by_length.values():
         for start in range(0, len(rows), batch_size):
             chunk = rows[start:start + batch_size]
@@ -142,14 +152,16 @@ def hf_generate(folder: Path, source_ids: list[list[int]], beam: int, max_new_to
                     input_ids=ids, attention_mask=mask, decoder_input_ids=torch.tensor([[pad] + prefixes[i]
                                                                                         for i in chunk]),
                     num_beams=beam, do_sample=False, max_length=max_new_tokens + 1, length_penalty=length_penalty,
-                    early_stopping="never" if beam > 1 else False, bad_words_ids=[[pad]], min_length=0,
-                    num_return_sequences=1, forced_eos_token_id=forced_eos, return_dict_in_generate=True,
+                    early_stopping=early_stopping if beam > 1 else False, bad_words_ids=[[pad]], min_length=0,
+                    num_return_sequences=nbest, forced_eos_token_id=forced_eos, return_dict_in_generate=True,
                     output_scores=beam > 1, renormalize_logits=renormalize)
-            scores = generated.sequences_scores.tolist() if beam > 1 else [None] * len(chunk)
-            for row, (i, sequence) in enumerate(zip(chunk, generated.sequences.tolist())):
+            scores = generated.sequences_scores.tolist() if beam > 1 else [None] * len(chunk) * nbest
+            for at, sequence in enumerate(generated.sequences.tolist()):  # a source's nbest rows, best first
+                row = at // nbest
                 tokens = sequence[1:]
                 tokens = tokens[: tokens.index(eos)] if eos in tokens else [t for t in tokens if t != pad]
-                out[i] = (tokens, _logprob(model, ids[row:row + 1], mask[row:row + 1], tokens, pad, eos), scores[row])
+                out[chunk[row]].append((tokens, _logprob(model, ids[row:row + 1], mask[row:row + 1], tokens, pad,
+                                                         eos), scores[at]))
     return out
 
 

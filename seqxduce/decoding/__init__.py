@@ -1,3 +1,6 @@
 """Decoding: search and its settings, loading a trained run, ensembles, scoring and alignments.
 
-Importing this package imports nothing heavy: `search_settings` is torch-free."""
+Importing this package imports nothing heavy: `search_settings` is torch-free. Read in this order:
+search_settings.py, search.py (greedy and beam over Model.encode/step), decode.py (load_run, decode_sources,
+decode_split), changes.py (one road for every way the settings change), then ensemble.py, options.py,
+scoring.py and alignments.py; a corpus streamed: streaming.py, stream_files.py, stream_job.py, jobs.py."""

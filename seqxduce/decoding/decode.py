@@ -168,7 +168,7 @@ def load_run(path: Path, overrides: Sequence[str] = (), ensemble: Sequence[Path]
     choice = checkpoint if checkpoint in rundir.CHECKPOINT_CHOICES else None
     members += [p for extra in ensemble for p in _checkpoints_of(Path(extra), choice)]
     device = resolve_device(recipe.train.device)
-    built = run.components(recipe)
+    built = components.build_components(recipe, run.tokenizers.load(recipe))
     ckpt.load_weights(built.model, ckpt.load(chosen)["model"], chosen,
                       f"decode with the recipe it was trained with ({run.recipe_file})")
     model = built.model.to(device).eval()

@@ -83,9 +83,7 @@ class EnsembleModel(torch.nn.Module, Model):
 
 def tokenizer_files(run: rundir.RunDir) -> dict[str, bytes]:
     """The saved tokenizer files of a run, by name (what decides that two runs read and write the same ids)."""
-    prefixes = {*rundir.tokenizer_prefixes(True), *rundir.tokenizer_prefixes(False)}
-    return {p.name: p.read_bytes() for p in sorted(run.path.iterdir())
-            if p.is_file() and p.name.startswith(tuple(prefixes))}
+    return {p.name: p.read_bytes() for p in run.tokenizers.any_files()}
 
 
 def load_members(main: rundir.RunDir, paths: Sequence[Path], device: torch.device,
@@ -107,7 +105,7 @@ def load_members(main: rundir.RunDir, paths: Sequence[Path], device: torch.devic
         components.check_decode_overrides(recipe, tuple(model_overrides))
         if recipe.task.core.name != main_task:
             raise UserError(f"--ensemble {path}: trained for task {recipe.task.core.name!r}, not {main_task!r}")
-        model = run.components(recipe).model
+        model = components.build_components(recipe, run.tokenizers.load(recipe)).model
         ckpt.load_weights(model, ckpt.load(checkpoint)["model"], checkpoint,
                           f"ensemble it with the recipe it was trained with ({run.recipe_file})")
         members.append(model.to(device).eval())

@@ -3,8 +3,9 @@ that run them with their settings as they are (the `greedy` and `beam` decoder p
 
 Beam search keeps `beam` live hypotheses per source in one (B*beam)-row batch, moves hypotheses that
 end in eos to an n-best finished list scored with the GNMT length penalty, drops a source from the batch once
-no live hypothesis can still beat its n-best (or, with early_stop, once it has `beam` finished ones), and never
-recomputes a prefix (the model's cache is reordered).
+no live hypothesis can still beat its n-best (early_stopping = "never", the default) or by one of Hugging Face's
+two other rules (early_stopping = true or false: `_stops`), and never recomputes a prefix (the model's cache is
+reordered).
 
 A target prefix (DecodeRequest.prefixes) is forced token by token, then the search goes on freely. It is ranked
 as Hugging Face's generate(decoder_input_ids=...) and CTranslate2's target_prefix rank it: a hypothesis's score
@@ -302,14 +303,15 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
     """Batched beam search with GNMT length penalty; returns the nbest finished hypotheses per source, best first.
 
     A source leaves the search once no live hypothesis can still finish with a higher normalized score than
-    the worst of its `nbest` best finished ones (see `_live_bound`). `early_stop` is fairseq's heuristic
-    instead: a source leaves as soon as it has `beam` finished hypotheses, which can miss better, longer ones.
+    the worst of its `nbest` best finished ones (see `_live_bound`; early_stopping = "never"). early_stopping =
+    true (or `early_stop`, fairseq's name) leaves as soon as it has `beam` finished hypotheses, which can miss
+    better, longer ones; false is Hugging Face generate's default heuristic (`_stops`).
 
     Each step reads one number back from the device, how many sources are done, to shrink the batch; the
     finished lists and the prefixes (as back-pointers, `_History`) stay on the device until the search ends.
     """
     settings = settings or BeamSettings()
-    beam, alpha, min_len, early_stop = settings.beam, settings.alpha, settings.min_len, settings.early_stop
+    beam, alpha, min_len, rule = settings.beam, settings.alpha, settings.min_len, _stopping_rule(settings)
     nbest = min(settings.nbest, beam)
     batch = request.src.size(0)
     device = request.src.device
@@ -338,7 +340,9 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
     # only the first beam of each source is live at step 0, so the others never duplicate it
     scores = torch.full((batch, beam), float("-inf"), device=device)
     scores[:, 0] = 0.0
-    finished = _Finished(batch, beam if early_stop else nbest, device)
+    # Hugging Face's rules keep `beam` finished hypotheses and compare with the worst of them; the exact search's
+    # bound needs only the n-best
+    finished = _Finished(batch, nbest if rule == "never" else beam, device)
     results = _Finished(batch, finished.size, device)  # the lists of the sources that left, by source index
 
     prefixes = _Prefixes(request)
@@ -382,11 +386,11 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
         origin = (torch.arange(n_alive, device=device).unsqueeze(1) * beam + new_beam).view(-1)
         new_logprob = found.at(origin, new_token)
 
-        if early_stop:
-            full = finished.full()
-        else:
+        if rule == "never":
             full = _live_bound(new_scores.max(dim=1).values, step + 1 - _forced(prefixes, alive),
                                src_limits - _forced(prefixes, alive), alpha, form) <= finished.worst()
+        else:
+            full = _stops(rule, finished, new_scores, penalties.after(step + 1, prefixes, alive))
         source_done = full | ~torch.isfinite(new_scores).any(dim=1)
         scores = new_scores
         n_done = int(source_done.sum())  # the step's one host read
@@ -433,6 +437,30 @@ class BeamDecoder(Decoder):
 
     def decode(self, model: Model, request: DecodeRequest) -> list[list[Hypothesis]]:
         return beam_search(model, request, self.settings)
+
+
+def _stopping_rule(settings: BeamSettings) -> bool | str:
+    """The settings' early_stopping rule (True, False or "never"); a plugin's settings object without the key
+    (made before it, or a plain namespace) reads its early_stop alone."""
+    if hasattr(settings, "stopping_rule"):
+        return settings.stopping_rule()
+    return True if settings.early_stop else getattr(settings, "early_stopping", "never")
+
+
+def _stops(rule: bool | str, finished: _Finished, live: torch.Tensor, penalty: torch.Tensor) -> torch.Tensor:
+    """(n,) whether each source stops after this step under Hugging Face generate's early_stopping = True or
+    False (transformers 5.24, GenerationMixin._beam_search: _check_early_stop_heuristic and
+    _beam_search_has_unfinished_sequences; the rule, not its code). Both wait for `beam` finished hypotheses
+    (finished.full()). True stops then. False stops once, besides, the best live hypothesis's log-prob (live:
+    (n, beam), after this step) divided by the penalty of the length it has now (`penalty`: that of a hypothesis
+    ending at this step, eos counted, the tokens after a prefix only) is not above the worst finished score: the
+    heuristic assumes a live hypothesis scores best where it stands, which a longer one under a length penalty
+    with alpha > 0 can beat (the exact search, "never", waits for it)."""
+    full = finished.full()
+    if rule is True:
+        return full
+    best = live.max(dim=1).values.double() / penalty.view(-1)  # (n,); penalty (1,) or (n,) with prefixes
+    return full & ~(best > finished.score[:, -1])
 
 
 def _forced(prefixes: _Prefixes, sources: torch.Tensor) -> torch.Tensor | int:

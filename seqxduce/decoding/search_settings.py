@@ -17,6 +17,8 @@ MAX_LENGTH = 1_000_000  # tokens: max_len_b and min_len
 MAX_LEN_A = 1_000.0  # output tokens per source token
 MAX_BEAM = 10_000  # samples per source (a beam's width is bounded by memory and the server's own limit)
 MAX_ALPHA = 10.0  # ((5 + 10^6) / 6) ** 10 is about 1e52, well inside a double
+# Hugging Face generate's early_stopping values, the beam search's stopping rules (BeamSettings.early_stopping)
+EARLY_STOPPING = (False, True, "never")
 
 
 @dataclass
@@ -66,11 +68,28 @@ class BeamSettings(SearchSettings):
     nbest: int = setting(1, help="finished hypotheses returned per source (at most beam)", min=1, per_request=True)
     early_stop: bool = setting(False, help="fairseq's early stop: a source ends once it has `beam` finished "
                                            "hypotheses, even if a live one could still score higher (faster, "
-                                           "can return worse outputs); false = stop only when no live "
-                                           "hypothesis can beat the n-best", per_request=True)
+                                           "can return worse outputs); true is early_stopping = true, whatever "
+                                           "early_stopping says", per_request=True)
+    early_stopping: bool | str = setting(
+        "never", choices=EARLY_STOPPING,
+        help="when a source stops, as Hugging Face generate's early_stopping: \"never\" = once no live hypothesis "
+             "can beat the finished ones at any length it may reach (the exact search; seqxduce's default); true = "
+             "once it has `beam` finished hypotheses; false = once it has `beam` finished and its best live "
+             "hypothesis, scored at its current length, does not beat the worst of them (Hugging Face's default, "
+             "which an imported model keeps)")
 
     returns_nbest: ClassVar[bool] = True
 
+    def __post_init__(self) -> None:
+        # `--set decode.early_stopping=false` arrives as the text "false" (the key also takes text): the bool
+        if isinstance(self.early_stopping, str) and self.early_stopping.lower() in ("true", "false"):
+            self.early_stopping = self.early_stopping.lower() == "true"
+        super().__post_init__()
+
     def returned(self) -> int:
         return self.nbest
+
+    def stopping_rule(self) -> bool | str:
+        """The early_stopping rule the search runs: early_stop = true is early_stopping = true."""
+        return True if self.early_stop else self.early_stopping
 

@@ -5,5 +5,5 @@ on it.
 
 Read in this order: teacher.py (what the teacher is: its checkpoints, tokenizer files and search, and the key they
 make), making.py (the set made once, resumably, by the streamed decode the caller hands in). The set's folder and
-the task a student trains with are training.distilled's; engine.distill joins the two halves.
+the task a student trains with are corpus.distilled's; engine.distill joins the two halves.
 """

@@ -13,12 +13,12 @@ from typing import Any
 
 from seqxduce import components
 from seqxduce.console import console
+from seqxduce.corpus.distilled import DistilledSet, count_lines, distilled_key
+from seqxduce.corpus.prepare import Examples, data_fingerprint
+from seqxduce.corpus.token_cache import cache_root
 from seqxduce.decoding.stream_files import partial_path, record_path
 from seqxduce.distillation.teacher import Teacher
 from seqxduce.recipe import Recipe
-from seqxduce.training.distilled import DistilledSet, count_lines, distilled_key
-from seqxduce.training.prepare import Examples, data_fingerprint
-from seqxduce.training.token_cache import cache_root
 
 # decode(sources, targets, resume): the teacher's outputs for a file of sources, streamed into targets
 # (seqxduce.decode_file with the teacher's run, search and processes; made by the caller)

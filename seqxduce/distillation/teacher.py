@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from seqxduce.api import UserError
+from seqxduce.corpus.distilled import file_digest
 from seqxduce.members import member_checkpoints
 from seqxduce.recipe import Recipe, load_recipe
 from seqxduce.rundir import locate
-from seqxduce.training.distilled import file_digest
 
 # the sections that make a teacher what [distill] teacher names: its data, vocabulary and architecture
 COMPARED = ("task", "tokenizer", "model")
@@ -51,7 +51,7 @@ def find_teacher(run: Path, overrides: Sequence[str] = (), checkpoint: str | Non
     rundir, chosen = locate(run, checkpoint)
     recipe = rundir.load_recipe(overrides)
     members = member_checkpoints(rundir, recipe, checkpoint)
-    return Teacher(Path(run).resolve(), recipe, (chosen, *members), tuple(rundir.tokenizer_files(recipe)),
+    return Teacher(Path(run).resolve(), recipe, (chosen, *members), tuple(rundir.tokenizers.files(recipe)),
                    tuple(overrides), checkpoint)
 
 

@@ -1,2 +1,5 @@
 """Models out and in: a run's files around the model plugin's converter, decoding an exported model, and
-another toolkit's model imported as a run."""
+another toolkit's model imported as a run.
+
+Read in this order: exporting.py (`export`), ct2_decoding.py (`decode --engine ctranslate2`), importing.py
+(`import DIR --from NAME`), command.py (the click command)."""

@@ -1,21 +1,18 @@
-"""The `seqxduce export` command, and `seqxduce decode --engine ctranslate2` (the decode command's branch that
-runs an exported model); the work is in exporting.py and ct2_decoding.py, imported when a command runs."""
+"""The `seqxduce export` command (the work is in exporting.py, imported when the command runs), and the help of
+the `--engine` option that decode, score and serve take (the engines: decoding/engines.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
-if TYPE_CHECKING:  # pragma: no cover
-    from seqxduce.decoding.changes import Change
+from seqxduce.decoding.engine_choice import ENGINE_NAMES
 
-ENGINE_CHOICES = ("seqxduce", "ctranslate2")
-ENGINE_HELP = ("ctranslate2: decode the run (exported into a temporary folder first) or an export folder from "
-               "`seqxduce export` with CTranslate2, through the same tokenizers and metric; needs the extra "
-               "(pip install -e '.[ctranslate2]')")
+ENGINE_CHOICES = ENGINE_NAMES
+ENGINE_HELP = ("ctranslate2: decode or score with the run (exported into a temporary folder first) or an export "
+               "folder from `seqxduce export` with CTranslate2, through the same tokenizers and metric; needs the "
+               "extra (pip install -e '.[ctranslate2]')")
 
 
 @click.command()
@@ -40,17 +37,3 @@ def export(run: Path, engine: str, output: Path, quantization: str, member: int 
     steps = meta["averaged_steps"] or [meta["step"]]
     click.echo(f"exported {meta['checkpoint']} (steps {', '.join(map(str, steps))}) to {done.directory} "
                f"for {engine} ({quantization})")
-
-
-def decode_with_engine(run: Path, sources: list[str] | None, split: str | None, overrides: tuple[str, ...],
-                       ensemble: tuple[Path, ...], annotate: bool, changes: Sequence[Change] = ()):
-    """(outputs, report or None) of `seqxduce decode --engine ctranslate2`: a split with its metric, or lines."""
-    from seqxduce.api import UserError
-    from seqxduce.export import ct2_decoding
-
-    if ensemble or annotate:
-        raise UserError("--engine ctranslate2: decodes one model without per-position figures; drop "
-                        f"{'--ensemble' if ensemble else '--annotations'}")
-    if split is not None:
-        return ct2_decoding.decode_split(run, split, overrides, changes)
-    return ct2_decoding.decode_lines(run, sources or [], overrides, changes), None

@@ -16,7 +16,6 @@ Parity with our own decoding: bench/export_parity.py and tests/test_export_parit
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +24,10 @@ from typing import Any
 import torch
 
 from seqxduce import components
-from seqxduce.api import Example, Hypothesis, Report, Task, UserError
+from seqxduce.api import Example, Hypothesis, Task, UserError
 from seqxduce.decoding.changes import Change, SearchShape, with_changes
-from seqxduce.decoding.decode import Output, encode_prefixes, format_outputs, score_outputs, split_examples
+from seqxduce.decoding.decode import Output, encode_prefixes, format_outputs
+from seqxduce.decoding.scoring import PairScore, format_scores, scores_of
 from seqxduce.decoding.search import length_penalty
 from seqxduce.decoding.streaming import Buffer, Piece, Processor
 from seqxduce.device import device_for, torchrun_local_rank
@@ -36,6 +36,8 @@ from seqxduce.recipe import Recipe
 from seqxduce.rundir import RunDir
 
 SEARCHES = ("greedy", "beam")
+# the [decode] keys translate_ids reads (besides the core's batch_size and precision)
+HONOURED = frozenset({"beam", "alpha", "length_penalty", "nbest", "max_len_a", "max_len_b", "min_len"})
 # decode --precision as a CTranslate2 compute type
 CT2_COMPUTE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
 
@@ -75,19 +77,33 @@ def load_export(path: Path | str, overrides: Sequence[str] = (), work: Path | No
     # `serve --threads`): CTranslate2's own default is 4 whatever the machine has, which oversubscribes a 2-core
     # one and makes the two engines' figures incomparable (on one 2-core machine its calls on a few sources took
     # 15x longer at 2 threads than at 1: bench/log/2026-11-27-decode-int8.md)
-    if getattr(recipe.decode.settings, "renormalize", False):
-        # CTranslate2's search has no such step: said, not refused, since an imported Marian model sets it and its
-        # outputs under CTranslate2 are what CTranslate2's own converter of that model gives
-        from seqxduce.console import console
-
-        console.print("warning: [decode] renormalize = true is not applied by --engine ctranslate2 (its scores are "
-                      "the model's log-probabilities over every token); decode with --engine seqxduce for Hugging "
-                      "Face's renormalize_logits", markup=False, highlight=False)
+    _warn_unread(recipe.decode.settings)
     threads = {"intra_threads": torch.get_num_threads()} if device == "cpu" else {}
     if index:
         threads["device_index"] = int(index)
     translator = ct2.Translator(str(path), device=device, compute_type=compute_type, **threads)
-    return ExportedRun(recipe, path, components.build_task(recipe), exported.load_tokenizers(recipe), translator)
+    return ExportedRun(recipe, path, components.build_task(recipe), exported.tokenizers.load(recipe), translator)
+
+
+def _warn_unread(settings: object) -> None:
+    """A warning per decode setting CTranslate2's search does not read. Said, not refused: an imported Marian model
+    sets them (renormalize_logits, and early_stopping = false, generate's default), and its outputs under
+    CTranslate2 are what CTranslate2's own converter of that model gives."""
+    from seqxduce.console import console
+
+    unread = []
+    if getattr(settings, "renormalize", False):
+        unread.append("renormalize = true is not applied by --engine ctranslate2 (its scores are the model's "
+                      "log-probabilities over every token); decode with --engine seqxduce for Hugging Face's "
+                      "renormalize_logits")
+    rule = settings.stopping_rule() if hasattr(settings, "stopping_rule") else "never"  # BeamSettings
+    if rule != "never":
+        unread.append(f"early_stopping = {str(rule).lower()} is not applied by --engine ctranslate2 (its search "
+                      "stops a source once its best candidate has ended and it has `beam` finished hypotheses, "
+                      "then ranks them with the length penalty: docs/coming-from.md, \"Stopping rules\"); decode "
+                      "with --engine seqxduce for Hugging Face's rule")
+    for line in unread:
+        console.print(f"warning: [decode] {line}", markup=False, highlight=False)
 
 
 def translate_ids(run: ExportedRun, sources: Sequence[list[int]],
@@ -157,6 +173,43 @@ def decode_sources(run: ExportedRun, examples: Sequence[Example] | Sequence[str]
     return outputs
 
 
+def score_pairs(run: ExportedRun, sources: Sequence[str], targets: Sequence[str]) -> list[PairScore]:
+    """Each target's log-probability given its source, eos counted, as seqxduce.decoding.scoring.score_pairs
+    gives it (one CTranslate2 score_batch pass; normalized with the run's [decode] alpha as beam's score)."""
+    if len(sources) != len(targets):
+        raise UserError(f"{len(sources)} sources for {len(targets)} targets: give one target line per source line")
+    src_tok, tgt_tok = run.tokenizers.src, run.tokenizers.tgt
+    pairs = [([src_tok.id_to_token(t) for t in src_tok.encode(s)], [tgt_tok.id_to_token(t) for t in tgt_tok.encode(t)])
+             for s, t in zip(sources, targets)]
+    shape = SearchShape.of(run.recipe.decode.settings)
+    return scores_of(list(_rescore(run, pairs)), shape.alpha if shape.has_beam else 0.0)
+
+
+@dataclass(frozen=True)
+class Ct2ScoreJob:
+    """Score buffers of (source, target) pairs with CTranslate2, as jobs.ScoreJob does with seqxduce's model."""
+
+    path: str
+    overrides: tuple[str, ...] = ()
+    normalize: bool = False
+
+    def processor(self) -> Processor:
+        return self.processor_for(load_export(_export_folder(self.path), self.overrides))
+
+    def processor_for(self, run: ExportedRun) -> Processor:
+        return lambda buffer: Piece(buffer.start, len(buffer.items), {"output": format_scores(
+            score_pairs(run, [s for s, _ in buffer.items], [t for _, t in buffer.items]), self.normalize)})
+
+
+def _export_folder(path: str) -> str:
+    """A worker process's translator loads an export folder (a run directory would be exported again by every
+    worker: export it once, `seqxduce export`); CTranslate2Engine.check_processes refuses it before any work."""
+    if not is_export(path):
+        raise UserError(f"--processes with --engine ctranslate2: {path} is not an export folder; "
+                        f"`seqxduce export {path} -o DIR` first and decode DIR, or give --processes 1")
+    return path
+
+
 @dataclass(frozen=True)
 class Ct2DecodeJob:
     """Decode buffers of a streamed input (seqxduce.decoding.streaming) with CTranslate2, as jobs.DecodeJob does
@@ -169,12 +222,8 @@ class Ct2DecodeJob:
     prefix_where: str = "prefix "
 
     def processor(self) -> Processor:
-        """A worker process's own translator, loaded from an export folder (a run directory would be exported
-        again by every worker: export it once, `seqxduce export`)."""
-        if not is_export(self.path):
-            raise UserError(f"--processes with --engine ctranslate2: {self.path} is not an export folder; "
-                            f"`seqxduce export {self.path} -o DIR` first and decode DIR, or give --processes 1")
-        return self.processor_for(load_export(self.path, self.overrides, changes=self.changes))
+        """A worker process's own translator, loaded from an export folder."""
+        return self.processor_for(load_export(_export_folder(self.path), self.overrides, changes=self.changes))
 
     def processor_for(self, run: ExportedRun) -> Processor:
         return lambda buffer: self._piece(run, buffer)
@@ -189,22 +238,3 @@ class Ct2DecodeJob:
         lines = [o.text for o in outputs] if self.split else format_outputs(outputs, buffer.start)
         kept = [{"text": o.text, "figures": o.figures} for o in outputs] if self.split else []
         return Piece(buffer.start, len(outputs), {"output": lines}, kept)
-
-
-def decode_split(path: Path | str, split: str, overrides: Sequence[str] = (),
-                 changes: Sequence[Change] = ()) -> tuple[list[Output], Report]:
-    """Decode one of the task's splits with CTranslate2 and score it with the task's metric."""
-    with tempfile.TemporaryDirectory(prefix="seqxduce-ct2-") as work:
-        run = load_export(path, overrides, Path(work), changes=changes)
-        examples = split_examples(run.task, run.recipe, split)
-        outputs = decode_sources(run, examples)
-    for o, ex in zip(outputs, examples):
-        o.reference = ex.ref
-    return outputs, score_outputs(run.task, outputs, examples)
-
-
-def decode_lines(path: Path | str, sources: Sequence[str], overrides: Sequence[str] = (),
-                 changes: Sequence[Change] = ()) -> list[Output]:
-    """Decode raw source lines with CTranslate2, in input order."""
-    with tempfile.TemporaryDirectory(prefix="seqxduce-ct2-") as work:
-        return decode_sources(load_export(path, overrides, Path(work), changes=changes), list(sources))

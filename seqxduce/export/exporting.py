@@ -53,6 +53,7 @@ def export_run(run: Path | str, out: Path | str, engine: str = "ctranslate2", qu
                member: int | None = None, overwrite: bool = False) -> Exported:
     """Export the checkpoint that decoding a run uses (its average if any, else its newest) into folder `out`."""
     from seqxduce import checkpoint as ckpt
+    from seqxduce import components
     from seqxduce.rundir import locate
 
     if engine not in ENGINES:
@@ -64,7 +65,7 @@ def export_run(run: Path | str, out: Path | str, engine: str = "ctranslate2", qu
     _check_output(out, overwrite)
     rundir, checkpoint = locate(_member_path(Path(run), member))
     recipe = rundir.load_recipe(["train.members=1"] if member else [])
-    built = rundir.components(recipe)
+    built = components.build_components(recipe, rundir.tokenizers.load(recipe))
     state = ckpt.load(checkpoint)
     ckpt.load_weights(built.model, state["model"], checkpoint,
                       f"export with the recipe it was trained with ({rundir.recipe_file})")
@@ -78,7 +79,7 @@ def export_run(run: Path | str, out: Path | str, engine: str = "ctranslate2", qu
                                 tgt.pad_id, tgt.bos_id, tgt.eos_id, tgt.unk_id, quantization)
         if not built.model.export(request):
             raise UserError(f"[model] name = {recipe.model.core.name!r}: its plugin offers no export to {engine}")
-        for path in rundir.tokenizer_files(recipe):
+        for path in rundir.tokenizers.files(recipe):
             shutil.copy2(path, staging / path.name)
         rundir_of_export = type(rundir)(staging)
         rundir_of_export.write_recipe(recipe)
@@ -88,7 +89,7 @@ def export_run(run: Path | str, out: Path | str, engine: str = "ctranslate2", qu
             "averaged_steps": state.get("averaged_steps"), "model": recipe.model.core.name,
             "seqxduce_version": _version(), f"{engine}_version": ct2.__version__,
             "recipe": rundir_of_export.recipe_file.name,
-            "tokenizer_files": [p.name for p in rundir.tokenizer_files(recipe)],
+            "tokenizer_files": [p.name for p in rundir.tokenizers.files(recipe)],
         }
         (staging / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
         if out.exists():

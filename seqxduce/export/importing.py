@@ -19,7 +19,8 @@ from seqxduce.api import UserError
 from seqxduce.atomic import replace_durably
 from seqxduce.recipe import Recipe, build_recipe
 from seqxduce.registry import Registry, registry
-from seqxduce.rundir import RunDir, tokenizer_prefixes
+from seqxduce.rundir import RunDir
+from seqxduce.tokenizer_files import TOKENIZER_WORK_PREFIX, tokenizer_prefixes
 
 
 def import_model(source: str | Path, name: str, out: str | Path, overwrite: bool = False,
@@ -73,7 +74,7 @@ def _load_tokenizers(recipe: Recipe, places: dict[str, tuple[Path, str]], name: 
 
 def _save_tokenizers(run: RunDir, tokenizers: components.Tokenizers) -> None:
     """The tokenizer files under the run directory's prefixes, staged then renamed as training saves them."""
-    with tempfile.TemporaryDirectory(prefix=".tokenizer-work-", dir=run.path) as work:
+    with tempfile.TemporaryDirectory(prefix=TOKENIZER_WORK_PREFIX, dir=run.path) as work:
         staging = Path(work)
         src_prefix, tgt_prefix = tokenizer_prefixes(tokenizers.shared)
         tokenizers.src.save(staging, src_prefix)

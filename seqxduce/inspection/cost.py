@@ -36,8 +36,8 @@ def vocabulary(recipe: Recipe, recipe_dir: Path) -> tuple[VocabInfo, str] | None
     else from what the tokenizer's settings fix (Settings.planned_vocab_size); None when neither says."""
     shared = recipe.tokenizer.core.shared
     run = RunDir(recipe_dir)
-    if run.has_tokenizers(recipe):
-        vocab = run.load_tokenizers(recipe).vocab()
+    if run.tokenizers.has(recipe):
+        vocab = run.tokenizers.load(recipe).vocab()
         return vocab, f"the tokenizer saved in {recipe_dir}"
     settings = recipe.tokenizer.settings
     size = settings.planned_vocab_size() if isinstance(settings, Settings) else None

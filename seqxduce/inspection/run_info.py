@@ -66,7 +66,7 @@ def run_info(path: Path) -> RunInfo:
     run_dir = run.path
     recipe = run.load_recipe()
     state = ckpt.load(chosen)
-    tokenizers = run.load_tokenizers(recipe)
+    tokenizers = run.tokenizers.load(recipe)
     log = read_run_log(run_dir) if (run_dir / METRICS_FILE).is_file() else RunLog(run_dir.name)
     step = int(state.get("step", 0))
     tokens, logged_to = tokens_seen(log, step)

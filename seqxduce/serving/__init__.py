@@ -1,5 +1,6 @@
 """`seqxduce serve`: a trained run behind HTTP, with dynamic batching (Starlette on uvicorn, the `serve` extra).
 
-limits.py checks a request (torch- and starlette-free); batching.py forms batches in one worker thread;
-service.py is the loaded run as the worker calls it; app.py the HTTP routes; command.py the click command.
+Read in this order: command.py (the click command), limits.py (checks a request; torch- and starlette-free),
+batching.py (forms batches in one worker thread), service.py (the loaded run as the worker calls it; ct2_service.py
+the same over a CTranslate2 export), app.py (the HTTP routes), connections.py (the connection cap).
 """

@@ -30,6 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from seqxduce.serving.batching import Abandoned, Batcher, QueueFull
 from seqxduce.serving.limits import (
     Limits,
+    Prefixed,
     RequestError,
     check_cost,
     check_source,
@@ -221,8 +222,9 @@ def create_app(service: Service, batcher: Batcher, limits: Limits, info: dict[st
         data = parse_json(await read_body(request, limits))
         ask = parse_decode(data, limits, decode_keys, service.default_nbest())
         tokens = [checked_source(source_text(s), f"inputs[{i}]")[1] for i, s in enumerate(ask.inputs)]
-        check_cost(service.lengths(ask), tokens, ask.changes, limits)
         key = service.key_for(ask)
+        prefixes = [service.target_tokens(s.prefix) - 1 if isinstance(s, Prefixed) else 0 for s in ask.inputs]
+        check_cost(service.lengths(key), tokens, ask.changes, limits, prefixes)
         future = batcher.submit(ask.inputs, tokens, key)
         answers = await until_answered(request, batcher, future, deadline, limits)
         if answers is None:
@@ -245,9 +247,9 @@ def create_app(service: Service, batcher: Batcher, limits: Limits, info: dict[st
         if "inputs" in rest:  # else it would stand in for the checked source below
             raise RequestError(400, "inputs: not a key of /v1/attention; send one source as input")
         ask = parse_decode({"inputs": [source], **rest}, limits, decode_keys, service.default_nbest())
-        if target is None:  # the output is decoded: it costs what a decode of the source does
-            check_cost(service.lengths(ask), [tokens], ask.changes, limits)
         key = service.key_for(ask)
+        if target is None:  # the output is decoded: it costs what a decode of the source does
+            check_cost(service.lengths(key), [tokens], ask.changes, limits)
         future = batcher.call(lambda stop: service.attention(source, target, key, stop))
         answer = await until_answered(request, batcher, future, deadline, limits)
         return Response(status_code=499) if answer is None else JSONResponse(answer)

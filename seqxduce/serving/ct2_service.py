@@ -13,29 +13,16 @@ refused with 422.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from seqxduce.decoding.decode import Output
-from seqxduce.export.ct2_decoding import ExportedRun, decode_sources
+from seqxduce.export.ct2_decoding import HONOURED, ExportedRun, decode_sources
 from seqxduce.serving.batching import StopCheck
 from seqxduce.serving.limits import Prefixed, RequestError, source_text
-from seqxduce.serving.service import Service
+from seqxduce.serving.service import Asked, Service, model_positions
 from seqxduce.settings_check import request_keys
-
-# what export.ct2_decoding.translate_ids reads of [decode] (besides nbest, a request field of its own)
-HONOURED = ("beam", "alpha", "max_len_a", "max_len_b", "min_len")
-REFUSED = ("/v1/attention",)  # what needs seqxduce's own engine
-
-
-def export_facts(run: ExportedRun) -> dict[str, Any]:
-    """/v1/info's facts of an export folder (`seqxduce info` reads run directories): what was exported, as
-    run_info gives them of a run."""
-    from seqxduce.inspection.run_info import count_parameters, recipe_summary, versions, vocabulary
-
-    return {"export_dir": str(run.directory), "recipe": recipe_summary(run.recipe),
-            "parameters": count_parameters(run.recipe, run.tokenizers), "vocabulary": vocabulary(run.tokenizers),
-            "versions": versions(run.recipe)}
 
 
 class CT2Service(Service):
@@ -47,7 +34,8 @@ class CT2Service(Service):
 
     def decode_keys(self) -> dict[str, Any]:
         """The [decode] keys a request may set: those of the recipe's decoder that CTranslate2's search honours."""
-        return {name: getattr(self.settings, name) for name in request_keys(self.settings) if name in HONOURED}
+        return {name: getattr(self.settings, name) for name in request_keys(self.settings)
+                if name in HONOURED and name != "nbest"}
 
     def unchanged(self) -> ExportedRun:
         return self.exported
@@ -58,15 +46,44 @@ class CT2Service(Service):
         return dataclasses.replace(self.exported, recipe=dataclasses.replace(
             recipe, decode=dataclasses.replace(recipe.decode, settings=settings)))
 
-    def decode(self, sources: Sequence[str | Prefixed], key: Hashable, stop: StopCheck | None = None) -> list[Any]:
+    def described(self) -> str:
+        translator = self.exported.translator
+        return f"{self.exported.directory} with CTranslate2 ({translator.device}, {translator.compute_type})"
+
+    def positions(self) -> int | None:
+        """The length the model was built for, read from the model its recipe builds on no device (its shapes,
+        no weights)."""
+        import torch
+
+        from seqxduce import components
+
+        with torch.device("meta"):
+            return model_positions(components.build_model(self.exported.recipe, self.exported.tokenizers.vocab()))
+
+    def served(self) -> dict[str, Any]:
+        return {"engine": "ctranslate2", "export": str(self.exported.directory)}
+
+    def facts(self, run: Path) -> dict[str, Any]:
+        """/v1/info's facts of an export folder as run_info gives them of a run (`seqxduce info` reads run
+        directories); of a run exported on the fly, the run's own."""
+        from seqxduce.inspection.run_info import count_parameters, recipe_summary, run_info, versions, vocabulary
+
+        if Path(self.exported.directory) != run:
+            return run_info(run).as_dict()
+        exported = self.exported
+        return {"export_dir": str(exported.directory), "recipe": recipe_summary(exported.recipe),
+                "parameters": count_parameters(exported.recipe, exported.tokenizers),
+                "vocabulary": vocabulary(exported.tokenizers), "versions": versions(exported.recipe)}
+
+    def decode(self, sources: Sequence[str | Prefixed], key: Asked, stop: StopCheck | None = None) -> list[Any]:
         """Decode one batch with CTranslate2 (the batcher reads stop before the call, which cannot be cut
         short)."""
         return self.answers(sources, key)
 
-    def _decode(self, sources: Sequence[str | Prefixed], key: Hashable) -> list[Output]:
+    def _decode(self, sources: Sequence[str | Prefixed], key: Asked) -> list[Output]:
         run = self.decoder(key)
         return decode_sources(run, [source_text(s) for s in sources], self._prefixes(sources, run.tokenizers.tgt))
 
-    def attention(self, source: str, target: str | None, key: Hashable, stop: StopCheck | None = None
+    def attention(self, source: str, target: str | None, key: Asked, stop: StopCheck | None = None
                   ) -> dict[str, Any]:
         raise RequestError(422, "/v1/attention needs seqxduce's own engine; this server runs --engine ctranslate2")

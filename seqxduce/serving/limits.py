@@ -4,10 +4,13 @@ and its work: sources x beam x output length) is checked here too. No torch, no 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from seqxduce.settings_check import Settings, setting
 
 MAX_NBEST = 32  # a bound on the work one request can ask for; a wider beam is refused the same way
 SERVE_MAX_BEAM = 64  # a server's own cap on a request's beam (the search's MAX_BEAM bounds any decode)
@@ -28,27 +31,47 @@ class RequestError(Exception):
 
 
 @dataclass(frozen=True)
-class Limits:
-    """The server's bounds on one request, on what it keeps in memory, on connections and on shutdown (each a
-    `seqxduce serve` option of the same name)."""
+class Limits(Settings):
+    """The server's bounds on one request, on what it keeps in memory, on connections and on shutdown, each
+    declared with its bounds and help as a setting, and each a `seqxduce serve` option of the same name
+    (serving.command makes the options from these fields). Built once, checked when built."""
 
-    max_request_bytes: int = 1_000_000
-    max_inputs: int = 64
-    max_source_tokens: int = 256
-    max_queue: int = 1024  # sources waiting to be decoded, all requests together
-    max_batch_tokens: int = 4096  # padded source tokens in one batch
-    max_wait_ms: float = 5.0
-    max_output_tokens: int = 1024  # the longest output a request may ask for (default: the model's max_positions)
-    max_work: int = 200_000  # sum over a request's sources of beam (or samples) x its longest output
-    max_request_seconds: float = 60.0  # from the request's arrival to its answer: 503 queued, 504 decoding
-    busy_after_seconds: float = 10.0  # /ready answers 503 while the oldest queued source waited longer
-    read_timeout_seconds: float = 20.0  # to send a request's headers, and again its body
-    keep_alive_seconds: int = 5  # an idle kept-alive connection is closed after this
-    max_connections: int = 256  # open connections; one more is answered 503 and closed
-    shutdown_grace_seconds: float = 10.0  # after SIGTERM, requests still being sent are cut after this
+    max_batch_tokens: int = setting(4096, min=1, help="padded source tokens decoded together in one batch")
+    max_wait_ms: float = setting(5.0, min=0.0, help="how long a batch waits for more sources after its first arrives")
+    max_request_bytes: int = setting(1_000_000, min=1, help="largest request body accepted (413 beyond, and the "
+                                                            "connection closed)")
+    max_inputs: int = setting(64, min=1, help="most sentences in one request (413 beyond)")
+    max_source_tokens: int | None = setting(None, min=1, help="longest source in tokens (413 beyond) [default: the "
+                                                              "model's max_positions if declared, else 1024]")
+    max_output_tokens: int | None = setting(
+        None, min=1, help="longest output a request may ask for: min_len, max_len_b and max_len_a x source length + "
+                          "max_len_b, a target prefix, and /v1/attention's target (422/413 beyond) [default: the "
+                          "model's max_positions if declared, else 1024]")
+    max_work: int = setting(200_000, min=1, help="most token steps one request may ask for: the sum over its sources "
+                                                 "of beam (or samples) x longest output (413 beyond)")
+    max_queue: int = setting(1024, min=1, help="most sources waiting, all requests together (503 with Retry-After "
+                                               "beyond)")
+    max_request_seconds: float = setting(60.0, min=0.0, min_exclusive=True,
+                                         help="a request not answered this long after it arrived: 503 if still "
+                                              "queued, 504 if being decoded (its batch stops once nobody of it "
+                                              "waits)")
+    busy_after_seconds: float = setting(10.0, min=0.0, help="GET /ready answers 503 while the oldest queued source "
+                                                            "has waited longer")
+    read_timeout_seconds: float = setting(20.0, min=0.0, min_exclusive=True,
+                                          help="time a client has to send a request's headers (the connection is "
+                                               "closed beyond), and again its body (408 beyond)")
+    keep_alive_seconds: int = setting(5, min=1, help="an idle keep-alive connection is closed after this")
+    max_connections: int = setting(256, min=1, help="most open connections; one more is answered 503 and closed")
+    shutdown_grace_seconds: float = setting(10.0, min=0.0, help="after SIGTERM or Ctrl-C, clients still sending a "
+                                                                "request are cut after this")
+
+    def served(self, positions: int | None) -> Limits:
+        """These limits with the source and output lengths not given resolved: the length the model was built for
+        (Model.positions_limit: past learned positions a sequence fails in the model), else 1024."""
+        return dataclasses.replace(self, max_source_tokens=self.max_source_tokens or positions or 1024,
+                                   max_output_tokens=self.max_output_tokens or positions or 1024)
 
 
-@dataclass
 @dataclass(frozen=True)
 class Prefixed:
     """An input given as {"source": ..., "prefix": ...}: its output must start with the prefix (target text)."""
@@ -221,10 +244,12 @@ class Lengths:
     rows_key: str  # which key gives rows ("beam", "nbest"), for messages
 
 
-def check_cost(lengths: Lengths, tokens: list[int], changes: dict[str, Any], limits: Limits) -> int:
+def check_cost(lengths: Lengths, tokens: list[int], changes: dict[str, Any], limits: Limits,
+               prefixes: list[int] | None = None) -> int:
     """The request's work (sum over sources of rows x longest output), or a 422/413 naming the field and the
     server's limit when one output may be longer than --max-output-tokens or the work passes --max-work.
-    tokens: each source's length as the model reads it (eos included)."""
+    tokens: each source's length as the model reads it (eos included); prefixes: each source's target prefix in
+    tokens (0 for none), which the search never cuts: its output's limit is at least that long."""
     cap = limits.max_output_tokens
     flag = f"this server's --max-output-tokens {cap}"
     if lengths.min_len > cap:
@@ -234,7 +259,11 @@ def check_cost(lengths: Lengths, tokens: list[int], changes: dict[str, Any], lim
                                 f"{cap}")
     work = 0
     for i, n in enumerate(tokens):
-        longest = lengths.max_len_a * (n - 1) + lengths.max_len_b  # as the search counts: the source without eos
+        forced = prefixes[i] if prefixes else 0
+        if forced > cap:
+            raise RequestError(422, f"inputs[{i}].prefix: {forced} tokens, longer than {flag}; shorten it")
+        # as the search counts: the source without eos, and never less than a forced prefix
+        longest = max(lengths.max_len_a * (n - 1) + lengths.max_len_b, forced)
         if longest > cap:
             where = "max_len_a" if "max_len_a" in changes else f"inputs[{i}]"
             raise RequestError(422, f"{where}: outputs may reach {longest:.0f} tokens (max_len_a "

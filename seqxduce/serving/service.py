@@ -10,10 +10,13 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from seqxduce.api import Decoder, UserError
+from seqxduce.components import build_decoder
 from seqxduce.data import encode_source
 from seqxduce.decoding.changes import Change, SearchShape, changed_settings, nbest_changes
 from seqxduce.decoding.decode import LoadedRun, Output, decode_sources, encode_prefixes
@@ -24,6 +27,22 @@ from seqxduce.serving.limits import DecodeAsk, Lengths, Prefixed, RequestError, 
 from seqxduce.settings_check import request_keys
 
 DECODERS_KEPT = 16  # decoders built for requests' own settings, the least recently used dropped first
+
+
+@dataclass(frozen=True)
+class Asked:
+    """A request's decode settings, checked once: the changes it makes (what batches are keyed by: requests
+    asking the same share them) and the settings they give (what its decoder is built from and its cost computed
+    from; not part of the key, which the changes decide)."""
+
+    changes: tuple[tuple[str, Any], ...] = ()
+    settings: Any = field(default=None, compare=False, hash=False)
+
+
+def model_positions(model: Any) -> int | None:
+    """The sequence length the model was built for (Model.positions_limit), if it declares one."""
+    declared = model.positions_limit
+    return int(declared) if declared is not None and declared > 0 else None
 
 
 def hypotheses(output: Output) -> list[dict[str, Any]]:
@@ -41,7 +60,7 @@ class Service:
     def __init__(self, run: LoadedRun):
         self.run = run
         self.settings = run.recipe.decode.settings
-        self.decoders: OrderedDict[Hashable, Any] = OrderedDict()  # decoders (an engine's own: CT2Service)
+        self.decoders: OrderedDict[Asked, Any] = OrderedDict()  # decoders (an engine's own: CT2Service)
         self.lock = threading.Lock()  # the event loop checks a request's decoder while the worker uses another
 
     def decode_keys(self) -> dict[str, Any]:
@@ -50,20 +69,19 @@ class Service:
         (tree_beam's words_in_target) are not declared so, and stay the recipe's."""
         return {name: getattr(self.settings, name) for name in request_keys(self.settings) if name != "nbest"}
 
-    def lengths(self, ask: DecodeAsk) -> Lengths:
-        """The output length limits and hypotheses per source a request asks for (its changes over the recipe's
-        settings; a decoder without length settings searches with SearchSettings' defaults, as sampling does)."""
-        base = SearchSettings.lengths_of(self.settings)
-        value = {"max_len_a": base.max_len_a, "max_len_b": base.max_len_b, "min_len": base.min_len} | {
-            k: v for k, v in ask.changes.items() if k in ("max_len_a", "max_len_b", "min_len")}
-        shape = SearchShape.of(self.settings)
+    def lengths(self, key: Asked) -> Lengths:
+        """The output length limits and hypotheses per source of a request's checked settings (a decoder without
+        length settings searches with SearchSettings' defaults, as sampling does), read through the search's typed
+        shape (SearchSettings.lengths_of, SearchShape)."""
+        base = SearchSettings.lengths_of(key.settings)
+        shape = SearchShape.of(key.settings)
         if shape.has_beam:
-            rows_key, rows = "beam", max(ask.changes.get("beam", shape.beam), ask.nbest)
+            rows_key, rows = "beam", max(shape.beam, shape.nbest)
         elif shape.has_nbest:  # a sampler draws nbest rows per source
-            rows_key, rows = "nbest", ask.nbest
+            rows_key, rows = "nbest", shape.nbest
         else:
             rows_key, rows = "nbest", 1
-        return Lengths(value["max_len_a"], value["max_len_b"], value["min_len"], rows, rows_key)
+        return Lengths(base.max_len_a, base.max_len_b, base.min_len, rows, rows_key)
 
     def target_tokens(self, target: str) -> int:
         """A given output's length as the model reads it (its tokens and eos)."""
@@ -77,35 +95,35 @@ class Service:
         """A source's length as the model reads it (its tokens and eos)."""
         return len(encode_source(self.run.tokenizers.src, source))
 
-    def key_for(self, ask: DecodeAsk) -> Hashable:
-        """The decoder a request needs, as a key (requests with one key share batches); 4xx when the settings are
-        out of range or the decoder gives one output per source and nbest > 1."""
+    def key_for(self, ask: DecodeAsk) -> Asked:
+        """A request's settings checked once (4xx when out of range, or when the decoder gives one output per
+        source and nbest > 1), as the key its batches share with other requests that ask the same; its decoder is
+        built now, so that a value the decoder refuses is the request's error, not the batch's."""
         changes = [Change(key, value, key) for key, value in ask.changes.items()]  # refusals name the field
         name = self.run.recipe.decode.core.name
         try:
             settings = changed_settings(self.settings, changes, name)
             # as `decode --nbest` does: the decoder's nbest, and a beam widened to hold them
-            changes += nbest_changes(settings, ask.nbest, name, given_as="nbest") if ask.nbest else []
+            widened = nbest_changes(settings, ask.nbest, name, given_as="nbest") if ask.nbest else []
+            settings = changed_settings(settings, widened, name)
         except UserError as err:
             raise RequestError(422, str(err)) from None
-        key = tuple(sorted({change.key: change.value for change in changes}.items()))
-        self.decoder(key)  # built now, so that a value out of range is the request's error, not the batch's
+        key = Asked(tuple(sorted({c.key: c.value for c in [*changes, *widened]}.items())), settings)
+        self.decoder(key)
         return key
 
-    def decoder(self, key: Hashable) -> Any:
+    def decoder(self, key: Asked) -> Any:
         """The decoder for a key of key_for (the run's own for no change), built once and kept."""
-        if not key:
+        if not key.changes:
             return self.unchanged()
         with self.lock:
             if key in self.decoders:
                 self.decoders.move_to_end(key)
                 return self.decoders[key]
-        changes = [Change(name, value, name) for name, value in key]  # type: ignore[union-attr]
-        try:  # the declared ranges
-            settings = changed_settings(self.settings, changes, self.run.recipe.decode.core.name)
+        try:
+            decoder = self.build(key.settings)
         except UserError as err:
             raise RequestError(422, str(err)) from None
-        decoder = self.build(settings)
         with self.lock:
             self.decoders[key] = decoder
             if len(self.decoders) > DECODERS_KEPT:
@@ -117,16 +135,38 @@ class Service:
         return self.run.decoder
 
     def build(self, settings: Any) -> Decoder:
-        """What decodes with a request's settings (the decoder plugin's own, checked)."""
-        return self.run.recipe.decode.component.factory(settings, self.run.tokenizers.tgt)
+        """What decodes with a request's settings: the decoder plugin's own, built through the contract check
+        every decoder is built through (components.build_decoder)."""
+        recipe = self.run.recipe
+        return build_decoder(dataclasses.replace(recipe, decode=dataclasses.replace(recipe.decode, settings=settings)),
+                             self.run.tokenizers)
 
-    def decode(self, sources: Sequence[str | Prefixed], key: Hashable, stop: StopCheck | None = None) -> list[Any]:
+    def described(self) -> str:
+        """What is served, as the server's first lines say it."""
+        return self.run.described()
+
+    def positions(self) -> int | None:
+        """The sequence length the model was built for (Model.positions_limit), if it declares one: the default
+        of the server's length limits."""
+        return model_positions(self.run.model)
+
+    def served(self) -> dict[str, Any]:
+        """/v1/info's "serve" facts of what is loaded."""
+        return {"checkpoint": str(self.run.checkpoint), "ensemble": [str(p) for p in self.run.members]}
+
+    def facts(self, run: Path) -> dict[str, Any]:
+        """/v1/info: what `seqxduce info` shows of the run served."""
+        from seqxduce.inspection.run_info import run_info
+
+        return run_info(run).as_dict()
+
+    def decode(self, sources: Sequence[str | Prefixed], key: Asked, stop: StopCheck | None = None) -> list[Any]:
         """Decode one batch as `seqxduce decode` does. The search checks stop() between its steps and ends
         (SearchStopped) once it is true."""
         with stop_when(stop or _never):
             return self.answers(sources, key)
 
-    def answers(self, sources: Sequence[str | Prefixed], key: Hashable) -> list[Any]:
+    def answers(self, sources: Sequence[str | Prefixed], key: Asked) -> list[Any]:
         """Each source's answer; a source the model or task refuses (a UserError, e.g. longer than learned
         positions reach) gets a 422 of its own and the others are decoded without it."""
         try:
@@ -136,7 +176,7 @@ class Service:
                 return [RequestError(422, f"inputs: {source_text(sources[0])[:40]!r}: {err}")]
         return [self._one(s, key) for s in sources]
 
-    def _decode(self, sources: Sequence[str | Prefixed], key: Hashable) -> list[Output]:
+    def _decode(self, sources: Sequence[str | Prefixed], key: Asked) -> list[Output]:
         run = self.run
         prefixes = self._prefixes(sources, run.tokenizers.tgt)
         return decode_sources(run, [source_text(s) for s in sources], self.decoder(key), prefixes=prefixes)
@@ -148,13 +188,13 @@ class Service:
             return None
         return encode_prefixes(tokenizer, [s.prefix if isinstance(s, Prefixed) else "" for s in sources], "prefix ")
 
-    def _one(self, source: str | Prefixed, key: Hashable) -> Any:
+    def _one(self, source: str | Prefixed, key: Asked) -> Any:
         try:
             return hypotheses(self._decode([source], key)[0])
         except UserError as err:
             return RequestError(422, f"inputs: {source_text(source)[:40]!r}: {err}")
 
-    def attention(self, source: str, target: str | None, key: Hashable, stop: StopCheck | None = None
+    def attention(self, source: str, target: str | None, key: Asked, stop: StopCheck | None = None
                   ) -> dict[str, Any]:
         """The encoder-decoder attention of source and its output (the decoder's best, or `target`), per layer
         averaged over heads, with the tokens on both axes (what `seqxduce attention` draws)."""

@@ -4,15 +4,13 @@ value, as fairseq and Joey NMT build them outside their trainers."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from seqxduce import checkpoint as ckpt
@@ -20,29 +18,20 @@ from seqxduce import components
 from seqxduce.api import Example, Settings, Task, UserError
 from seqxduce.components import Tokenizers
 from seqxduce.console import console
-from seqxduce.data import Pair, PairArrays, encode_pairs, release_freed_memory
+from seqxduce.corpus import binarized
+from seqxduce.corpus.arrays import release_freed_memory
+from seqxduce.corpus.distilled import student_task
+from seqxduce.corpus.training_data import TrainingCorpus
+from seqxduce.data import Pair, encode_pairs
 from seqxduce.device import resolve_device
 from seqxduce.recipe import Recipe
 from seqxduce.run_start import RunStart
 from seqxduce.rundir import SAMPLED_DIR, RunDir, locate
-from seqxduce.training import binarized, distributed
-from seqxduce.training.distilled import student_task
+from seqxduce.signals import stop_while_preparing
+from seqxduce.training import distributed
 from seqxduce.training.early_stopping import EarlyStopping
 from seqxduce.training.metrics_log import MetricsLog
 from seqxduce.training.optim import build_optimizer, build_scaler, restore_optimizer
-from seqxduce.training.prepare import (
-    TOKENIZERS,
-    Examples,
-    data_fingerprint,
-    dataset_for_files,
-    nonempty,
-    prepare_new,
-    prepared_folder,
-    train_tokenizers_shown,
-    write_dataset,
-)
-from seqxduce.training.sampled_epochs import EpochEncoder
-from seqxduce.training.signals import stop_while_preparing
 from seqxduce.training.state import TrainState, restore
 from seqxduce.training.step_plan import StepPlan
 from seqxduce.training.tensorboard_log import TENSORBOARD_DIR, summary_writer_class
@@ -118,7 +107,6 @@ def assemble(recipe: Recipe, run_dir: Path, start: RunStart | None = None) -> Tr
     resume = start.resume
     # read before any heavy work, so that a model that does not match is one line at once
     init = fine_tuning_source(recipe, start.init_from, start.keep_optimizer) if start.init_from else None
-    tokenizers_from = init.run_dir if init is not None else start.tokenizers_from
     world = distributed.setup(s.device, s.collective_timeout)
     if s.fsdp:  # before the data and the model are built
         world.require_shards()
@@ -138,19 +126,17 @@ def assemble(recipe: Recipe, run_dir: Path, start: RunStart | None = None) -> Tr
         task.prepare(data_dir)
     world.barrier()
     task = student_task(recipe, task)  # a distilled set's record is written before the barrier
-    train_examples = Examples(task, data_dir)  # read only when the training data are not prepared yet, or sampled
+    # for the corpus, a fine-tuned run is one given the tokenizer files of the run it comes from
+    corpus_start = start if init is None else replace(start, tokenizers_from=init.run_dir, init_from=None,
+                                                      keep_optimizer=False)
     with stop_while_preparing("preparing the training data, before the first step"):
-        train_pairs, data_key = training_data(recipe, task, data_dir, rundir, world, train_examples, resume,
-                                              tokenizers_from)
+        corpus = TrainingCorpus.open(recipe, task, data_dir, corpus_start, rundir.tokenizers,
+                                     sampled_folder=rundir.path / SAMPLED_DIR, ranks=_WorldRanks(world))
     valid_examples = task.examples("valid", data_dir) if "valid" in task.splits else []
     torch.manual_seed(s.seed)
-    built = rundir.components(recipe, task)
-    tokenizers = built.tokenizers
-    valid_pairs = encode(recipe, tokenizers, valid_examples, "valid", rundir, is_main) if valid_examples else []
-    # reads the training text again only if a tokenizer samples (subword regularization), once an epoch
-    sampler = EpochEncoder(train_examples, tokenizers.src, tokenizers.tgt, s.max_source_len, s.max_target_len,
-                           s.max_tokens, s.seed, folder=rundir.path / SAMPLED_DIR, rank=world.rank, show=is_main,
-                           key=data_key)
+    tokenizers = corpus.tokenizers
+    built = components.build_components(recipe, tokenizers, task)
+    valid_pairs = encode(recipe, tokenizers, valid_examples, "valid", is_main) if valid_examples else []
     model = built.model.to(device)
     if resume_from is not None:  # into the plain module, before any sharding
         ckpt.load_weights(model, resume_from[1]["model"], f"--resume: {resume_from[0]}",
@@ -170,7 +156,7 @@ def assemble(recipe: Recipe, run_dir: Path, start: RunStart | None = None) -> Tr
     run = TrainingRun(
         recipe=recipe, world=world, device=device, task=task, tokenizers=tokenizers, model=model, wrapped=wrapped,
         optimizer=optimizer, fused=fused, scaler=scaler,
-        plan=StepPlan(s, train_pairs, sampler, world.rank, world.world_size),
+        plan=StepPlan(s, corpus.pairs, corpus.epochs, world.rank, world.world_size),
         validator=Validator(recipe, task, tokenizers, valid_examples, valid_pairs, device) if valid_pairs else None,
         rundir=rundir, log=log)
     if resume_from is not None:
@@ -225,123 +211,40 @@ def _open_run_dir(rundir: RunDir, world: distributed.World, start: RunStart) -> 
     world.barrier()
 
 
-def _tokenizers_in(rundir: RunDir, recipe: Recipe, world: distributed.World, examples: Examples,
-                   resume: bool, tokenizers_from: Path | None) -> None:
-    """A resumed run keeps the tokenizers its checkpoints were trained with; a new run trains its own (or
-    copies tokenizers_from's), replacing any left in the run directory by an earlier attempt (they may come
-    from other settings)."""
-    if not resume and world.rank == 0:
-        if tokenizers_from is not None:
-            rundir.copy_tokenizers(recipe, tokenizers_from)
+class _WorldRanks:
+    """How the processes of a world meet while the corpus is made (corpus.training_data.Ranks): rank 0 writes; the
+    others wait for its dataset by its folder or rank 0's word that it is done (the rendezvous store), not in a
+    collective: preparing a large corpus outlasts [train] collective_timeout (a rank 0 that fails ends the world
+    under torchrun). A rank that hears rank 0 is done but does not see the folder is on a node whose cache folder is
+    its own ($SEQXDUCE_CACHE not shared): it maps the node's own copy of the same ids, which the node's first
+    process makes and the others wait for."""
+
+    def __init__(self, world: distributed.World):
+        self.world, self.rank, self.writes = world, world.rank, world.rank == 0
+
+    def meet(self) -> None:
+        self.world.barrier()
+
+    def mapped(self, folder: Path, own_copy: Callable[[bool], Path]) -> Path:
+        world = self.world
+        done = f"seqxduce/prepared/{folder.name}"
+        if world.world_size > 1 and world.rank != 0:
+            while not binarized.exists(folder) and not world.announced(done):
+                time.sleep(0.2)
+            if not binarized.exists(folder):
+                folder = own_copy(int(os.environ.get("LOCAL_RANK", "0")) == 0)
+                while not binarized.exists(folder):
+                    time.sleep(0.2)
         else:
-            train_tokenizers_shown(rundir, recipe, nonempty(recipe, examples))  # with its lines for a log file
-    world.barrier()
-    if not rundir.has_tokenizers(recipe):
-        raise UserError(f"--resume: {rundir.path} holds no tokenizer files; train into a new --out")
-
-
-def training_data(recipe: Recipe, task: Task, data_dir: Path, rundir: RunDir, world: distributed.World,
-                  examples: Examples, resume: bool, tokenizers_from: Path | None) -> tuple[PairArrays, str]:
-    """The run's tokenizer files into its directory and its training pairs, mapped from the prepared dataset:
-    rank 0 prepares what is not prepared yet (training.prepare), the others wait, then every rank maps the same
-    files. With [train] token_cache = false, every rank encodes in memory and nothing is written."""
-    s = recipe.train
-    is_main = world.rank == 0
-    limits = (s.max_source_len, s.max_target_len)
-    if not s.token_cache:
-        _tokenizers_in(rundir, recipe, world, examples, resume, tokenizers_from)
-        tokenizers = rundir.load_tokenizers(recipe)
-        listed, skipped = encode_pairs(list(nonempty(recipe, examples)), tokenizers.src, tokenizers.tgt, *limits)
-        _report_kept(len(listed), skipped, is_main)
-        pairs = PairArrays.from_pairs(listed)
-        return pairs, _digest(pairs)
-    fingerprint = data_fingerprint(task, data_dir, examples)
-    reused = False  # the data were prepared before (else preparing them printed what it kept)
-    if not resume and tokenizers_from is None:  # a new run: tokenizers and ids from the prepared folder
-        folder = prepared_folder(recipe, fingerprint)
-        if is_main:
-            if binarized.exists(folder):
-                binarized.open_dataset(folder)  # a damaged one is refused here, before anything is copied
-                reused = True
-                console.print(f"train: the training data were prepared already: {folder}")
-            else:
-                prepare_new(recipe, folder, examples, fingerprint, total=examples.lines_hint())
-            rundir.copy_tokenizers(recipe, folder / TOKENIZERS)
-    else:  # the tokenizer files come from elsewhere: the ids are keyed by their bytes
-        _tokenizers_in(rundir, recipe, world, examples, resume, tokenizers_from)
-        tokenizers = rundir.load_tokenizers(recipe)
-        # a restart, a resumed run, a run given the same tokenizer files: the dataset prepared before, if any
-        folder = dataset_for_files(recipe, fingerprint, rundir.tokenizer_files(recipe), tokenizers)
-        if is_main:
-            if binarized.exists(folder):
-                binarized.open_dataset(folder)
-                reused = True
-                console.print(f"train: the training data were prepared already: {folder}")
-            else:
-                write_dataset(folder, nonempty(recipe, examples), tokenizers, recipe, total=examples.lines_hint())
-    mapped = _await_prepared(folder, world, lambda: _node_copy(recipe, rundir, fingerprint, examples, world))
-    pairs, meta = binarized.open_dataset(mapped, verify=not is_main)  # rank 0 checked it above
-    _report_kept(len(pairs), sum(meta.get("dropped", {}).values()), is_main and reused)
-    return pairs, folder.name  # the dataset's key: its data, tokenizers and limits
-
-
-def _digest(pairs: PairArrays) -> str:
-    """A key of pairs encoded in memory (a small corpus): their ids."""
-    digest = hashlib.sha256()
-    for array in (pairs.src_ids, pairs.src_offsets, pairs.tgt_ids, pairs.tgt_offsets):
-        digest.update(np.ascontiguousarray(array).tobytes())
-    return digest.hexdigest()[:32]
-
-
-def _await_prepared(folder: Path, world: distributed.World, node_copy: Callable[[], Path]) -> Path:
-    """The folder this rank maps. The other ranks wait for rank 0's dataset by its folder or rank 0's word that
-    it is done (the rendezvous store), not in a collective: preparing a large corpus outlasts [train]
-    collective_timeout (a rank 0 that fails ends the world under torchrun). A rank that hears rank 0 is done but
-    does not see the folder is on a node whose cache folder is its own ($SEQXDUCE_CACHE not shared): it maps the
-    node's own copy of the same ids (node_copy)."""
-    done = f"seqxduce/prepared/{folder.name}"
-    if world.world_size > 1 and world.rank != 0:
-        while not binarized.exists(folder) and not world.announced(done):
-            time.sleep(0.2)
-        if not binarized.exists(folder):
-            folder = node_copy()
-    else:
-        world.announce(done)
-    world.barrier()
-    return folder
-
-
-def _node_copy(recipe: Recipe, rundir: RunDir, fingerprint: str, examples: Examples, world: distributed.World
-               ) -> Path:
-    """This node's own dataset of the ids rank 0 mapped: encoded with the run's tokenizer files (which rank 0
-    put in the run directory: the same bytes, so the same ids) by the node's first process, the others waiting
-    for it; found instead when the node has it already (a restart)."""
-    if not rundir.has_tokenizers(recipe):
-        raise UserError(f"process {world.rank}: sees neither the training data process 0 prepared nor the run's "
-                        f"tokenizer files in {rundir.path}: put --out on storage every node shares")
-    tokenizers = rundir.load_tokenizers(recipe)
-    own = dataset_for_files(recipe, fingerprint, rundir.tokenizer_files(recipe), tokenizers)
-    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
-        if not binarized.exists(own):
-            write_dataset(own, nonempty(recipe, examples), tokenizers, recipe, show=False)
-        console.print(f"process {world.rank}: this node's cache folder is not process 0's; it maps its own copy "
-                      f"of the training data, {own}")
-    while not binarized.exists(own):
-        time.sleep(0.2)
-    return own
-
-
-def _report_kept(kept: int, skipped: int, is_main: bool) -> None:
-    if skipped and is_main:
-        console.print(f"train: skipped {skipped} of {kept + skipped} pairs over max_source_len/max_target_len")
-    if not kept:
-        raise UserError("train: no pairs left after the length limits; raise [train] max_source_len/max_target_len")
+            world.announce(done)
+        world.barrier()
+        return folder
 
 
 def encode(recipe: Recipe, tokenizers: Tokenizers, examples: list[Example], split: str,
-           rundir: RunDir | None = None, is_main: bool = True) -> list[Pair]:
+           is_main: bool = True) -> list[Pair]:
     """A split's examples encoded into pairs within the length limits, in memory (the training split of a run
-    comes from its prepared dataset: training_data)."""
+    comes from its corpus: corpus.training_data)."""
     s = recipe.train
     pairs, skipped = encode_pairs(examples, tokenizers.src, tokenizers.tgt, s.max_source_len, s.max_target_len)
     if skipped and is_main:

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from seqxduce.api import UserError, VocabInfo
-from seqxduce.data import Batch, EpochBatches, Pair, PairArrays, length_batches, release_freed_memory
+from seqxduce.corpus.arrays import EpochBatches, PairArrays, length_batches, release_freed_memory
+from seqxduce.corpus.sampled_epochs import EpochEncoder
+from seqxduce.data import Batch, Pair
 from seqxduce.settings import TrainSettings
-from seqxduce.training.sampled_epochs import EpochEncoder
 from seqxduce.training.state import TrainState
 
 

@@ -33,6 +33,7 @@ from seqxduce.members import MEMBERS_DIR, MEMBERS_RECIPE, TOKENIZERS_DIR, member
 from seqxduce.recipe import Recipe
 from seqxduce.run_start import RunStart
 from seqxduce.rundir import RunDir
+from seqxduce.tokenizer_files import TokenizerFiles
 
 POLL_SECONDS = 0.2
 
@@ -77,7 +78,7 @@ def _set_up_members(recipe: Recipe, run: Path, resume: bool, overwrite: bool) ->
     """Check the run directory, then write the members' recipe and train their one set of tokenizers (a resumed
     run keeps the ones it has)."""
     from seqxduce.components import build_task, data_dir
-    from seqxduce.training.prepare import train_tokenizers_shown
+    from seqxduce.corpus.prepare import train_tokenizers_shown
 
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise UserError(f"[train] members = {recipe.train.members} under torchrun: train the ensemble's members in "
@@ -90,13 +91,13 @@ def _set_up_members(recipe: Recipe, run: Path, resume: bool, overwrite: bool) ->
             raise UserError(f"--out {run}: holds another ensemble's members ({members}); continue it with "
                             "--resume, replace it with --overwrite, or train into another --out")
         shutil.rmtree(members)
-    tokenizers = RunDir(members / TOKENIZERS_DIR)
-    if resume and tokenizers.has_tokenizers(recipe) and (members / MEMBERS_RECIPE).is_file():
+    tokenizers = TokenizerFiles(members / TOKENIZERS_DIR)
+    if resume and tokenizers.has(recipe) and (members / MEMBERS_RECIPE).is_file():
         return
     members.mkdir(parents=True, exist_ok=True)
     atomic_write_text(members / MEMBERS_RECIPE, recipe.relocated(members).to_toml())
-    if resume and RunDir(run).has_tokenizers(recipe):
-        tokenizers.copy_tokenizers(recipe, Path(run))
+    if resume and RunDir(run).tokenizers.has(recipe):
+        tokenizers.copy(recipe, Path(run))
         return
     task = build_task(recipe)
     where = data_dir(recipe)

@@ -21,12 +21,13 @@ from seqxduce.device import autocast_context
 from seqxduce.recipe import Recipe
 from seqxduce.run_start import RunStart
 from seqxduce.rundir import RunDir, prune
+from seqxduce.signals import stop_on_signals
+from seqxduce.stopping import Abandoned, StopRequest, signal_name
 from seqxduce.training import distributed
 from seqxduce.training.figures import NonfiniteRun, Window, batch_stats
 from seqxduce.training.loss import label_smoothed_nll
 from seqxduce.training.optim import clip_gradients, learning_rate, optimizer_step, set_learning_rate
 from seqxduce.training.run import TrainingRun, assemble
-from seqxduce.training.signals import Abandoned, StopRequest, signal_name, stop_on_signals
 from seqxduce.training.state import (
     TrainResult,
     TrainState,

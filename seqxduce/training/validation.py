@@ -10,7 +10,8 @@ import torch
 from seqxduce import components
 from seqxduce.api import Example, Task
 from seqxduce.components import Tokenizers
-from seqxduce.data import Pair, collate_indices, token_batches
+from seqxduce.corpus.arrays import collate_indices, token_batches
+from seqxduce.data import Pair
 from seqxduce.device import autocast_context
 from seqxduce.recipe import Recipe
 from seqxduce.training.loss import label_smoothed_nll

@@ -102,6 +102,6 @@ def test_the_root_holds_only_what_the_layout_names():
 def test_the_checks_see_a_path_a_module_or_a_commit_that_is_not_there():
     assert _paths("see seqxduce/training/no_such.py and runs/mine/x.pt, recipes/ut_*.toml") == {
         "seqxduce/training/no_such.py"}
-    assert not _module_exists("seqxduce.training.no_such") and _module_exists("seqxduce.training.prepare")
+    assert not _module_exists("seqxduce.training.no_such") and _module_exists("seqxduce.corpus.prepare")
     assert not _module_exists("seqxduce.testing.NoSuchHelper") and _module_exists("seqxduce.testing.HostReads")
     assert _git("cat-file", "-e", "DECff2a38a^{commit}").returncode != 0

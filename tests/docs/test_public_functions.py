@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 import seqxduce
 from seqxduce.cli import cli
+from seqxduce.serving.limits import Limits
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
@@ -74,8 +75,10 @@ def test_export_run_writes_what_the_export_command_writes(tiny_run, tmp_path):
 def test_serve_refuses_an_option_the_command_lacks_or_a_value_out_of_its_range(tiny_run):
     with pytest.raises(seqxduce.UserError, match="no option max_batch"):
         seqxduce.serve(tiny_run, max_batch=3)
-    with pytest.raises(seqxduce.UserError, match="max-inputs"):
+    with pytest.raises(seqxduce.UserError, match="max_inputs = 0 is out of range; use a number >= 1"):
         seqxduce.serve(tiny_run, max_inputs=0)
+    with pytest.raises(seqxduce.UserError, match="max_inputs = 0 is out of range; use a number >= 1"):
+        Limits(max_inputs=0)
 
 
 def test_serve_serves_with_the_options_given_until_sigterm(tiny_run):
@@ -84,7 +87,8 @@ def test_serve_serves_with_the_options_given_until_sigterm(tiny_run):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    code = f"import seqxduce; seqxduce.serve({str(tiny_run)!r}, port={port}, max_inputs=3, log_level='warning')"
+    code = (f"import seqxduce; from seqxduce.serving.limits import Limits; seqxduce.serve({str(tiny_run)!r}, "
+            f"port={port}, limits=Limits(max_inputs=3), log_level='warning')")
     server = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 120  # a loaded machine imports torch slowly

@@ -17,9 +17,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from seqxduce import engine
 from seqxduce.cli import main
-from seqxduce.decoding import stream_job
+from seqxduce.decoding import file_jobs, stream_job
 from seqxduce.decoding.stream_files import OutputFiles
 
 MOMENTS = ("loaded", "opened", "piece", "written", "finished")
@@ -58,7 +57,7 @@ def held_before(function: Callable, marker: Path) -> Callable:
 if __name__ == "__main__":
     moment, where = sys.argv.pop(1), Path(sys.argv.pop(1))
     if moment == "loaded":
-        engine._run_stream = held_before(engine._run_stream, where)
+        file_jobs._run_stream = held_before(file_jobs._run_stream, where)
     elif moment == "opened":
         OutputFiles.open = held_after(OutputFiles.open, where)
     elif moment == "piece":

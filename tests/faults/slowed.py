@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 from seqxduce.cli import main
-from seqxduce.training import prepare, trainer, validation
+from seqxduce.corpus import prepare
+from seqxduce.training import trainer, validation
 
 _encode_shard = prepare._encode_shard
 _settle_average = trainer.settle_average

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from seqxduce.training import binarized
+from seqxduce.corpus import binarized
 from tests.fault_tools import HANG_GUARD_S, wait_for
 from tests.faults.cluster_tools import equal, free_port, steps, torchrun, train_args, weights
 

@@ -86,6 +86,9 @@ DECODE_CASES = [
     ({"inputs": ["1 2 3"], "alpha": 1e300}, 422, "alpha"),
     (b'{"inputs": ["1"], "alpha": 1e999}', 422, "alpha"),
     ({"inputs": ["1 2 3 4 5 6"] * 8, "beam": 64, "max_len_b": 50}, 413, "inputs"),  # the work budget
+    # a target prefix is never cut: its length is an output's, counted against the limits (issue #59 part 3)
+    ({"inputs": [{"source": "1 2", "prefix": " ".join(["1"] * 100)}]}, 422, "inputs[0].prefix"),
+    ({"inputs": [{"source": "1", "prefix": " ".join(["1"] * 60)}] * 8, "beam": 5}, 413, "inputs"),
     ({"inputs": ["1 2 3"], "words_in_target": "ahead"}, 400, "words_in_target"),
     ({"inputs": ["1 2 3"], "leaf_tokens": ["a"]}, 400, "leaf_tokens"),
     # the parser's own limits: nesting, number length, strings that are not Unicode

@@ -4,6 +4,7 @@ one process of seqxduce's own search writes."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -109,8 +110,6 @@ def test_score_streams_what_scoring_the_whole_input_gives(trained_copy_run: Path
 
 def test_ctranslate2_streams_what_it_decoded_at_once(trained_copy_run: Path, tmp_path: Path):
     pytest.importorskip("ctranslate2")
-    from seqxduce.export.ct2_decoding import decode_lines
-
     lines = sources(400, seed=15)
     given, out = write(tmp_path / "in.txt", lines), tmp_path / "out.txt"
     result = CliRunner().invoke(add_plugin_commands(), ["decode", str(trained_copy_run), "--input", str(given),
@@ -119,7 +118,8 @@ def test_ctranslate2_streams_what_it_decoded_at_once(trained_copy_run: Path, tmp
     assert result.exit_code == 0, result.output
     from seqxduce.decoding.changes import flag_changes
 
-    expected = engine.format_outputs(decode_lines(trained_copy_run, lines, changes=flag_changes(nbest=2)))
+    expected = engine.format_outputs(engine.decode(trained_copy_run, lines, changes=flag_changes(nbest=2),
+                                                   engine="ctranslate2"))
     assert_nbest_close(out.read_text().splitlines(), expected)
 
 
@@ -203,11 +203,27 @@ def test_ctranslate2_refuses_worker_processes_on_a_run_directory_before_any_work
     assert "decoding with" not in result.output and not list(tmp_path.glob("out.txt*"))
 
 
-def test_ctranslate2_says_it_does_not_renormalize(trained_copy_run: Path, tmp_path: Path):
+@pytest.mark.parametrize("setting", ["renormalize=true", "early_stopping=false"])
+def test_ctranslate2_says_it_does_not_renormalize_nor_stop_as_hugging_face_and_refuses_being_asked_to(
+        setting: str, trained_copy_run: Path, tmp_path: Path):
+    """A recipe that holds renormalize or a Hugging Face stopping rule (an imported Marian model's) decodes with a
+    warning; the setting given on the command line, where it would change nothing, is refused in one line naming
+    the engine and the setting."""
+    key, value = setting.split("=")
     pytest.importorskip("ctranslate2")
     given = write(tmp_path / "in.txt", sources(3, seed=19))
     result = CliRunner().invoke(add_plugin_commands(), ["decode", str(trained_copy_run), "--input", str(given),
                                                         "--engine", "ctranslate2", "--set",
-                                                        "decode.renormalize=true"])
+                                                        f"decode.{setting}"])
+    assert result.exit_code == 1
+    assert f"--set decode.{setting}: the ctranslate2 engine does not read [decode] {key}" in result.output
+    run = tmp_path / "run"
+    shutil.copytree(trained_copy_run, run)
+    recipe = run / "recipe.toml"
+    default = {"renormalize": "false", "early_stopping": '"never"'}[key]
+    assert f"{key} = {default}" in recipe.read_text()
+    recipe.write_text(recipe.read_text().replace(f"{key} = {default}", f"{key} = {value}"))
+    result = CliRunner().invoke(add_plugin_commands(), ["decode", str(run), "--input", str(given),
+                                                        "--engine", "ctranslate2"])
     assert result.exit_code == 0, result.output
-    assert "warning: [decode] renormalize = true is not applied by --engine ctranslate2" in result.stderr
+    assert f"warning: [decode] {key} = {value} is not applied by --engine ctranslate2" in result.stderr

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from seqxduce import engine
+from seqxduce.corpus import binarized, prepare
 from seqxduce.recipe import load_recipe
 from seqxduce.run_start import RunStart
-from seqxduce.training import binarized, prepare
 from seqxduce.training.run import assemble
 from tests.tiny import TINY_RECIPE as TINY
 

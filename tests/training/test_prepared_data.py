@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from seqxduce.api import Example
-from seqxduce.data import Pair, PairArrays, encode_pairs, length_batches, token_batches
-from seqxduce.training import binarized, prepare
+from seqxduce.corpus import binarized, prepare
+from seqxduce.corpus.arrays import PairArrays, length_batches, token_batches
+from seqxduce.data import Pair, encode_pairs
 from tests.fault_tools import REPO, command, env
 from tests.tiny import TINY_RECIPE as TINY
 

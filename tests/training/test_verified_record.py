@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from seqxduce.api import UserError
-from seqxduce.data import Pair, PairArrays
-from seqxduce.training import binarized
+from seqxduce.corpus import binarized
+from seqxduce.corpus.arrays import PairArrays
+from seqxduce.data import Pair
 
 
 def _written(folder: Path) -> Path:

@@ -168,7 +168,29 @@ def test_recipe_describes_the_model(marian_run: Path) -> None:
                                                                         "post")
     assert (recipe.decode.core.name, decode.beam, decode.alpha, decode.length_penalty, decode.limit_eos,
             decode.max_len_a, decode.max_len_b) == ("beam", 4, 1.0, "power", "free", 0.0, 62)
+    assert decode.early_stopping is False  # the folder gives none: generate's default
     assert (recipe.tokenizer.core.name, recipe.tokenizer.core.shared) == ("marian", False)
+
+
+@pytest.mark.parametrize(("given", "imported"), [({}, False), ({"early_stopping": None}, False),
+                                                 ({"early_stopping": False}, False),
+                                                 ({"early_stopping": True}, True),
+                                                 ({"early_stopping": "never"}, "never")])
+def test_the_folders_stopping_rule_is_imported(given: dict, imported: object) -> None:
+    from seqxduce_marian.generation import decode_settings
+
+    decode, notes = decode_settings({"num_beams": 4, **given}, "generation_config.json", 5)
+    assert decode["early_stopping"] is imported or decode["early_stopping"] == imported == "never"
+    assert any("decode.early_stopping" in note for note in notes)
+
+
+@pytest.mark.parametrize("value", ["always", 1, 0.5])
+def test_an_unknown_stopping_rule_is_refused(value: object) -> None:
+    from seqxduce_marian.generation import decode_settings
+
+    with pytest.raises(seqxduce.UserError, match=r"generation_config.json: early_stopping = .*: generate\(\) takes "
+                                                 r"true, false or \"never\""):
+        decode_settings({"num_beams": 4, "early_stopping": value}, "generation_config.json", 5)
 
 
 def test_the_hubs_generation_keys_import_and_decode_as_generate(marian_folder: Path, tmp_path: Path) -> None:
@@ -186,7 +208,7 @@ def test_the_hubs_generation_keys_import_and_decode_as_generate(marian_folder: P
     GenerationConfig.from_pretrained(folder)
     output = _ok("import", folder, "--from", "marian", "-o", tmp_path / "run")
     assert "renormalize_logits = true" in output
-    loaded = seqxduce.engine.load_run(tmp_path / "run", ["decode.early_stop=false"])
+    loaded = seqxduce.engine.load_run(tmp_path / "run", ["decode.early_stopping=never"])
     assert loaded.recipe.decode.settings.renormalize is True
     sources = sentences(100, seed=9)
     source_ids = [loaded.tokenizers.src.encode(s) + [loaded.tokenizers.src.eos_id] for s in sources]

@@ -24,7 +24,7 @@ def _sources() -> list[str]:
 
 def _source_ids(run: Path, sources: list[str]) -> list[list[int]]:
     rundir = RunDir(run)
-    src = rundir.load_tokenizers(rundir.load_recipe()).src
+    src = rundir.tokenizers.load(rundir.load_recipe()).src
     return [src.encode(s) + [src.eos_id] for s in sources]
 
 
@@ -50,7 +50,7 @@ def test_decoding_matches_generate(marian_folder: Path, marian_run: Path, beam: 
     overrides = ["decode.max_len_a=0", f"decode.max_len_b={MAX_NEW_TOKENS - 1}"]
     overrides += ["decode.name=greedy"] if beam == 1 else ["decode.name=beam", f"decode.beam={beam}",
                                                            f"decode.alpha={penalty}", "decode.length_penalty=power",
-                                                           "decode.limit_eos=free"]
+                                                           "decode.limit_eos=free", "decode.early_stopping=never"]
     outputs = seqxduce.decode(marian_run, sources, overrides=overrides)
     equal = [(out.nbest[0][1], ref) for out, ref in zip(outputs, reference) if out.nbest[0][1].tokens == ref[0]]
     assert len(equal) >= 0.99 * SOURCES
@@ -84,7 +84,7 @@ def test_export_decodes_like_ctranslate2_converter(marian_folder: Path, marian_r
     theirs = tmp_path / "theirs"
     TransformersConverter(str(marian_folder)).convert(str(theirs))
     rundir = RunDir(marian_run)
-    src = rundir.load_tokenizers(rundir.load_recipe()).src
+    src = rundir.tokenizers.load(rundir.load_recipe()).src
     batch = [[src.id_to_token(i) for i in src.encode(s)] for s in _sources()]
     for beam in (1, 4):
         options = dict(beam_size=beam, max_decoding_length=MAX_NEW_TOKENS, length_penalty=0.0)

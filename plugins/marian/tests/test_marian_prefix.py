@@ -125,7 +125,7 @@ def test_beam_ranks_a_prefix_as_hugging_face_does(marian_folder: Path, marian_ru
 
     sources, prefixes = _ranked_sources(RANKED)
     loaded = seqxduce.engine.load_run(marian_run, ["decode.max_len_a=0", f"decode.max_len_b={LIMIT - 1}",
-                                                   "decode.limit_eos=free", "decode.early_stop=false"])
+                                                   "decode.limit_eos=free", "decode.early_stopping=never"])
     assert (loaded.recipe.decode.settings.alpha, loaded.recipe.decode.settings.length_penalty) == (1.0, "power")
     prefix_ids = encode_prefixes(loaded.tokenizers.tgt, prefixes, "prefix ")
     source_ids = [loaded.tokenizers.src.encode(s) + [loaded.tokenizers.src.eos_id] for s in sources]
@@ -181,3 +181,37 @@ def test_greedy_scores_what_follows_the_prefix(marian_run: Path) -> None:
     assert hyp.score == pytest.approx(sum(hyp.positional_logprobs[given:]))
     assert hyp.logprob == pytest.approx(sum(hyp.positional_logprobs))
     assert free.nbest[0][1].score == pytest.approx(free.nbest[0][1].logprob)
+
+
+def test_each_stopping_rule_decodes_as_generate_with_it(marian_folder: Path, marian_run: Path) -> None:
+    """decode.early_stopping = false (the import's, generate's default), true and "never" against generate(...,
+    early_stopping=) with that value, beam 4, length_penalty 1, target prefixes (every third one or two words the
+    model finds unlikely): >= 99% equal outputs each (a stop decided at a near-tie of scores may go the other way
+    in another batching), equal outputs scored alike. The rules differ here: false's outputs are not "never"'s on
+    every source, so an import that dropped the folder's rule would fail. The same holds of the 2-best lists
+    (generate's num_return_sequences = 2): the rules fill the finished lists alike."""
+    from seqxduce_marian.testing import hf_generate_nbest
+
+    import seqxduce
+    from seqxduce.decoding.decode import encode_prefixes
+
+    sources, prefixes = _ranked_sources(RANKED)
+    assert seqxduce.engine.load_run(marian_run).recipe.decode.settings.early_stopping is False  # as imported
+    references = {}
+    for rule, given in ((False, "false"), (True, "true"), ("never", "never")):
+        loaded = seqxduce.engine.load_run(marian_run, ["decode.max_len_a=0", f"decode.max_len_b={LIMIT - 1}",
+                                                       f"decode.early_stopping={given}", "decode.nbest=2"])
+        assert loaded.recipe.decode.settings.early_stopping == rule
+        prefix_ids = encode_prefixes(loaded.tokenizers.tgt, prefixes, "prefix ")
+        source_ids = [loaded.tokenizers.src.encode(s) + [loaded.tokenizers.src.eos_id] for s in sources]
+        best_two = hf_generate_nbest(marian_folder, source_ids, 4, LIMIT, 2, length_penalty=1.0,
+                                     prefixes=prefix_ids, early_stopping=rule)
+        outputs = seqxduce.engine.decode(loaded, sources, prefixes=prefixes)
+        equal = [(o.nbest[0][1], refs[0]) for o, refs in zip(outputs, best_two) if o.nbest[0][1].tokens == refs[0][0]]
+        assert len(equal) >= 0.99 * RANKED, (rule, len(equal))
+        assert max(abs(hyp.score - ref[2]) for hyp, ref in equal) < 1e-4, rule
+        same_lists = sum([h.tokens for _, h in o.nbest] == [ref[0] for ref in refs]
+                         for o, refs in zip(outputs, best_two))
+        assert same_lists >= 0.98 * RANKED, (rule, same_lists)
+        references[rule] = [refs[0][0] for refs in best_two]
+    assert references[False] != references["never"]

@@ -128,8 +128,8 @@ def test_preparing_a_corpus_never_lists_its_training_split(tmp_path, monkeypatch
     from seqxduce_translation.task import TranslationTask
 
     from seqxduce import components
+    from seqxduce.corpus import binarized, prepare
     from seqxduce.recipe import load_recipe
-    from seqxduce.training import binarized, prepare
 
     words = "the a cat dog sat ran on under mat rug".split()
     for side in ("en", "de"):

@@ -1,6 +1,6 @@
 """Where prepared training data live, and the tokenized corpus of given examples and tokenizer files on disk: a
 second encoding of the same corpus reads the ids back (memory-mapped) instead of tokenizing again. The folders are
-binarized datasets (training.binarized); training.prepare names and fills them for a run. Where the cache lives:
+binarized datasets (corpus.binarized); corpus.prepare names and fills them for a run. Where the cache lives:
 $SEQXDUCE_CACHE, else $XDG_CACHE_HOME/seqxduce (~/.cache/seqxduce)."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from seqxduce.api import Example, Tokenizer, UserError
-from seqxduce.data import PairArrays, encode_pairs, flat_ids
-from seqxduce.training import binarized
+from seqxduce.corpus import binarized
+from seqxduce.corpus.arrays import PairArrays, flat_ids
+from seqxduce.data import encode_pairs
 
 CACHE_ENV = "SEQXDUCE_CACHE"
 FORMAT = binarized.FORMAT  # a change of the layout or of what the key covers changes this

@@ -2,7 +2,7 @@
 Kudo 2018; BPE-dropout, Provilkov et al. 2020), as a function of ([train] seed, epoch) alone.
 
 An epoch's sample is encoded as `seqxduce prepare` encodes the deterministic pairs: the training text streamed in
-shards, on every core, into a binarized dataset (training.binarized) that the ranks map, here in the run
+shards, on every core, into a binarized dataset (corpus.binarized) that the ranks map, here in the run
 directory (`sampled/epoch-NNNNNN`, the one before it removed). So a corpus of millions of pairs is never held
 as Python objects, with sampling as without. Each shard samples from its own seed (the run's seed, the epoch, the
 side and the shard's place in the corpus), so that the sample does not depend on how many processes encode it.
@@ -22,9 +22,9 @@ from pathlib import Path
 from seqxduce.api import Example, Tokenizer
 from seqxduce.components import Tokenizers
 from seqxduce.console import console
-from seqxduce.data import PairArrays
-from seqxduce.training import binarized
-from seqxduce.training.prepare import encode_batch, encode_into
+from seqxduce.corpus import binarized
+from seqxduce.corpus.arrays import PairArrays
+from seqxduce.corpus.prepare import encode_batch, encode_into
 
 EPOCH_PREFIX = "epoch-"
 

@@ -11,13 +11,7 @@ from collections.abc import Iterator
 
 from seqxduce import stopping
 from seqxduce.errors import TrainingStopped
-from seqxduce.stopping import (  # noqa: F401 (the names training has always imported from here)
-    Abandoned,
-    StopRequest,
-    signal_name,
-    signals_held,
-    worker_defaults,
-)
+from seqxduce.stopping import StopRequest, signal_name
 
 
 @contextlib.contextmanager
@@ -45,7 +39,7 @@ _PREPARING: list[int] = []  # the signal that came while preparing (stop_while_p
 @contextlib.contextmanager
 def stop_while_preparing(what: str) -> Iterator[None]:
     """Work that keeps nothing until it finishes and may take many minutes (the tokenizer's training, encoding a
-    corpus): a signal stops it where it is, the work folders are removed on the way out (training.binarized's
+    corpus): a signal stops it where it is, the work folders are removed on the way out (corpus.binarized's
     writer, the tokenizer's temporary folder, the encoding's workers), and the command ends in one line with 128 +
     the signal's number. Where Python drops what a handler raises (inside an at-fork hook, a library's callback),
     the next preparing_stopped() check raises it again; inside a library's own loop (sentencepiece training its

@@ -1,5 +1,5 @@
 """Preparing a run's training data once: the tokenizer trained on the training text, then the whole split
-encoded on every core, cleaned by the length limits and written as a binarized dataset (training.binarized) that
+encoded on every core, cleaned by the length limits and written as a binarized dataset (corpus.binarized) that
 every run with the same key maps and every rank of a run shares.
 
 Two keys name a dataset's folder under the cache root ($SEQXDUCE_CACHE, else ~/.cache/seqxduce):
@@ -34,13 +34,14 @@ import numpy as np
 from seqxduce import components
 from seqxduce.api import Example, Task, Tokenizer, UserError
 from seqxduce.console import PairsProgress, console
+from seqxduce.corpus import binarized
+from seqxduce.corpus.arrays import PairArrays
+from seqxduce.corpus.token_cache import cache_root
 from seqxduce.cpus import usable_cpus
-from seqxduce.data import PairArrays
 from seqxduce.recipe import Recipe
-from seqxduce.rundir import RunDir
-from seqxduce.training import binarized
-from seqxduce.training.signals import preparing_stopped, signals_held, stop_while_preparing, worker_defaults
-from seqxduce.training.token_cache import cache_root
+from seqxduce.signals import preparing_stopped, stop_while_preparing
+from seqxduce.stopping import signals_held, worker_defaults
+from seqxduce.tokenizer_files import TokenizerFiles
 
 TOKENIZERS = "tokenizers"  # the folder of a prepared dataset's tokenizer files
 SHARD = 20_000  # pairs a worker encodes at a time: the progress moves by this much
@@ -174,7 +175,7 @@ def dataset_for_files(recipe: Recipe, fingerprint: str, tokenizer_files: Sequenc
         return folder
     own = prepared_folder(recipe, fingerprint, root)
     if binarized.exists(own) and (own / TOKENIZERS).is_dir() and \
-            _contents(RunDir(own / TOKENIZERS).tokenizer_files(recipe)) == _contents(tokenizer_files):
+            _contents(TokenizerFiles(own / TOKENIZERS).files(recipe)) == _contents(tokenizer_files):
         return own
     for other in sorted(folder.parent.glob("prepared-*")):  # another recipe's preparation with the same ids
         if binarized.exists(other) and _tokens_key(other) == folder.name:
@@ -192,7 +193,7 @@ def _tokens_key(folder: Path) -> str | None:
 # ---------------------------------------------------------------- encoding on every core
 
 Shard = tuple[int, list[str], list[str]]  # a shard's place in the corpus (0, 1, ...) and its pairs' texts
-# a shard's ids by another encoding than the tokenizers' encode_batch (training.sampled_epochs: one epoch's sample)
+# a shard's ids by another encoding than the tokenizers' encode_batch (corpus.sampled_epochs: one epoch's sample)
 ShardEncoding = Callable[[int, list[str], list[str]], tuple[list[list[int]], list[list[int]]]]
 
 
@@ -348,19 +349,20 @@ def prepare_new(recipe: Recipe, folder: Path, examples: Iterable[Example], finge
     work = binarized.work_folder(folder, "tok-")
     try:
         tokenizer_dir = work / TOKENIZERS
-        train_tokenizers_shown(RunDir(tokenizer_dir), recipe, examples, total=total, show=show)
+        files = TokenizerFiles(tokenizer_dir)
+        train_tokenizers_shown(files, recipe, examples, total=total, show=show)
         preparing_stopped()
-        tokenizers = RunDir(tokenizer_dir).load_tokenizers(recipe)
-        key = tokens_folder(recipe, fingerprint, RunDir(tokenizer_dir).tokenizer_files(recipe), tokenizers).name
+        tokenizers = files.load(recipe)
+        key = tokens_folder(recipe, fingerprint, files.files(recipe), tokenizers).name
         return write_dataset(folder, examples, tokenizers, recipe, tokenizer_dir, workers=workers, show=show,
                              total=total, replace=replace, meta={TOKENS_KEY: key})
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def train_tokenizers_shown(rundir: RunDir, recipe: Recipe, examples: Iterable[Example], total: int | None = None,
+def train_tokenizers_shown(files: TokenizerFiles, recipe: Recipe, examples: Iterable[Example], total: int | None = None,
                            show: bool = True) -> None:
-    """rundir.train_tokenizers with what a log file needs, for a tokenizer that trains for minutes on a large
+    """files.train with what a log file needs, for a tokenizer that trains for minutes on a large
     corpus: a first line, the pairs it has read (a bar on a terminal, else a plain line at a steady pace), a line
     when the text is read and the tokenizer trains on it (SentencePiece says nothing while it does), and the
     time it took. total: the pairs the examples hold, when known (for the ETA)."""
@@ -372,7 +374,7 @@ def train_tokenizers_shown(rundir: RunDir, recipe: Recipe, examples: Iterable[Ex
     passes = 1 if recipe.tokenizer.core.shared else 2  # a tokenizer per side reads the text once for each
     with PairsProgress("tokenizer: reading the text", total * passes if total is not None else None,
                        enabled=show) as progress:
-        rundir.train_tokenizers(recipe, _Reading(examples, progress, started, name))
+        files.train(recipe, _Reading(examples, progress, started, name))
     if show:
         console.print(f"trained the tokenizer in {time.perf_counter() - started:.1f} s", markup=False,
                       highlight=False)

@@ -1,7 +1,7 @@
 """Python's random.shuffle of list(range(n)), computed with numpy: the same permutation to the bit, and the
 random.Random left in the same state, without a Python object or a Python step per element.
 
-The batching of an epoch (data.length_batches) shuffles its pairs with random.shuffle, so that every epoch of every
+The batching of an epoch (arrays.length_batches) shuffles its pairs with random.shuffle, so that every epoch of every
 run so far keeps its batches. At 36M pairs that is a list of 36M ints (1.4 GB) and 36M interpreted steps: most of a
 minute before a run's first step. Both halves of random.shuffle are computed here over arrays instead:
 

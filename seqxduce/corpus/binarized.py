@@ -29,7 +29,7 @@ import numpy as np
 
 from seqxduce.api import UserError
 from seqxduce.console import console
-from seqxduce.data import PairArrays
+from seqxduce.corpus.arrays import PairArrays
 
 FORMAT = "binarized-v2"  # a change of the layout changes this (v2: the lengths files)
 META = "meta.json"

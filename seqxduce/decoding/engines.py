@@ -1,0 +1,197 @@
+"""One interface over the engines that decode, score and serve (OpenNMT-py's InferenceEngine): seqxduce's own
+search (SeqxduceEngine, here) and CTranslate2 (export/ct2_engine.py); decoding/engine_choice.py finds one by name.
+
+An engine loads what a RunSpec names (a run directory, a checkpoint and an ensemble, or an export folder), decodes
+a batch of sources (with target prefixes and n-best, each hypothesis scored), scores given pairs where it can,
+makes the picklable jobs a streamed file's buffers are done by (decoding/jobs.py), and declares what it can do
+(`capabilities`, a frozenset of FEATURES) and which [decode] settings its search reads (`honoured`): nothing is
+probed. A feature or setting an engine lacks is refused in one line naming the engine and the feature, before
+any work (Engine.require, Engine.check_settings).
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from seqxduce.api import Report, UserError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from seqxduce.decoding.decode import LoadedRun, Output
+    from seqxduce.decoding.jobs import RunSpec
+    from seqxduce.decoding.scoring import PairScore
+    from seqxduce.decoding.streaming import BufferJob
+
+# what an engine may have, as a refusal names it: (the flag or route, what it is)
+FEATURES: dict[str, tuple[str, str]] = {
+    "prefixes": ("--prefix-file", "target prefixes"),
+    "nbest": ("--nbest", "n-best lists"),
+    "scoring": ("score", "scoring given pairs"),
+    "ensemble": ("--ensemble", "several models' predictions averaged"),
+    "checkpoint": ("--checkpoint", "one of a run's checkpoints"),
+    "annotations": ("--annotations", "the model's per-position figures"),
+    "alignments": ("--alignments", "word alignments from the attention"),
+    "attention": ("/v1/attention", "the model's attention weights"),
+    "any decoder": ("[decode] name", "a decoder other than greedy or beam"),
+    "stop within a batch": ("a stop between a batch's steps", "SIGTERM, a deadline or clients gone end a batch at "
+                                                              "its next step"),
+}
+
+
+class Engine(abc.ABC):
+    """What decodes: loading, a batch of sources decoded or scored, the jobs of a streamed file, and what it can
+    do, declared."""
+
+    name: ClassVar[str]
+    capabilities: ClassVar[frozenset[str]]  # keys of FEATURES
+    # the [decode] keys its search reads (None: every one), and those it does not read but acts as at one value
+    # (a key given at that value changes nothing, so it is not refused)
+    honoured: ClassVar[frozenset[str] | None] = None
+    acts_as: ClassVar[dict[str, Any]] = {}
+    # a CPU decode of a long input spreads over worker processes unless --processes says otherwise
+    auto_processes: ClassVar[bool] = True
+    instead: ClassVar[str] = ""  # what a refused user does instead
+
+    def require(self, feature: str, where: str) -> None:
+        """Refuse, in one line naming the engine and the feature, a feature this engine lacks."""
+        if feature not in self.capabilities:
+            flag, what = FEATURES[feature]
+            raise UserError(f"{where} --engine {self.name}: {flag} is not supported there ({what}); {self.instead}")
+
+    def check(self, spec: RunSpec, where: str, features: Iterable[str] = ()) -> None:
+        """Refuse before any work what this engine cannot do of a load and a command: the features used, the
+        ensemble and checkpoint named, and the settings given that its search does not read."""
+        used = [*features, *(["ensemble"] if spec.ensemble else []),
+                *(["checkpoint"] if spec.checkpoint is not None else [])]
+        for feature in used:
+            self.require(feature, where)
+        self.check_settings(spec, where)
+
+    def check_settings(self, spec: RunSpec, where: str) -> None:
+        """A [decode] key given (--set decode.KEY=VALUE, or a flag) that this engine's search does not read is
+        refused naming both: it would change nothing, silently."""
+        if self.honoured is None:
+            return
+        from seqxduce.recipe import override_value, split_override
+
+        given = [(c.key, c.value, c.given_as) for c in spec.changes if c.key not in ("device", "precision")]
+        for text in spec.overrides:
+            section, key, value = split_override(text)
+            if section == "decode" and key not in ("name", "batch_size", "precision"):
+                given.append((key, override_value(value), f"--set {text}"))
+        for key, value, given_as in given:
+            if key in self.honoured or (key in self.acts_as and self.acts_as[key] == value):
+                continue
+            raise UserError(f"{given_as}: the {self.name} engine does not read [decode] {key} (its search reads "
+                            f"{', '.join(sorted(self.honoured))}, batch_size and precision); drop it, or decode with "
+                            "--engine seqxduce")
+
+    @abc.abstractmethod
+    def open(self, spec: RunSpec) -> contextlib.AbstractContextManager[Any]:
+        """What decodes (loaded once), for the `with` block's time: a LoadedRun, or an engine's own."""
+
+    @abc.abstractmethod
+    def decode(self, loaded: Any, sources: Sequence[str], prefixes: Sequence[str] | None = None,
+               prefix_where: str = "prefix ", annotate: bool = False) -> list[Output]:
+        """Each source's output (n-best hypotheses, each with its score), in input order; prefixes: per source,
+        target text its output starts with (refused naming `prefix_where` where the vocabulary cannot spell it);
+        annotate: with the model's per-position figures (the feature "annotations")."""
+
+    @abc.abstractmethod
+    def decode_split(self, loaded: Any, split: str, annotate: bool = False) -> tuple[list[Output], Report]:
+        """A task's split decoded and scored with the task's metric."""
+
+    @abc.abstractmethod
+    def score(self, loaded: Any, sources: Sequence[str], targets: Sequence[str]) -> list[PairScore]:
+        """Each target's log-probability given its source (decoding.scoring.PairScore)."""
+
+    @abc.abstractmethod
+    def decode_job(self, spec: RunSpec, *, annotate: bool = False, align: bool = False, split: bool = False,
+                   prefix_where: str = "prefix ") -> Any:
+        """A picklable job (streaming.BufferJob) decoding a streamed file's buffers; processor_for(loaded) gives
+        this process's work function over what open() loaded."""
+
+    @abc.abstractmethod
+    def score_job(self, spec: RunSpec, normalize: bool = False) -> Any:
+        """A picklable job scoring buffers of (source, target) pairs, as decode_job."""
+
+    @abc.abstractmethod
+    def described(self, loaded: Any, spec: RunSpec) -> str:
+        """What decoded, as a streamed job's record and StreamedFile name it."""
+
+    @abc.abstractmethod
+    def announced(self, loaded: Any) -> str:
+        """What decodes, as `decoding with ...` says it."""
+
+    @abc.abstractmethod
+    def model_files(self, loaded: Any, spec: RunSpec) -> list[Path]:
+        """The files a streamed job's record keys the model by (a changed file is another job)."""
+
+    @abc.abstractmethod
+    def on_cpu(self, loaded: Any) -> bool:
+        """Whether it decodes on the CPU (where worker processes pay)."""
+
+    @abc.abstractmethod
+    def service(self, loaded: Any) -> Any:
+        """The server's view of what open() loaded (serving.service.Service or an engine's own)."""
+
+    def check_processes(self, spec: RunSpec, processes: int | None) -> None:  # noqa: B027 - optional hook
+        """Refuse, before any work, worker processes this engine cannot start for this load."""
+
+
+class SeqxduceEngine(Engine):
+    """seqxduce's own search: every decoder plugin, ensembles, prefixes, annotations, alignments, attention."""
+
+    name = "seqxduce"
+    capabilities = frozenset(FEATURES)
+
+    @contextlib.contextmanager
+    def open(self, spec: RunSpec) -> Iterator[LoadedRun]:
+        yield spec.load()
+
+    def decode(self, loaded: LoadedRun, sources: Sequence[str], prefixes: Sequence[str] | None = None,
+               prefix_where: str = "prefix ", annotate: bool = False) -> list[Output]:
+        from seqxduce.decoding.decode import decode_lines
+
+        return decode_lines(loaded, sources, annotate=annotate, prefixes=prefixes, prefix_where=prefix_where)
+
+    def decode_split(self, loaded: LoadedRun, split: str, annotate: bool = False) -> tuple[list[Output], Report]:
+        from seqxduce.decoding.decode import decode_split
+
+        return decode_split(loaded, split, annotate=annotate)
+
+    def score(self, loaded: LoadedRun, sources: Sequence[str], targets: Sequence[str]) -> list[PairScore]:
+        from seqxduce.decoding.scoring import score_pairs
+
+        return score_pairs(loaded, sources, targets)
+
+    def decode_job(self, spec: RunSpec, *, annotate: bool = False, align: bool = False, split: bool = False,
+                   prefix_where: str = "prefix ") -> BufferJob:
+        from seqxduce.decoding.jobs import DecodeJob
+
+        return DecodeJob(spec, annotate=annotate, align=align, split=split, prefix_where=prefix_where)
+
+    def score_job(self, spec: RunSpec, normalize: bool = False) -> BufferJob:
+        from seqxduce.decoding.jobs import ScoreJob
+
+        return ScoreJob(spec, normalize)
+
+    def described(self, loaded: LoadedRun, spec: RunSpec) -> str:
+        return loaded.described()
+
+    def announced(self, loaded: LoadedRun) -> str:
+        return loaded.described()
+
+    def model_files(self, loaded: LoadedRun, spec: RunSpec) -> list[Path]:
+        return [loaded.checkpoint, *loaded.members]
+
+    def on_cpu(self, loaded: LoadedRun) -> bool:
+        return loaded.device.type == "cpu"
+
+    def service(self, loaded: LoadedRun) -> Any:
+        from seqxduce.serving.service import Service
+
+        return Service(loaded)

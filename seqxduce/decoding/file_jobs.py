@@ -1,0 +1,306 @@
+"""A decode or score of a file as one typed request: DecodeFile and ScoreFile name what is decoded (the run and
+its settings, a RunSpec), by which engine (decoding/engines.py), from which input into which outputs, resumed or
+not, by how many processes; decode_file(request) and score_file(request) do it in one call, streamed
+(decoding/stream_job.py: buffers, the record a stopped job resumes from, worker processes, torchrun's ranks).
+
+Read in this order: the requests (their own checks in __post_init__), decode_file and score_file (the input
+checked before any model loads, the engine's load, the job's record and its run), then what they share.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from seqxduce.api import Report, TrainingStopped, UserError, count_lines, iter_lines
+from seqxduce.decoding.engines import Engine
+from seqxduce.decoding.jobs import RunSpec
+from seqxduce.recipe import Recipe
+
+if TYPE_CHECKING:  # pragma: no cover
+    from seqxduce.decoding.streaming import BufferJob, Processor
+
+# decode and score spread an input of at least this many lines over one single-thread process per usable CPU
+# when decoding on the CPU (bench/decode_scale.py: two such processes decode faster than one of two threads)
+AUTO_PROCESSES_FROM = 20_000
+
+
+@dataclass
+class StreamedFile:
+    """What decode_file and score_file did: input lines done in all (a resumed job's earlier ones included) and
+    by this call, seconds, a split's metric (decode --split), whether the output was complete already (resume),
+    and what decoded (checkpoint and members, or the export)."""
+
+    done: int = 0
+    new: int = 0
+    seconds: float = 0.0
+    report: Report | None = None
+    complete_already: bool = False
+    described: str = ""
+    kept: list = field(default_factory=list, repr=False)  # a split's postprocessed outputs (for its metric)
+    writer: bool = True  # this process wrote the outputs (under torchrun: rank 0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileRequest:
+    """What a streamed decode and a streamed score share: what decodes, where the outputs go (None: stdout), and
+    how the job runs (resume a stopped one, buffer size, worker processes: None for the engine's default)."""
+
+    run: RunSpec
+    engine: Engine
+    output: Path | None = None
+    resume: bool = False
+    buffer_size: int | None = None
+    processes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.resume and self.output is None:
+            raise UserError("--resume continues a stopped job's --output file; give --output")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecodeFile(FileRequest):
+    """`seqxduce decode`: exactly one of an input file ('-': stdin) and a task's split; per source a prefix
+    (prefix_file, with input); annotations and alignments files beside the output; with split, `examples`
+    outputs printed beside their references."""
+
+    input: Path | None = None
+    split: str | None = None
+    prefix_file: Path | None = None
+    annotations: Path | None = None
+    alignments: Path | None = None
+    examples: int = 0
+
+    def __post_init__(self) -> None:
+        if (self.input is None) == (self.split is None):
+            raise UserError("decode: give exactly one of --input FILE (or -) and --split NAME")
+        if self.prefix_file is not None and self.input is None:
+            raise UserError("decode --prefix-file: give it with --input (one prefix per source line)")
+        super().__post_init__()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScoreFile(FileRequest):
+    """`seqxduce score`: the pairs of two files read in step; normalize adds the length-normalized column."""
+
+    source: Path
+    target: Path
+    normalize: bool = False
+
+
+def decode_file(request: DecodeFile) -> StreamedFile:
+    """Decode a file of any length or a task's split, streamed (see seqxduce.engine.decode_file)."""
+    engine = request.engine
+    features = [name for name, used in (("annotations", request.annotations), ("alignments", request.alignments),
+                                         ("prefixes", request.prefix_file)) if used is not None]
+    engine.check(request.run, "decode", features)
+    engine.check_processes(request.run, request.processes)
+    total = _input_lines(request)
+    with _Stops("decode", request.output) as stops, engine.open(request.run) as loaded:
+        _say(f"decoding with {engine.announced(loaded)}")
+        job = engine.decode_job(request.run, annotate=request.annotations is not None,
+                                align=request.alignments is not None, split=request.split is not None,
+                                prefix_where=f"--prefix-file {request.prefix_file}:")
+        return _stream_decode(request, job, job.processor_for(loaded), loaded, total, stops)
+
+
+def score_file(request: ScoreFile) -> StreamedFile:
+    """Score the pairs of two files of any length, streamed (see seqxduce.engine.score_file)."""
+    engine = request.engine
+    engine.check(request.run, "score", ["scoring"])
+    engine.check_processes(request.run, request.processes)
+    sources, targets = count_lines(request.source), count_lines(request.target)
+    if sources != targets:
+        raise UserError(f"--source {request.source} has {sources} lines but --target {request.target} has "
+                        f"{targets}: give one target line per source line")
+    with _Stops("score", request.output) as stops, engine.open(request.run) as loaded:
+        _say(f"scoring with {engine.announced(loaded)}")
+        job = engine.score_job(request.run, request.normalize)
+        described = engine.described(loaded, request.run)
+        record = {"command": "score", "source": _file_key(request.source), "target": _file_key(request.target),
+                  "checkpoint": described,
+                  "checkpoint_files": [_file_key(p) for p in engine.model_files(loaded, request.run)],
+                  "normalize": request.normalize, **_decode_settings(loaded.recipe)}
+        finals = {"output": request.output} if request.output is not None else {}
+        done = _run_stream(request, job, job.processor_for(loaded), _processes(request, sources, loaded),
+                           zip(iter_lines(request.source), iter_lines(request.target)), sources, finals, record,
+                           "score", stops)
+        done.described = described
+        return done
+
+
+def _input_lines(request: DecodeFile) -> int | None:
+    """The input's line count (None for stdin or a split), refused before any model loads when the prefix file
+    does not match it, or when torchrun's ranks cannot all read stdin."""
+    from seqxduce.decoding.stream_job import under_torchrun
+
+    if request.input is None:
+        return None
+    if str(request.input) == "-":
+        if under_torchrun():
+            raise UserError("--input -: under torchrun every rank reads the input; give a file")
+        return None
+    total = count_lines(request.input)
+    if request.prefix_file is not None:
+        prefixes = count_lines(request.prefix_file)
+        if prefixes != total:
+            raise UserError(f"--prefix-file {request.prefix_file}: {prefixes} prefixes for {total} sources; give one "
+                            "prefix line per source line (an empty line for none)")
+    return total
+
+
+def _stream_decode(request: DecodeFile, job: BufferJob, process: Processor, loaded: Any, total: int | None,
+                   stops: _Stops) -> StreamedFile:
+    """The streamed job of decode_file, whichever engine's `process` does the buffers."""
+    from seqxduce.api import Postprocessed
+    from seqxduce.decoding.decode import score_outputs, split_examples
+
+    engine, split, examples = request.engine, request.split, request.examples
+    items: Iterable
+    if split is not None:
+        items = split_examples(loaded.task, loaded.recipe, split)
+        total = len(items)
+    elif request.prefix_file is not None:
+        items = _in_step(request.input, request.prefix_file)
+    else:
+        items = iter_lines(request.input)
+    finals = {name: Path(path) for name, path in (("output", request.output), ("annotations", request.annotations),
+                                                    ("alignments", request.alignments)) if path is not None}
+    described = engine.described(loaded, request.run)
+    record = {"command": "decode", "input": _described_input(request.input, split),
+              "prefix_file": _file_key(request.prefix_file), "checkpoint": described,
+              "checkpoint_files": [_file_key(p) for p in engine.model_files(loaded, request.run)],
+              **_decode_settings(loaded.recipe)}
+
+    def show(piece) -> None:  # a split's first outputs beside their references, as they come
+        for k, text in enumerate(piece.lines["output"][: max(examples - piece.start, 0)]):
+            ex = items[piece.start + k]
+            _say(f"src: {ex.source}\nhyp: {text}\nref: {ex.ref}\n")
+
+    done = _run_stream(request, job, process, _processes(request, total, loaded), items, total, finals, record,
+                       "decode", stops, keep=split is not None,
+                       on_piece=show if split is not None and examples else None)
+    done.described = described
+    if split is not None and done.writer and not done.complete_already:
+        outputs = [Postprocessed(k["text"], k["figures"]) for k in done.kept]
+        done.report = score_outputs(loaded.task, outputs, items)
+    return done
+
+
+def _processes(request: FileRequest, lines: int | None, loaded: Any) -> int:
+    """Worker processes: as asked; else, for an engine that spreads a long CPU decode, one per usable CPU from
+    AUTO_PROCESSES_FROM lines on (decoding.streaming.processes_for); else this process alone."""
+    from seqxduce.decoding.stream_job import under_torchrun
+    from seqxduce.decoding.streaming import processes_for
+
+    if request.processes is None and not request.engine.auto_processes:
+        return 1
+    return processes_for(request.processes, lines, request.engine.on_cpu(loaded), under_torchrun(),
+                         AUTO_PROCESSES_FROM)
+
+
+def _run_stream(request: FileRequest, job: BufferJob, process: Processor | None, processes: int, items: Iterable,
+                total: int | None, finals: dict[str, Path], record: dict, what: str, stops: _Stops,
+                keep: bool = False, on_piece=None) -> StreamedFile:
+    """run_job with the outputs' files (refused before any work when a file cannot be written)."""
+    from seqxduce.cpus import per_worker_threads
+    from seqxduce.decoding.stream_files import OutputFiles
+    from seqxduce.decoding.stream_job import Plan, run_job
+    from seqxduce.decoding.streaming import DEFAULT_BUFFER, BufferGrid
+
+    grid = BufferGrid(request.buffer_size or DEFAULT_BUFFER)
+    files = OutputFiles(finals, {**record, "buffer_size": grid.size}, keep=keep) if finals else None
+    threads = per_worker_threads(processes)
+    plan = Plan(grid, processes, threads, request.resume, what)
+    if processes > 1:
+        _say(f"{what}: {processes} worker processes of {threads} thread(s) each")
+        process = None  # each worker loads its own
+    result = run_job(job, items, total, files, request.output is None, plan, process, on_piece=on_piece)
+    stops.written = True
+    if result.late_signal:
+        from seqxduce.stopping import signal_name
+
+        where = "its outputs went to stdout" if not finals else f"{next(iter(finals.values()))} is complete"
+        _say(f"{signal_name(result.late_signal)}: came after the last line was written; {where}")
+    if result.complete_already:
+        _say(f"{what}: {next(iter(finals.values()))} is complete already (no stopped job to continue); run without "
+             "--resume to write it anew")
+    return StreamedFile(result.done, result.new, result.seconds, complete_already=result.complete_already,
+                        kept=result.kept, writer=result.writer)
+
+
+class _Stops:
+    """A signal outside the streamed job's own handling (run_job's): while the model loads, before the job opens
+    its files, and after its files are final (a split's metric, the ending), it ends the command at once, with a
+    line saying what was written, instead of the signal's default action (no word, and no exit status a
+    requeue script can tell from a crash). `written`: the job's files are final."""
+
+    def __init__(self, what: str, output: Path | None):
+        self.what, self.output, self.written = what, output, False
+
+    def __enter__(self) -> _Stops:
+        from seqxduce.stopping import stop_at_once
+
+        self._handling = stop_at_once()
+        self._handling.__enter__()
+        return self
+
+    def __exit__(self, kind, error, trace) -> None:
+        from seqxduce.stopping import StoppedAtOnce, signal_name
+
+        self._handling.__exit__(kind, error, trace)
+        if isinstance(error, StoppedAtOnce):
+            said = f"{signal_name(error.signum)}: {self.what} stopped "
+            if self.written:
+                where = "(its outputs went to stdout)" if self.output is None else f"({self.output} is complete)"
+                message = f"{said}after writing every line {where}"
+            else:
+                message = f"{said}before writing any line; run the same command again to start it"
+            raise TrainingStopped(message, exit_code=128 + error.signum) from None
+
+
+def _in_step(input: Path | None, prefix_file: Path) -> Iterator[tuple[str, str]]:
+    """(source, prefix) pairs of two files read in step; one that ends first is refused naming both."""
+    sources, prefixes = iter_lines(input), iter_lines(prefix_file)
+    for number, source in enumerate(sources, start=1):
+        prefix = next(prefixes, None)
+        if prefix is None:
+            raise UserError(f"--prefix-file {prefix_file}: {number - 1} prefixes for more sources; give one prefix "
+                            "line per source line (an empty line for none)")
+        yield source, prefix
+    if next(prefixes, None) is not None:
+        raise UserError(f"--prefix-file {prefix_file}: more prefixes than the sources of {input}; give one prefix "
+                        "line per source line")
+
+
+def _described_input(input: Path | None, split: str | None) -> str | None:
+    return f"split {split}" if split is not None else ("stdin" if str(input) == "-" else _file_key(input))
+
+
+def _file_key(path: Path | None) -> str | None:
+    """A file as a resume record names it: its absolute path, size and modification time (a changed file is
+    another job)."""
+    if path is None or str(path) == "-":
+        return None if path is None else "stdin"
+    stat = Path(path).stat()
+    return f"{Path(path).resolve()} {stat.st_size} {stat.st_mtime_ns}"
+
+
+def _decode_settings(recipe: Recipe) -> dict:
+    """What in a recipe decides the bits a decode writes, as a resume record compares it."""
+    settings = recipe.decode.settings
+    return {"decoder": recipe.decode.core.name, "decode": dataclasses.asdict(recipe.decode.core),
+            "search": dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else None,
+            "device": recipe.train.device, "precision": recipe.train.precision}
+
+
+def _say(message: str) -> None:
+    """A note on stderr, from one process only under torchrun (rank 0)."""
+    from seqxduce.console import console
+
+    if os.environ.get("RANK", "0") == "0":
+        console.print(message, markup=False, highlight=False)
