@@ -287,7 +287,7 @@ def _with_engine(engine: str, spec: RunSpec | LoadedRun, where: str, features: S
     """work(engine, loaded) with the engine named and what it loaded of the run (refused before any load when
     the engine lacks a feature used or does not read a setting given); a run load_run loaded is seqxduce's."""
     from seqxduce.decoding.decode import LoadedRun
-    from seqxduce.decoding.engine_choice import engine_named
+    from seqxduce.export.engine_choice import engine_named
 
     chosen = engine_named(engine)
     if isinstance(spec, LoadedRun):
@@ -329,9 +329,9 @@ def decode_file(run: str | Path, input: str | Path | None = None, output: str | 
     AUTO_PROCESSES_FROM lines, else this process); under torchrun the ranks share the buffers. examples: with
     split, print that many outputs beside their references on stderr. engine as in decode(). One typed request
     (seqxduce.decoding.file_jobs.DecodeFile) handed to decoding/."""
-    from seqxduce.decoding.engine_choice import engine_named
     from seqxduce.decoding.file_jobs import DecodeFile
     from seqxduce.decoding.file_jobs import decode_file as run_request
+    from seqxduce.export.engine_choice import engine_named
 
     return run_request(DecodeFile(
         run=_run_spec(run, overrides, ensemble, checkpoint, changes), engine=engine_named(engine),
@@ -347,9 +347,9 @@ def score_file(run: str | Path, source_file: str | Path, target_file: str | Path
     """Score the pairs of two files of any length as `seqxduce score` does, streamed as decode_file streams
     (read in step, written in input order as each buffer finishes, resumable with an output file, shared by
     worker processes or torchrun's ranks); engine as in decode()."""
-    from seqxduce.decoding.engine_choice import engine_named
     from seqxduce.decoding.file_jobs import ScoreFile
     from seqxduce.decoding.file_jobs import score_file as run_request
+    from seqxduce.export.engine_choice import engine_named
 
     return run_request(ScoreFile(
         run=_run_spec(run, overrides, ensemble, checkpoint), engine=engine_named(engine), source=Path(source_file),

@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 import seqxduce
 from seqxduce.cli import add_plugin_commands
-from seqxduce.decoding.engine_choice import ENGINE_NAMES, engine_named
 from seqxduce.decoding.engines import FEATURES
+from seqxduce.export.engine_choice import ENGINE_NAMES, engine_named
 from tests.serve.test_serve import call, serving
 
 pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed (pip install -e '.[ctranslate2]')")

@@ -1,5 +1,5 @@
 """One interface over the engines that decode, score and serve (OpenNMT-py's InferenceEngine): seqxduce's own
-search (SeqxduceEngine, here) and CTranslate2 (export/ct2_engine.py); decoding/engine_choice.py finds one by name.
+search (SeqxduceEngine, here) and CTranslate2 (export/ct2_engine.py); export/engine_choice.py finds one by name.
 
 An engine loads what a RunSpec names (a run directory, a checkpoint and an ensemble, or an export folder), decodes
 a batch of sources (with target prefixes and n-best, each hypothesis scored), scores given pairs where it can,
@@ -134,10 +134,6 @@ class Engine(abc.ABC):
     def on_cpu(self, loaded: Any) -> bool:
         """Whether it decodes on the CPU (where worker processes pay)."""
 
-    @abc.abstractmethod
-    def service(self, loaded: Any) -> Any:
-        """The server's view of what open() loaded (serving.service.Service or an engine's own)."""
-
     def check_processes(self, spec: RunSpec, processes: int | None) -> None:  # noqa: B027 - optional hook
         """Refuse, before any work, worker processes this engine cannot start for this load."""
 
@@ -191,7 +187,3 @@ class SeqxduceEngine(Engine):
     def on_cpu(self, loaded: LoadedRun) -> bool:
         return loaded.device.type == "cpu"
 
-    def service(self, loaded: LoadedRun) -> Any:
-        from seqxduce.serving.service import Service
-
-        return Service(loaded)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from seqxduce.decoding.engine_choice import ENGINE_NAMES
+from seqxduce.export.engine_choice import ENGINE_NAMES
 
 ENGINE_CHOICES = ENGINE_NAMES
 ENGINE_HELP = ("ctranslate2: decode or score with the run (exported into a temporary folder first) or an export "

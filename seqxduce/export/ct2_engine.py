@@ -14,7 +14,6 @@ import json
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 from seqxduce.api import Report
 from seqxduce.decoding.decode import Output, encode_prefixes, score_outputs, split_examples
@@ -96,7 +95,3 @@ class CTranslate2Engine(Engine):
     def on_cpu(self, loaded: ExportedRun) -> bool:
         return loaded.translator.device == "cpu"
 
-    def service(self, loaded: ExportedRun) -> Any:
-        from seqxduce.serving.ct2_service import CT2Service
-
-        return CT2Service(loaded)

@@ -126,7 +126,7 @@ def serve_run(spec: RunSpec, engine: str, limits: Limits, *, host: str = "127.0.
     import torch
 
     from seqxduce.cpus import fit_threads
-    from seqxduce.decoding.engine_choice import engine_named
+    from seqxduce.export.engine_choice import engine_named
     from seqxduce.serving.app import create_app
     from seqxduce.serving.batching import Batcher
 
@@ -136,7 +136,7 @@ def serve_run(spec: RunSpec, engine: str, limits: Limits, *, host: str = "127.0.
     # to load comes alone)
     threads_line = fit_threads((threads, "--threads") if threads is not None else None)
     with chosen.open(spec) as loaded:  # exactly as `seqxduce decode` loads it
-        service = chosen.service(loaded)
+        service = _service_for(chosen.name, loaded)
         click.echo(threads_line, err=True)
         click.echo(f"serving {service.described()}", err=True)
         limits = limits.served(service.positions())
@@ -201,3 +201,15 @@ def run_server(app: Any, batcher: Any, limits: Limits, host: str, port: int, log
     server.run()
     if not server.started:
         raise UserError(f"--host {host} --port {port}: could not listen there (in use?); pick another --port")
+
+
+def _service_for(engine: str, loaded: object) -> object:
+    """The server's view of what an engine loaded: its Service. Chosen here, by the engine's name, since serving
+    sits above the engines (decoding/, export/) and they never import it."""
+    if engine == "ctranslate2":
+        from seqxduce.serving.ct2_service import CT2Service
+
+        return CT2Service(loaded)
+    from seqxduce.serving.service import Service
+
+    return Service(loaded)

@@ -1,4 +1,5 @@
-"""The engines by name (`--engine`, `engine=`): seqxduce's own search and CTranslate2 (decoding/engines.py)."""
+"""The engines by name (`--engine`, `engine=`): seqxduce's own search (decoding/engines.py) and CTranslate2
+(export/ct2_engine.py). Here, in export/, the wing that knows both: decoding never imports export."""
 
 from __future__ import annotations
 
