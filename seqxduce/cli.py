@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -187,13 +188,16 @@ RUN_OPTIONS = (
 )
 
 
+def run_options(command: Callable) -> Callable:
+    """RUN_OPTIONS on a command, in their order."""
+    for option in reversed(RUN_OPTIONS):
+        command = option(command)
+    return command
+
+
 @cli.command()
 @click.argument("recipe_file", metavar="RECIPE", type=click.Path(path_type=Path))
-@RUN_OPTIONS[0]
-@RUN_OPTIONS[1]
-@RUN_OPTIONS[2]
-@RUN_OPTIONS[3]
-@RUN_OPTIONS[4]
+@run_options
 @click.option("--tokenizers-from", type=click.Path(path_type=Path, file_okay=False),
               help="a new run takes this run directory's tokenizer files instead of training its own, so that "
                    "the two can be ensembled (decode --ensemble)")
@@ -232,11 +236,7 @@ def _say_trained(result: engine.TrainResult) -> None:
 @cli.command()
 @click.argument("teacher", metavar="TEACHER_RUN", type=click.Path(path_type=Path, file_okay=False))
 @click.argument("recipe_file", metavar="RECIPE", type=click.Path(path_type=Path))
-@RUN_OPTIONS[0]
-@RUN_OPTIONS[1]
-@RUN_OPTIONS[2]
-@RUN_OPTIONS[3]
-@RUN_OPTIONS[4]
+@run_options
 @click.option("--teacher-set", "teacher_overrides", multiple=True,
               help="change the teacher's search for the distillation, e.g. decode.beam=5 (repeatable; default: the "
                    "teacher run's own [decode])")
