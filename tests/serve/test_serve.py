@@ -115,7 +115,12 @@ def test_outputs_equal_decode_for_one_request_and_for_concurrent_ones(server, re
     assert_same_texts(reverse_run, SOURCES, expected, texts(answer))
     assert all(len(hyps) == 1 and isinstance(hyps[0]["score"], float) for hyps in answer["outputs"])
 
-    # mixed lengths from many clients at once, some asking for several sources: batched together, routed back
+
+def test_concurrent_requests_batched_together_are_routed_back(reverse_run, tmp_path):
+    """Mixed lengths from many clients, some asking for several sources, queued while a slow first batch holds the
+    worker (waited on through /health's counters, not a timing), so that they are sure to share batches; each
+    client gets its own outputs, decode's."""
+    expected = decode_cli(reverse_run, SOURCES, tmp_path)
     asks = [SOURCES[i:i + n] for i in range(len(SOURCES)) for n in (1, 3) if i + n <= len(SOURCES)]
     answers: dict[int, tuple[int, dict]] = {}
 
@@ -123,17 +128,24 @@ def test_outputs_equal_decode_for_one_request_and_for_concurrent_ones(server, re
         status, _, answer = call(server, "/v1/decode", {"inputs": asks[k]})
         answers[k] = (status, answer)
 
-    threads = [threading.Thread(target=ask, args=(k,)) for k in range(len(asks))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    # every batch sleeps 3 s first: the other requests, sent at once from this process, queue meanwhile
+    with serving(reverse_run, tmp_path, "--batch-delay-ms", "3000", "--max-inputs", "8") as server:
+        threads = [threading.Thread(target=ask, args=(k,)) for k in range(len(asks))]
+        threads[0].start()
+        server.wait_for("the first request taken into a batch", lambda h: h["decoding"] == 1)
+        for t in threads[1:]:
+            t.start()
+        waiting = sum(len(a) for a in asks[1:])
+        server.wait_for("the other requests queued", lambda h: h["queued"] == waiting)
+        for t in threads:
+            t.join()
+        batches = server.health()["batches"]
     by_source = dict(zip(SOURCES, expected))
     for k, sources in enumerate(asks):
         status, answer = answers[k]
         assert status == 200, answer
         assert_same_texts(reverse_run, sources, [by_source[s] for s in sources], texts(answer))
-    assert server.health()["batches"] < 1 + len(asks)  # some requests did share a batch
+    assert batches < len(asks)  # the queued requests did share batches
 
 
 def test_nbest_equals_decode_nbest(server, reverse_run, tmp_path):
