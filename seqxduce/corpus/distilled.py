@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from seqxduce.api import Example, Postprocessed, Report, Task, UserError
+from seqxduce.api import Example, Postprocessed, Report, Task, UserError, count_lines
 from seqxduce.atomic import atomic_write, atomic_write_text
 from seqxduce.recipe import Recipe
 
@@ -118,14 +118,6 @@ class DistilledSet:
         if not path.is_file():
             atomic_write_text(path, json.dumps({"original_ratio": ratio, "seed": MIX_SEED}) + "\n")
         return path
-
-
-def count_lines(path: Path) -> int:
-    count = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 24):
-            count += chunk.count(b"\n")
-    return count
 
 
 def originals_chosen(pairs: int, ratio: float) -> np.ndarray:

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from seqxduce import components
-from seqxduce.api import Example, Task, Tokenizer, UserError
+from seqxduce.api import Example, Task, Tokenizer, UserError, count_lines
 from seqxduce.console import PairsProgress, console
 from seqxduce.corpus import binarized
 from seqxduce.corpus.arrays import PairArrays
@@ -63,13 +63,7 @@ class Examples:
         """How many lines the split's first file holds, when the task names its files (a progress bar's total:
         the pairs before the task's cleaning); counted at disk speed, no text decoded."""
         files = self.task.data_files(self.split, self.data_dir)
-        if not files:
-            return None
-        count = 0
-        with open(files[0], "rb") as f:
-            while chunk := f.read(1 << 24):
-                count += chunk.count(b"\n")
-        return count
+        return count_lines(files[0]) if files else None
 
 
 def nonempty(recipe: Recipe, examples: Iterable[Example]) -> Iterable[Example]:

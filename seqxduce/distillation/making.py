@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from seqxduce import components
+from seqxduce.api import count_lines
 from seqxduce.console import console
-from seqxduce.corpus.distilled import DistilledSet, count_lines, distilled_key
+from seqxduce.corpus.distilled import DistilledSet, distilled_key
 from seqxduce.corpus.prepare import Examples, data_fingerprint
 from seqxduce.corpus.token_cache import cache_root
 from seqxduce.decoding.stream_files import partial_path, record_path
