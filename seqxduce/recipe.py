@@ -74,6 +74,17 @@ class Recipe:
             out[name] = values
         return out
 
+    def compared(self) -> dict[str, dict[str, Any]]:
+        """resolved(), with each path key as the folder or file it names (`a/../b` and a symlink are the path they
+        reach): what two recipes are compared by, so that a clone of the work tree or a moved recipe still names
+        the same data."""
+        out = self.resolved()
+        out["task"]["data_dir"] = str(self.path(self.task.core.data_dir).resolve())
+        for key in ("teacher", "targets"):
+            if value := getattr(self.distill, key):
+                out["distill"][key] = str(self.path(value).resolve())
+        return out
+
     def to_toml(self) -> str:
         """The resolved recipe as TOML, with each key's help as a comment."""
         lines: list[str] = []
@@ -111,8 +122,8 @@ class Recipe:
 def differences(given: Recipe, saved: Recipe) -> list[str]:
     """'[section] key: A in the file, B in the run' for each resolved key where a recipe file (given) differs from
     a run's saved recipe, the data directory compared as the path it names."""
-    ours = given.relocated(saved.base_dir).resolved()
-    theirs = saved.resolved()
+    ours = given.relocated(saved.base_dir).compared()
+    theirs = saved.compared()
     found = []
     for section, values in ours.items():
         for key, value in values.items():

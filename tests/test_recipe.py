@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from seqxduce import hookimpl
 from seqxduce.api import UserError, setting
 from seqxduce.cli import cli
-from seqxduce.recipe import build_recipe, load_recipe, parse_override
+from seqxduce.recipe import build_recipe, differences, load_recipe, parse_override
 from tests.conftest import plugins_registered
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -203,3 +203,17 @@ def test_recipe_show_rejects_with_one_line(args, message):
     assert result.exit_code == 1, result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
     assert result.output.count("\n") == 1 and message in result.output, result.output
+
+
+def test_a_data_dir_is_compared_as_the_folder_it_names(tmp_path):
+    # a run's saved recipe keeps its data folder as written from the recipe's place (`/work/main/recipes/../data`):
+    # the same recipe from a clone of the work tree (`/work/clone/recipes/../../work/data`) names the same folder
+    (tmp_path / "data").mkdir()
+    (tmp_path / "other").mkdir()
+    first = build_recipe(recipe(task__data_dir="../data"), base_dir=tmp_path / "main")
+    saved = first.relocated(tmp_path / "run")
+    assert ".." in saved.task.core.data_dir
+    clone = build_recipe(recipe(task__data_dir="../../data"), base_dir=tmp_path / "clone" / "recipes")
+    assert differences(clone, saved) == []
+    moved = build_recipe(recipe(task__data_dir="../other"), base_dir=tmp_path / "main")
+    assert [line.split(":")[0] for line in differences(moved, saved)] == ["[task] data_dir"]

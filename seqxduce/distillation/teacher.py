@@ -66,8 +66,8 @@ def check_named_teacher(student: Recipe, teacher: Teacher) -> None:
     if not path.is_file():
         raise UserError(f"[distill] teacher = {named!r}: no such recipe ({path}); name the teacher's recipe relative "
                         "to the student's, or leave it empty for any teacher")
-    expected = load_recipe(path).relocated(teacher.recipe.base_dir).resolved()
-    found = teacher.recipe.resolved()
+    expected = load_recipe(path).relocated(teacher.recipe.base_dir).compared()
+    found = teacher.recipe.compared()
     for section in COMPARED:
         for key, value in expected[section].items():
             if found[section].get(key) != value:
