@@ -5,6 +5,7 @@ resumes to the same set; the original pairs' share; the refusals, each before an
 from __future__ import annotations
 
 import json
+import os
 import signal
 from pathlib import Path
 
@@ -221,3 +222,27 @@ def test_refusals_come_before_any_decoding(teacher: Path, cache: Path, tmp_path:
                            "--auto-resume", "--teacher-set", "decode.beam=1")
     assert other_search.exit_code == 1 and "was trained on the distilled set" in other_search.output
     assert len(list(cache.glob("distilled-*"))) == 1
+
+
+def test_the_sets_key_takes_the_datas_bytes_not_their_place_or_time(tmp_path: Path) -> None:
+    # a set costs hours of decoding at scale: a copy of the data elsewhere, or a new session's checkout of the same
+    # files with new times, must find the set made already; a changed byte must not
+    from seqxduce.distillation.making import data_content
+
+    class Files:
+        def __init__(self, folder: Path):
+            self.folder = folder
+
+        def data_files(self, split: str, data_dir: Path) -> list[Path]:
+            return [self.folder / "train.en", self.folder / "train.de"]
+
+    first, copy = tmp_path / "a", tmp_path / "b"
+    for folder in (first, copy):
+        folder.mkdir()
+        (folder / "train.en").write_text("a house\n")
+        (folder / "train.de").write_text("ein Haus\n")
+    key = data_content(Files(first), first, [])
+    os.utime(first / "train.en", (1, 1))
+    assert data_content(Files(first), first, []) == key == data_content(Files(copy), copy, [])
+    (copy / "train.de").write_text("ein Hans\n")
+    assert data_content(Files(copy), copy, []) != key

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from seqxduce import components
-from seqxduce.api import count_lines
+from seqxduce.api import Task, count_lines
 from seqxduce.console import console
-from seqxduce.corpus.distilled import DistilledSet, distilled_key
+from seqxduce.corpus.distilled import DistilledSet, distilled_key, file_digest
 from seqxduce.corpus.prepare import Examples, data_fingerprint
 from seqxduce.corpus.token_cache import cache_root
 from seqxduce.decoding.stream_files import partial_path, record_path
@@ -38,16 +38,27 @@ class Planned:
 
 def find_set(student: Recipe, teacher: Teacher, root: Path | None = None) -> Planned:
     """The distilled set of the student recipe's training split by this teacher, by its key (nothing decoded
-    yet): what the key is made of is the teacher's (Teacher.key_parts), the training data's (their files' names,
-    sizes and times, or their text) and the student's [task]."""
+    yet): what the key is made of is the teacher's (Teacher.key_parts), the training data's bytes (data_content)
+    and the student's [task]."""
     task = components.build_task(student)
     data_dir = components.data_dir(student)
     if int(os.environ.get("RANK", "0")) == 0:
         task.prepare(data_dir)
     examples = Examples(task, data_dir)
-    parts = {"teacher": teacher.key_parts(), "data": data_fingerprint(task, data_dir, examples),
-             "task": student.resolved()["task"]}
+    parts = {"teacher": teacher.key_parts(), "data": data_content(task, data_dir, examples),
+             "task": student.compared()["task"]}
     return Planned(DistilledSet((root or cache_root()) / (DISTILLED_PREFIX + distilled_key(parts))), parts, examples)
+
+
+def data_content(task: Task, data_dir: Path, examples: Examples) -> str:
+    """The training split's bytes as a key part: its files' digests when the task names them, else its examples'
+    text. Not their names, sizes and times, as the prepared data's key takes them (prepare.data_fingerprint): the
+    set costs hours of decoding at scale and hashing its sources seconds, so a copy of the data elsewhere, a fresh
+    checkout or a touched file must find the set it already made."""
+    files = task.data_files("train", data_dir)
+    if not files:
+        return data_fingerprint(task, data_dir, examples)
+    return distilled_key({"files": [file_digest(Path(path)) for path in files]})
 
 
 def make_set(planned: Planned, teacher: Teacher, decode: Decode, where: str) -> DistilledSet:
