@@ -39,6 +39,7 @@ from seqxduce.serving.limits import (
     shown,
     source_text,
 )
+from seqxduce.serving.pace import Pace, check_time
 from seqxduce.serving.service import Service
 
 log = logging.getLogger("seqxduce.serve")
@@ -115,6 +116,12 @@ async def until_answered(request: Request, batcher: Batcher, future: asyncio.Fut
         raise RequestError(504, f"deadline: not decoded within {flag}; ask for less (fewer sources, a smaller beam, "
                                 "shorter outputs)")
     raise busy(f"busy: queued past {flag}")
+
+
+def client_of(request: Request) -> str | None:
+    """Who asks, for fairness between clients: the peer's address (a trusted proxy's X-Forwarded-For, with
+    --forwarded-allow-ips)."""
+    return request.client.host if request.client else None
 
 
 def handler(function: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
@@ -203,9 +210,18 @@ class Guard:
 
 
 def create_app(service: Service, batcher: Batcher, limits: Limits, info: dict[str, Any],
-               allowed_hosts: Iterable[str] = LOOPBACK_HOSTS) -> ASGIApp:
-    """The application over a loaded service and its batcher (started and stopped with the app's lifespan)."""
+               allowed_hosts: Iterable[str] = LOOPBACK_HOSTS, pace: Pace | None = None) -> ASGIApp:
+    """The application over a loaded service and its batcher (started and stopped with the app's lifespan).
+    pace: the engine's, measured at start-up (serving.pace); a request estimated to take longer than
+    --admit-share of its deadline is refused. None: requests are bounded by --max-work alone."""
     decode_keys = service.decode_keys()
+
+    def check_cost_and_time(key: Any, tokens: list[int], changes: dict[str, Any],
+                            prefixes: list[int] | None = None) -> None:
+        cost = check_cost(service.lengths(key), tokens, changes, limits, prefixes)
+        if pace is not None:
+            check_time(pace.request_seconds(tokens, cost.longest, cost.rows, limits.max_batch_tokens,
+                                            batcher.max_batch_sources), limits)
     page = resources.files("seqxduce.serving").joinpath("page.html").read_text(encoding="utf-8")
 
     def checked_source(source: Any, where: str) -> tuple[str, int]:
@@ -224,8 +240,8 @@ def create_app(service: Service, batcher: Batcher, limits: Limits, info: dict[st
         tokens = [checked_source(source_text(s), f"inputs[{i}]")[1] for i, s in enumerate(ask.inputs)]
         key = service.key_for(ask)
         prefixes = [service.target_tokens(s.prefix) - 1 if isinstance(s, Prefixed) else 0 for s in ask.inputs]
-        check_cost(service.lengths(key), tokens, ask.changes, limits, prefixes)
-        future = batcher.submit(ask.inputs, tokens, key)
+        check_cost_and_time(key, tokens, ask.changes, prefixes)
+        future = batcher.submit(ask.inputs, tokens, key, client_of(request))
         answers = await until_answered(request, batcher, future, deadline, limits)
         if answers is None:
             return Response(status_code=499)  # nobody reads it: the client has gone
@@ -249,20 +265,21 @@ def create_app(service: Service, batcher: Batcher, limits: Limits, info: dict[st
         ask = parse_decode({"inputs": [source], **rest}, limits, decode_keys, service.default_nbest())
         key = service.key_for(ask)
         if target is None:  # the output is decoded: it costs what a decode of the source does
-            check_cost(service.lengths(key), [tokens], ask.changes, limits)
-        future = batcher.call(lambda stop: service.attention(source, target, key, stop))
+            check_cost_and_time(key, [tokens], ask.changes)
+        future = batcher.call(lambda stop: service.attention(source, target, key, stop), client_of(request))
         answer = await until_answered(request, batcher, future, deadline, limits)
         return Response(status_code=499) if answer is None else JSONResponse(answer)
 
     def readiness() -> tuple[bool, float]:
-        waited = batcher.oldest_wait()
+        waited = batcher.new_client_wait()
         return not batcher.aborting and waited <= limits.busy_after_seconds, waited
 
     async def health(request: Request) -> Response:
         counters = batcher.counters
         ready, waited = readiness()
         return JSONResponse({"status": "ok", "ready": ready, "stopping": batcher.aborting,
-                             "queued": batcher.queued(), "oldest_wait_s": round(waited, 3),
+                             "queued": batcher.queued(), "oldest_wait_s": round(batcher.oldest_wait(), 3),
+                             "new_client_wait_s": round(waited, 3),
                              "decoding": counters.decoding, "batches": counters.batches,
                              "decoded_sources": counters.decoded, "dropped_sources": counters.dropped,
                              "abandoned_sources": counters.abandoned})
@@ -270,10 +287,10 @@ def create_app(service: Service, batcher: Batcher, limits: Limits, info: dict[st
     async def ready(request: Request) -> Response:
         ok, waited = readiness()
         if ok:
-            return JSONResponse({"status": "ready", "oldest_wait_s": round(waited, 3)})
+            return JSONResponse({"status": "ready", "new_client_wait_s": round(waited, 3)})
         why = STOPPING if batcher.aborting else (
-            f"busy: the oldest queued source has waited {waited:.1f} s, more than this server's "
-            f"--busy-after-seconds {limits.busy_after_seconds:g}")
+            f"busy: a new client's request would wait {waited:.1f} s or more (the running batch, or clients not "
+            f"served yet), more than this server's --busy-after-seconds {limits.busy_after_seconds:g}")
         return error(503, why, headers={"Retry-After": str(RETRY_AFTER_S)})
 
     async def run_info(request: Request) -> Response:

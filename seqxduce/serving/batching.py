@@ -2,6 +2,10 @@
 that share decode settings, up to a token budget, waiting a few milliseconds after the first for more, decodes
 them with the function it was given, and hands each request its outputs in its own order.
 
+Batches start fairly between clients (a request's client is its address): each batch starts with the oldest source
+of the client served least recently, and a client with nothing queued counts as never served, so one client's
+backlog delays that client alone, and a client that waits for each answer before it asks again goes first.
+
 One thread owns the model, so the event loop stays free (`/health` answers during a long batch) and the model
 never runs two batches at once. torch and starlette are not imported here: the decode function is passed in, with
 a stop check it gives the search (true once every request of the batch has gone or passed its deadline, or the
@@ -44,6 +48,7 @@ class _Job:
     cancelled: bool = False  # its client went away or its deadline passed: its outputs are not wanted
     started: bool = False  # some of it was taken into a batch (a deadline then answers 504, not 503)
     arrived: float = 0.0
+    client: Hashable = None  # who asked (its address): batches start fairly between clients
 
 
 @dataclass(eq=False)
@@ -66,6 +71,10 @@ class Counters:
     abandoned: int = 0  # sources of batches stopped before their end (nobody waited, or the server stopped)
 
 
+def _job_of(entry: _Entry | _Job) -> _Job:
+    return entry.job if isinstance(entry, _Entry) else entry
+
+
 class Batcher:
     """The queue and its worker thread; submit() and call() from the event loop; abort() answers what waits and
     stops the running batch, stop() ends the worker thread."""
@@ -84,6 +93,9 @@ class Batcher:
         self.aborting = False  # a plain flag: a signal handler sets it (request_abort), the worker reads it
         self.wake = threading.Event()  # ends the tests' pause before a batch early when aborting
         self.counters = Counters()
+        self.rounds = 0  # batches started
+        self.last_served: dict[Hashable, int] = {}  # queued clients served before: the round they last were
+        self.running_since: float | None = None  # when the batch (or call) now decoding started
         self.thread = threading.Thread(target=self._work, name="seqxduce-serve-batcher", daemon=True)
 
     def start(self) -> None:
@@ -111,7 +123,7 @@ class Batcher:
             waiting = list(self.queue)
             self.queue.clear()
             self.cond.notify_all()
-        jobs = {id(job): job for job in ((e.job if isinstance(e, _Entry) else e) for e in waiting)}
+        jobs = {id(job): job for job in map(_job_of, waiting)}
         for job in jobs.values():
             job.cancelled = True
             self._finish(job, error=Abandoned("the server is stopping"))
@@ -130,12 +142,28 @@ class Batcher:
             first = self.queue[0]
             return time.monotonic() - first.arrived
 
-    def submit(self, sources: Sequence[str], tokens: Sequence[int], key: Hashable) -> asyncio.Future:
-        """Queue one request's sources (tokens: each one's length); the future gets their outputs in order, or the
-        first error. QueueFull when they do not fit."""
+    def new_client_wait(self) -> float:
+        """Seconds a request of a client with nothing queued has to wait, as far as is known now: it goes next
+        (fairness), after the running batch and the clients not served yet that came before it, so the longer of
+        the running batch's time so far and the wait of those clients' oldest sources (GET /ready)."""
+        with self.cond:
+            now = time.monotonic()
+            waits = [now - self.running_since] if self.running_since is not None else []
+            seen: set[Hashable] = set()
+            for entry in self.queue:
+                job = _job_of(entry)
+                if job.client not in seen and job.client not in self.last_served:
+                    waits.append(now - entry.arrived)
+                seen.add(job.client)
+            return max(waits, default=0.0)
+
+    def submit(self, sources: Sequence[str], tokens: Sequence[int], key: Hashable,
+               client: Hashable = None) -> asyncio.Future:
+        """Queue one request's sources (tokens: each one's length; client: who asks, for fairness); the future
+        gets their outputs in order, or the first error. QueueFull when they do not fit."""
         loop = asyncio.get_running_loop()
         now = time.monotonic()
-        job = _Job(loop, loop.create_future(), key, [None] * len(sources), len(sources), arrived=now)
+        job = _Job(loop, loop.create_future(), key, [None] * len(sources), len(sources), arrived=now, client=client)
         with self.cond:
             if self.stopping:
                 raise QueueFull("the server is stopping")
@@ -146,11 +174,11 @@ class Batcher:
         job.future.job = job  # type: ignore[attr-defined]  (cancel() finds the job through its future)
         return job.future
 
-    def call(self, function: Callable[[StopCheck], Any]) -> asyncio.Future:
-        """Run function(stop check) in the worker thread between batches (it uses the model too); QueueFull as
-        submit."""
+    def call(self, function: Callable[[StopCheck], Any], client: Hashable = None) -> asyncio.Future:
+        """Run function(stop check) in the worker thread between batches (it uses the model too); QueueFull and
+        client as submit."""
         loop = asyncio.get_running_loop()
-        job = _Job(loop, loop.create_future(), call=function, arrived=time.monotonic())
+        job = _Job(loop, loop.create_future(), call=function, arrived=time.monotonic(), client=client)
         with self.cond:
             if self.stopping or len(self.queue) + 1 > self.max_queue:
                 raise QueueFull(f"the queue holds {len(self.queue)} of at most {self.max_queue} sources")
@@ -165,7 +193,7 @@ class Batcher:
         with self.cond:
             job.cancelled = True
             before = len(self.queue)
-            self.queue = deque(e for e in self.queue if (e.job if isinstance(e, _Entry) else e) is not job)
+            self.queue = deque(e for e in self.queue if _job_of(e) is not job)
             self.counters.dropped += before - len(self.queue)
         if not future.done():
             future.cancel()
@@ -177,10 +205,12 @@ class Batcher:
                 if batch is None:
                     return
             self.counters.decoding = 1 if isinstance(batch, _Job) else len(batch)
+            self.running_since = time.monotonic()
             if isinstance(batch, _Job):
                 self._run_call(batch)
             else:
                 self._run_batch(batch)
+            self.running_since = None
             self.counters.decoding = 0
 
     def _next_batch(self) -> list[_Entry] | _Job | None:
@@ -190,34 +220,60 @@ class Batcher:
                 self.cond.wait()
             if not self.queue or self.aborting:
                 return None
-            first = self.queue[0]
+            first = self._next_entry()
             if isinstance(first, _Job):
                 first.started = True
-                return self.queue.popleft()
+                self.queue.remove(first)
+                self._served([first])
+                return first
             deadline = first.arrived + self.max_wait_s
-            while not self.stopping and self.queue and self.queue[0] is first and not self._full(first.job.key):
+            while not self.stopping and self.queue and self._next_entry() is first and not self._fits(first)[1]:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 self.cond.wait(left)
             if self.aborting:
                 return None
-            if self.queue and self.queue[0] is first:  # else its request was cancelled meanwhile: look again
-                taken = self._take(first.job.key)
+            if self.queue and self._next_entry() is first:  # else its request was cancelled meanwhile: look again
+                taken = self._take(first)
                 if taken:  # none when the first belonged to a request that has failed: look again
                     for entry in taken:
                         entry.job.started = True
+                    self._served([entry.job for entry in taken])
                     return taken
 
-    def _fits(self, key: Hashable) -> tuple[list[_Entry], bool]:
-        """The entries a batch of `key` takes from the front of the queue, and whether more would overflow it."""
+    def _next_entry(self) -> _Entry | _Job:
+        """Under the lock, with a queue: what is served next, the oldest source (or call) of the client served
+        least recently; a client not served since it last had nothing queued goes first, the oldest of them."""
+        best, best_round = self.queue[0], None
+        seen: set[Hashable] = set()
+        for entry in self.queue:
+            client = _job_of(entry).client
+            if client in seen:
+                continue
+            seen.add(client)
+            served = self.last_served.get(client, -1)
+            if best_round is None or served < best_round:
+                best, best_round = entry, served
+        return best
+
+    def _served(self, jobs: Sequence[_Job]) -> None:
+        """Under the lock: a batch of these jobs starts. Their clients were served this round; a client with
+        nothing queued and nothing in this batch is forgotten (it counts as never served when it asks again)."""
+        self.rounds += 1
+        for job in jobs:
+            self.last_served[job.client] = self.rounds
+        kept = {_job_of(entry).client for entry in self.queue} | {job.client for job in jobs}
+        self.last_served = {c: r for c, r in self.last_served.items() if c in kept}
+
+    def _fits(self, first: _Entry) -> tuple[list[_Entry], bool]:
+        """The entries a batch started by `first` takes (first, then the queued sources of the same settings, oldest
+        first, whoever sent them), and whether more would overflow it."""
         taken: list[_Entry] = []
         longest = 0
-        for entry in self.queue:
-            if isinstance(entry, _Job):
-                break  # an exclusive call waits for nobody behind it
-            if entry.job.key != key or entry.job.cancelled:
-                continue
+        for entry in (first, *(e for e in self.queue if e is not first)):
+            if isinstance(entry, _Job) or entry.job.key != first.job.key or entry.job.cancelled:
+                continue  # an exclusive call runs alone, when its client's turn comes
             grown = max(longest, entry.tokens)
             if taken and (grown * (len(taken) + 1) > self.max_batch_tokens or len(taken) >= self.max_batch_sources):
                 return taken, True
@@ -225,11 +281,8 @@ class Batcher:
             longest = grown
         return taken, False
 
-    def _full(self, key: Hashable) -> bool:
-        return self._fits(key)[1]
-
-    def _take(self, key: Hashable) -> list[_Entry]:
-        taken, _ = self._fits(key)
+    def _take(self, first: _Entry) -> list[_Entry]:
+        taken, _ = self._fits(first)
         chosen = set(map(id, taken))
         # the sources of a request that failed in an earlier batch leave with them, undecoded
         self.queue = deque(e for e in self.queue if id(e) not in chosen

@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 EXTRA = "seqxduce serve needs the serve extra (starlette, uvicorn): pip install -e '.[serve]' in the seqxduce checkout"
 LOOPBACK = "localhost,127.0.0.1,::1"
+PROBE_SOURCE_TOKENS = 32  # the pace probe's source length: a sentence's
 
 
 def limit_options(command: Callable) -> Callable:
@@ -30,8 +31,10 @@ def limit_options(command: Callable) -> Callable:
     default and help: the settings class is where each limit is declared, once."""
     for f in reversed(dataclasses.fields(Limits)):
         meta, integer = f.metadata, str(f.type).startswith("int")
-        low = meta["min"]
-        kind = click.IntRange(min=int(low)) if integer else click.FloatRange(min=low, min_open=meta["min_exclusive"])
+        low, high = meta["min"], meta["max"]
+        kind = (click.IntRange(min=int(low), max=None if high is None else int(high)) if integer
+                else click.FloatRange(min=low, max=high, min_open=meta["min_exclusive"],
+                                      max_open=meta["max_exclusive"]))
         command = click.option("--" + f.name.replace("_", "-"), f.name, type=kind, default=f.default,
                                show_default=f.default is not None, help=meta["help"])(command)
     return command
@@ -143,17 +146,50 @@ def serve_run(spec: RunSpec, engine: str, limits: Limits, *, host: str = "127.0.
         batcher = Batcher(service.decode, max_queue=limits.max_queue, max_batch_tokens=limits.max_batch_tokens,
                           max_batch_sources=loaded.recipe.decode.core.batch_size,
                           max_wait_s=limits.max_wait_ms / 1000, delay_s=batch_delay_ms / 1000)
+        pace = _measured_pace(service, limits, batcher.max_batch_sources)
         info = service.facts(Path(spec.run))
         info["serve"] = service.served() | {
             "threads": torch.get_num_threads(),
             "decode": dataclasses.asdict(loaded.recipe.decode.core)
             | (dataclasses.asdict(service.settings) if service.settings is not None else {}),
             "request_keys": ["inputs", "nbest", *service.decode_keys()],
-            "limits": dataclasses.asdict(limits)}
+            "limits": dataclasses.asdict(limits), "pace": None if pace is None else dataclasses.asdict(pace)}
         hosts = [h.strip() for h in allowed_hosts.split(",") if h.strip()]
-        app = create_app(service, batcher, limits, public_info(info, verbose_info), hosts)
+        app = create_app(service, batcher, limits, public_info(info, verbose_info), hosts, pace)
         _log_to_stderr(log_level)
         run_server(app, batcher, limits, host, port, log_level, forwarded_allow_ips)
+        if batcher.thread.is_alive():
+            # a call that cannot be cut (CTranslate2's) outlived the grace: finalizing the interpreter would free
+            # the model under it (SIGSEGV); nothing is left to save, every request was answered 503
+            click.echo("seqxduce serve: a batch was still decoding after the grace; exiting without waiting for it",
+                       err=True)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
+
+
+def _measured_pace(service: Any, limits: Limits, max_batch_sources: int) -> Any:
+    """The engine's pace on this machine (serving.pace), measured by decoding probe batches before the server
+    listens, and said in one line; None, said too, when the decoder cannot force an output's length."""
+    import time
+
+    from seqxduce.serving.limits import RequestError
+    from seqxduce.serving.pace import SHORT, WIDE_SOURCES, measure
+
+    source = service.probe_source(PROBE_SOURCE_TOKENS)
+    tokens = service.source_tokens(source)
+    try:
+        rows = service.lengths(service.forced(SHORT)).rows
+    except RequestError as err:
+        click.echo(f"pace: not measured ({err.message}); a request is bounded by --max-work alone", err=True)
+        return None
+    wide = max(1, min(WIDE_SOURCES, max_batch_sources, limits.max_batch_tokens // tokens))
+    start = time.perf_counter()
+    pace = measure(service.probe, source, rows, wide)
+    allowed = limits.admit_share * limits.max_request_seconds
+    click.echo(f"pace: {pace.described()} (probed in {time.perf_counter() - start:.1f} s); a request is admitted "
+               f"when its decode is estimated within {allowed:g} s (--admit-share x --max-request-seconds)", err=True)
+    return pace
 
 
 def _log_to_stderr(level: str) -> None:
@@ -191,7 +227,8 @@ def run_server(app: Any, batcher: Any, limits: Limits, host: str, port: int, log
 
     config = uvicorn.Config(
         app, host=host, port=port, log_level=log_level, lifespan="on",
-        http=guarded_protocol(limits.max_connections, limits.read_timeout_seconds),
+        http=guarded_protocol(limits.max_connections, limits.read_timeout_seconds, limits.write_timeout_seconds,
+                              limits.max_unread_bytes),
         timeout_keep_alive=limits.keep_alive_seconds,
         timeout_graceful_shutdown=limits.shutdown_grace_seconds,  # type: ignore[arg-type]  (a float is fine)
         # X-Forwarded-For/-Proto rewrite the client's address and scheme: trusted only from the proxies named

@@ -1,6 +1,11 @@
 """Connection limits uvicorn does not have, as a subclass of its h11 protocol: at most --max-connections open
-(one more is answered 503 and closed as soon as it is accepted), and a request's headers must arrive within
---read-timeout-seconds of the connection opening or of the previous answer (else the connection is closed).
+(one more is answered 503 and closed as soon as it is accepted), a request's headers must arrive within
+--read-timeout-seconds of the connection opening or of the previous answer (else the connection is closed), and
+answers that clients do not read are bounded in time and in memory: a connection whose client has taken nothing of
+its answer for --write-timeout-seconds is cut, and past --max-unread-bytes of unread answers, all connections
+together, the one stalled the longest is cut. An answer is written to the socket at once and what the client has
+not taken waits in its transport's buffer: cutting (abort) frees that buffer, which nothing else would until the
+client reads.
 
 uvicorn's own settings cover the rest and are used for it (command.py): timeout_keep_alive closes an idle kept-alive
 connection, timeout_graceful_shutdown cuts requests still running after SIGTERM's grace, limit_concurrency would
@@ -23,11 +28,15 @@ TOO_MANY = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json
             b"connection: close\r\ncontent-length: %d\r\n\r\n%s")
 
 
-def guarded_protocol(max_connections: int, read_timeout_s: float) -> type[asyncio.Protocol]:
-    """uvicorn's h11 protocol with a cap on open connections and a timeout on reading a request's headers."""
+def guarded_protocol(max_connections: int, read_timeout_s: float, write_timeout_s: float = 20.0,
+                     max_unread_bytes: int = 256 << 20) -> type[asyncio.Protocol]:
+    """uvicorn's h11 protocol with a cap on open connections, a timeout on reading a request's headers, and the
+    bounds on unread answers (time and bytes)."""
+    stalled: dict[Any, float] = {}  # connections whose client stopped reading -> since when (loop time)
 
     class GuardedH11Protocol(H11Protocol):
         headers_timer: asyncio.TimerHandle | None = None
+        write_timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: Any) -> None:  # type: ignore[override]
             super().connection_made(transport)
@@ -51,7 +60,39 @@ def guarded_protocol(max_connections: int, read_timeout_s: float) -> type[asynci
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            self._unstalled()
             super().connection_lost(exc)
+
+        def pause_writing(self) -> None:
+            """The transport's buffer passed its high-water mark: the client reads slower than we write."""
+            super().pause_writing()
+            stalled[self] = self.loop.time()
+            # a client that reads its buffer down to the low-water mark resumes writing and disarms this
+            self.write_timer = self.loop.call_later(write_timeout_s, self._cut, "read too little of its answer in "
+                                                    f"--write-timeout-seconds {write_timeout_s:g}")
+            unread = sum(p.transport.get_write_buffer_size() for p in stalled)
+            while unread > max_unread_bytes and stalled:
+                oldest = min(stalled, key=stalled.get)
+                unread -= oldest.transport.get_write_buffer_size()
+                oldest._cut(f"stalled the longest while unread answers passed --max-unread-bytes {max_unread_bytes}")
+
+        def resume_writing(self) -> None:
+            self._unstalled()
+            super().resume_writing()
+
+        def _unstalled(self) -> None:
+            stalled.pop(self, None)
+            if self.write_timer is not None:
+                self.write_timer.cancel()
+                self.write_timer = None
+
+        def _cut(self, why: str) -> None:
+            """Drop the connection and its unsent answer (abort, not close: close would wait to send it)."""
+            unsent = self.transport.get_write_buffer_size()
+            self._unstalled()
+            if not self.transport.is_closing():
+                log.info("cut a connection whose client %s (%d bytes unsent)", why, unsent)
+            self.transport.abort()
 
         def _reading_headers(self) -> bool:
             return self.cycle is None or self.cycle.response_complete

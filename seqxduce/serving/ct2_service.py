@@ -4,8 +4,9 @@ The requests, limits, batching and answers are the server's own (serving.app, se
 the search, which is export.ct2_decoding's (the one `seqxduce decode --engine ctranslate2` runs: the run's
 tokenizers, CTranslate2's search over our vocabulary, rescored and ranked as our beam ranks): a request may change
 the settings that search honours (beam, alpha, the length limits, nbest) and nothing else. CTranslate2 cannot
-stop a batch between its steps, so a batch whose clients all left or whose deadline passed ends when its call
-returns (a batch is bounded by --max-batch-tokens and --max-work). A target prefix is CTranslate2's target_prefix,
+stop a call between its steps, so a batch is decoded in calls of at most CALL_SOURCES sources, the stop check read
+between them: a batch whose clients all left or whose deadline passed, or a server stopping, ends after the call
+under way. A target prefix is CTranslate2's target_prefix,
 ranked as seqxduce's search ranks it (export.ct2_decoding); /v1/attention needs seqxduce's own engine and is
 refused with 422.
 """
@@ -18,11 +19,16 @@ from pathlib import Path
 from typing import Any
 
 from seqxduce.decoding.decode import Output
+from seqxduce.decoding.search import SearchStopped
 from seqxduce.export.ct2_decoding import HONOURED, ExportedRun, decode_sources
 from seqxduce.serving.batching import StopCheck
 from seqxduce.serving.limits import Prefixed, RequestError, source_text
 from seqxduce.serving.service import Asked, Service, model_positions
 from seqxduce.settings_check import request_keys
+
+# sources per CTranslate2 call: a batch's work that a stop must wait for (a call cannot be cut), against the
+# batching a call gains (on CPU, little past a few sources x beam 4)
+CALL_SOURCES = 8
 
 
 class CT2Service(Service):
@@ -76,9 +82,14 @@ class CT2Service(Service):
                 "vocabulary": vocabulary(exported.tokenizers), "versions": versions(exported.recipe)}
 
     def decode(self, sources: Sequence[str | Prefixed], key: Asked, stop: StopCheck | None = None) -> list[Any]:
-        """Decode one batch with CTranslate2 (the batcher reads stop before the call, which cannot be cut
-        short)."""
-        return self.answers(sources, key)
+        """Decode one batch with CTranslate2, in calls of at most CALL_SOURCES sources (a call cannot be cut
+        short): SearchStopped between two calls once stop() is true, as seqxduce's search stops between steps."""
+        answers: list[Any] = []
+        for start in range(0, len(sources), CALL_SOURCES):
+            if stop is not None and stop():
+                raise SearchStopped("nobody waits for this batch")
+            answers.extend(self.answers(sources[start:start + CALL_SOURCES], key))
+        return answers
 
     def _decode(self, sources: Sequence[str | Prefixed], key: Asked) -> list[Output]:
         run = self.decoder(key)

@@ -55,13 +55,25 @@ class Limits(Settings):
                                          help="a request not answered this long after it arrived: 503 if still "
                                               "queued, 504 if being decoded (its batch stops once nobody of it "
                                               "waits)")
-    busy_after_seconds: float = setting(10.0, min=0.0, help="GET /ready answers 503 while the oldest queued source "
-                                                            "has waited longer")
+    busy_after_seconds: float = setting(10.0, min=0.0, help="GET /ready answers 503 while a new client's request "
+                                                            "would wait longer: the running batch has run this "
+                                                            "long, or a client not served yet has waited so")
     read_timeout_seconds: float = setting(20.0, min=0.0, min_exclusive=True,
                                           help="time a client has to send a request's headers (the connection is "
                                                "closed beyond), and again its body (408 beyond)")
+    write_timeout_seconds: float = setting(20.0, min=0.0, min_exclusive=True,
+                                           help="a client that takes nothing of its answer this long is cut, and "
+                                                "the unsent answer dropped")
+    max_unread_bytes: int = setting(256 << 20, min=1,
+                                    help="answers written but not yet read by their clients, all connections "
+                                         "together; beyond it the connection stalled the longest is cut")
     keep_alive_seconds: int = setting(5, min=1, help="an idle keep-alive connection is closed after this")
     max_connections: int = setting(256, min=1, help="most open connections; one more is answered 503 and closed")
+    admit_share: float = setting(0.5, min=0.0, min_exclusive=True,
+                                 help="a request whose decode, estimated from the pace measured at start-up, takes "
+                                      "more than this share of --max-request-seconds is refused (413): admitted, it "
+                                      "would hold the worker to its deadline (above 1 admits requests estimated "
+                                      "past it, which end in 504)")
     shutdown_grace_seconds: float = setting(10.0, min=0.0, help="after SIGTERM or Ctrl-C, clients still sending a "
                                                                 "request are cut after this")
 
@@ -244,9 +256,19 @@ class Lengths:
     rows_key: str  # which key gives rows ("beam", "nbest"), for messages
 
 
+@dataclass(frozen=True)
+class Cost:
+    """What a checked request asks: its work (sum over sources of rows x longest output), each source's longest
+    output in steps, and the rows searched per source (what its decode time is estimated from: serving.pace)."""
+
+    work: int
+    longest: list[int]
+    rows: int
+
+
 def check_cost(lengths: Lengths, tokens: list[int], changes: dict[str, Any], limits: Limits,
-               prefixes: list[int] | None = None) -> int:
-    """The request's work (sum over sources of rows x longest output), or a 422/413 naming the field and the
+               prefixes: list[int] | None = None) -> Cost:
+    """The request's cost (its work: sum over sources of rows x longest output), or a 422/413 naming the field and the
     server's limit when one output may be longer than --max-output-tokens or the work passes --max-work.
     tokens: each source's length as the model reads it (eos included); prefixes: each source's target prefix in
     tokens (0 for none), which the search never cuts: its output's limit is at least that long."""
@@ -257,7 +279,7 @@ def check_cost(lengths: Lengths, tokens: list[int], changes: dict[str, Any], lim
     if lengths.max_len_b > cap:
         raise RequestError(422, f"max_len_b: {lengths.max_len_b} allows outputs longer than {flag}; give at most "
                                 f"{cap}")
-    work = 0
+    work, steps = 0, []
     for i, n in enumerate(tokens):
         forced = prefixes[i] if prefixes else 0
         if forced > cap:
@@ -270,13 +292,14 @@ def check_cost(lengths: Lengths, tokens: list[int], changes: dict[str, Any], lim
                                     f"{lengths.max_len_a:g} x {n - 1} source tokens + max_len_b "
                                     f"{lengths.max_len_b}), more than {flag}; lower max_len_a or max_len_b, or "
                                     "shorten the source")
-        work += lengths.rows * max(1, math.floor(longest))
+        steps.append(max(1, math.floor(longest)))
+        work += lengths.rows * steps[-1]
     if work > limits.max_work:
         raise RequestError(413, f"inputs: {len(tokens)} sources x {lengths.rows_key} {lengths.rows} x their "
                                 f"longest outputs make {work} token steps, more than this server's --max-work "
                                 f"{limits.max_work}; send fewer sources, a smaller {lengths.rows_key} or shorter "
                                 "outputs")
-    return work
+    return Cost(work, steps, lengths.rows)
 
 
 def _is_int(value: Any) -> bool:

@@ -112,6 +112,22 @@ class Service:
         self.decoder(key)
         return key
 
+    def forced(self, steps: int) -> Asked:
+        """The settings that force every output to `steps` tokens (serving.pace's probe): a RequestError when the
+        decoder has no min_len or length limits to force them with."""
+        return self.key_for(DecodeAsk([], 0, {"min_len": steps, "max_len_a": 0.0, "max_len_b": steps}))
+
+    def probe(self, sources: Sequence[str], steps: int) -> None:
+        """Decode sources with every output `steps` tokens long: serving.pace times it."""
+        self.decode(sources, self.forced(steps))
+
+    def probe_source(self, tokens: int) -> str:
+        """A source of about `tokens` tokens as the model reads it, for the probe (its words do not matter)."""
+        words = 1
+        while self.source_tokens(" ".join(["a"] * words)) < tokens and words < 4 * tokens:
+            words += 1
+        return " ".join(["a"] * words)
+
     def decoder(self, key: Asked) -> Any:
         """The decoder for a key of key_for (the run's own for no change), built once and kept."""
         if not key.changes:

@@ -256,6 +256,24 @@ def one_decoding_one_queued(server: Server) -> tuple[list, threading.Thread, thr
     return answers, first, second
 
 
+def test_a_request_estimated_past_its_share_of_the_deadline_is_refused_before_it_is_queued(reverse_run, tmp_path):
+    from seqxduce.serving.pace import Pace
+
+    # 20 ms a request may take (--admit-share 0.02 of a 1 s deadline), by the pace this server measured at start-up
+    with serving(reverse_run, tmp_path, "--max-request-seconds", "1", "--admit-share", "0.02", "--max-work",
+                 "100000000", "--verbose-info") as running:
+        info = call(running, "/v1/info")[2]["serve"]
+        pace = Pace(**info["pace"])
+        assert pace.fixed > 0 and "pace: " in running.log.read_text()
+        steps = min(200, info["limits"]["max_output_tokens"])
+        assert pace.batch_seconds(16, steps) > 0.02, f"the heavy request must be estimated past 20 ms: {pace}"
+        heavy = call(running, "/v1/decode", {"inputs": SOURCES * 8, "beam": 16, "max_len_a": 0, "max_len_b": steps})
+        assert heavy[0] == 413 and "estimated" in heavy[2]["error"] and "--admit-share 0.02" in heavy[2]["error"]
+        assert running.health()["batches"] == 0, "refused before it was queued"
+        light = call(running, "/v1/decode", {"inputs": ["1 2"], "beam": 1, "max_len_a": 0, "max_len_b": 1})
+        assert pace.batch_seconds(1, 1) < 0.02 and light[0] == 200, light
+
+
 def test_full_queue_answers_503_with_retry_after_and_the_rest_is_answered(reverse_run, tmp_path):
     expected = decode_cli(reverse_run, SOURCES[:2], tmp_path)
     with slow_server(reverse_run, tmp_path) as server:

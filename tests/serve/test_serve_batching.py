@@ -120,3 +120,105 @@ def test_request_checks_name_the_field():
             parse_decode(body, limits, keys, 1)
     with pytest.raises(RequestError, match="body: not JSON"):
         parse_json(b"{")
+
+
+def test_batches_start_fairly_between_clients():
+    # client A queues three requests behind a batch of its own that holds the worker; client B then asks once:
+    # B's request is decoded next, before A's backlog, and a new client's wait is the running batch's
+    release, started = threading.Event(), threading.Event()
+    order: list = []
+
+    def decode(sources, key, stop=None):
+        started.set()
+        release.wait(10)
+        order.extend(sources)
+        return list(sources)
+
+    batcher = Batcher(decode, max_queue=10, max_batch_tokens=100, max_batch_sources=1, max_wait_s=0.0)
+
+    async def main():
+        batcher.start()
+        try:
+            running = batcher.submit(["a0"], [1], "k", client="A")
+            while not started.is_set():
+                await asyncio.sleep(0.01)
+            backlog = [batcher.submit([f"a{i}"], [1], "k", client="A") for i in (1, 2, 3)]
+            b = batcher.submit(["b1"], [1], "k", client="B")
+            release.set()
+            return await asyncio.gather(running, b, *backlog)
+        finally:
+            await asyncio.get_running_loop().run_in_executor(None, batcher.stop)
+
+    assert run(main()) == [["a0"], ["b1"], ["a1"], ["a2"], ["a3"]]
+    assert order == ["a0", "b1", "a1", "a2", "a3"]
+
+
+def test_a_client_waiting_for_each_answer_goes_before_another_clients_backlog():
+    # B asks again only once answered: it has nothing queued then, so it counts as never served and goes before
+    # A's backlog; each batch waits for a permit of the test's, so the order is the batcher's choice alone
+    permits, starts = threading.Semaphore(0), []
+    order: list = []
+
+    def decode(sources, key, stop=None):
+        starts.append(sources[0])
+        permits.acquire(timeout=10)
+        order.extend(sources)
+        return list(sources)
+
+    batcher = Batcher(decode, max_queue=10, max_batch_tokens=100, max_batch_sources=1, max_wait_s=0.0)
+
+    async def started(count: int) -> None:
+        while len(starts) < count:
+            await asyncio.sleep(0.01)
+
+    async def main():
+        batcher.start()
+        try:
+            backlog = [batcher.submit([f"a{i}"], [1], "k", client="A") for i in range(4)]
+            await started(1)
+            first = batcher.submit(["b1"], [1], "k", client="B")
+            permits.release()  # a0 ends: b1 starts
+            await started(2)
+            permits.release()  # b1 ends: a1 starts
+            await first
+            await started(3)
+            second = batcher.submit(["b2"], [1], "k", client="B")
+            for _ in range(4):
+                permits.release()
+            await asyncio.gather(second, *backlog)
+        finally:
+            await asyncio.get_running_loop().run_in_executor(None, batcher.stop)
+
+    run(main())
+    assert order == ["a0", "b1", "a1", "b2", "a2", "a3"]
+
+
+def test_a_new_clients_wait_is_the_running_batchs_not_another_clients_backlog():
+    release, started = threading.Event(), threading.Event()
+
+    def decode(sources, key, stop=None):
+        started.set()
+        release.wait(10)
+        return list(sources)
+
+    batcher = Batcher(decode, max_queue=10, max_batch_tokens=100, max_batch_sources=1, max_wait_s=0.0)
+
+    async def main():
+        batcher.start()
+        try:
+            futures = [batcher.submit([f"a{i}"], [1], "k", client="A") for i in range(3)]
+            while not started.is_set():
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.2)
+            # A's backlog has waited as long as its running batch: a new client waits for that batch alone
+            running = batcher.new_client_wait()
+            assert batcher.oldest_wait() >= 0.2 and running >= 0.2
+            c = batcher.submit(["c"], [1], "k", client="C")  # C has not been served: its own wait counts too
+            assert batcher.new_client_wait() >= running
+            release.set()
+            await asyncio.gather(*futures, c)
+            assert batcher.new_client_wait() == 0.0
+        finally:
+            await asyncio.get_running_loop().run_in_executor(None, batcher.stop)
+
+    run(main())

@@ -66,3 +66,26 @@ def test_a_run_directory_is_exported_first_and_decode_only_flags_are_refused(rev
     result = CliRunner().invoke(add_plugin_commands(), ["serve", str(reverse_run), "--engine", "ctranslate2",
                                                         "--ensemble", str(reverse_run)])
     assert result.exit_code != 0 and "--ensemble is not supported there" in result.output
+
+
+def test_a_batch_nobody_waits_for_ends_after_the_call_under_way(exported):
+    # CTranslate2 cannot stop a call: a batch is decoded in calls of CALL_SOURCES sources and the stop check is read
+    # between them, so a batch whose clients left ends after one call, not after all of them
+    from seqxduce.decoding.jobs import RunSpec
+    from seqxduce.decoding.search import SearchStopped
+    from seqxduce.export.engine_choice import engine_named
+    from seqxduce.serving.ct2_service import CALL_SOURCES, CT2Service
+    from seqxduce.serving.service import Asked
+
+    with engine_named("ctranslate2").open(RunSpec(str(exported))) as loaded:
+        service = CT2Service(loaded)
+        calls: list[int] = []
+        answers = service.answers
+        service.answers = lambda sources, key: calls.append(len(sources)) or answers(sources, key)
+        sources = (SOURCES * 4)[:3 * CALL_SOURCES]
+        whole = service.decode(sources, Asked())
+        assert calls == [CALL_SOURCES] * 3 and len(whole) == len(sources)
+        calls.clear()
+        with pytest.raises(SearchStopped):
+            service.decode(sources, Asked(), stop=lambda: bool(calls))
+        assert calls == [CALL_SOURCES]

@@ -1,0 +1,34 @@
+"""A server of big answers over seqxduce serve's connection protocol (serving.connections), for the tests of
+unread answers: `python -m tests.serve.unread_app PORT MEGABYTES WRITE_TIMEOUT_S MAX_UNREAD_BYTES`. GET / answers
+MEGABYTES of bytes at once, as the server's routes answer (one body, written whole)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import uvicorn
+
+from seqxduce.serving.connections import guarded_protocol
+
+
+def main() -> None:
+    port, megabytes, write_timeout, max_unread = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), \
+        int(sys.argv[4])
+    body = b"x" * (megabytes << 20)
+
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+        print("answer written", file=sys.stderr, flush=True)  # the tests wait on it: the socket took what it could
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="info", lifespan="off",
+                http=guarded_protocol(64, 20.0, write_timeout, max_unread))
+
+
+if __name__ == "__main__":
+    main()
