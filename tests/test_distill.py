@@ -246,3 +246,16 @@ def test_the_sets_key_takes_the_datas_bytes_not_their_place_or_time(tmp_path: Pa
     assert data_content(Files(first), first, []) == key == data_content(Files(copy), copy, [])
     (copy / "train.de").write_text("ein Hans\n")
     assert data_content(Files(copy), copy, []) != key
+
+
+def test_the_speed_benchmark_times_teacher_member_and_student_on_the_same_sources(teacher: Path, monkeypatch,
+                                                                                    capsys) -> None:
+    from tests.bench_scripts import load_bench
+
+    bench = load_bench("distill_speed.py")
+    monkeypatch.setattr("sys.argv", ["distill_speed.py", "--teacher", str(teacher), "--student", str(teacher),
+                                     "--sentences", "6", "--repeats", "1", "--no-ct2"])
+    bench.main()
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][2:]
+    assert [row[0].lstrip("| ") for row in rows] == ["teacher ensemble", "teacher member 1", "student"]
+    assert rows[0][3] == "1.00" and float(rows[2][2]) > 0

@@ -139,6 +139,42 @@ class LoadedRun(DecodeParts):
         return str(self.checkpoint) + "".join(f" + {p}" for p in self.members)
 
 
+@dataclass
+class PlannedRun:
+    """What load_run will load, found without loading any weights: the run directory, the checkpoint chosen, the
+    recipe (overrides and changes applied) and the checkpoints ensembled in (a resumed job's key needs no more)."""
+
+    run: rundir.RunDir
+    checkpoint: Path
+    recipe: Recipe
+    members: list[Path]
+    run_members: int
+    member: int | None
+
+    def described(self) -> str:
+        """As LoadedRun.described says it once loaded."""
+        return str(self.checkpoint) + "".join(f" + {p}" for p in self.members)
+
+
+def plan_run(path: Path, overrides: Sequence[str] = (), ensemble: Sequence[Path] = (), checkpoint: str | None = None,
+             member: int | None = None, changes: Sequence[Change] = ()) -> PlannedRun:
+    """load_run's choices (arguments as load_run's), made without loading a model."""
+    run, chosen = rundir.locate(path, checkpoint)
+    recipe = run.load_recipe(overrides)
+    components.check_decode_overrides(recipe, tuple(overrides))
+    recipe = with_changes(recipe, changes)
+    run_members = recipe.train.members if Path(path).is_dir() else 1
+    whole = Path(path).is_dir() and member is None and (checkpoint is None or checkpoint in rundir.CHECKPOINT_CHOICES)
+    members = member_checkpoints(run, recipe, checkpoint) if whole else []
+    if member is not None:
+        run, chosen, recipe = _member_alone(path, run, chosen, recipe, member, overrides, checkpoint)
+        recipe = with_changes(recipe, changes)
+    # --ensemble run directories take the same choice (best, average or last) as this run's members
+    choice = checkpoint if checkpoint in rundir.CHECKPOINT_CHOICES else None
+    members += [p for extra in ensemble for p in _checkpoints_of(Path(extra), choice)]
+    return PlannedRun(run, chosen, recipe, members, run_members, member)
+
+
 def load_run(path: Path, overrides: Sequence[str] = (), ensemble: Sequence[Path] = (), checkpoint: str | None = None,
              member: int | None = None, changes: Sequence[Change] = ()) -> LoadedRun:
     """Load recipe, tokenizers, model weights and decoder from a run directory or checkpoint.
@@ -154,19 +190,8 @@ def load_run(path: Path, overrides: Sequence[str] = (), ensemble: Sequence[Path]
     fields (decoding.changes), applied after the overrides and refused naming the flag or field."""
     from seqxduce.decoding.ensemble import EnsembleModel, load_members
 
-    run, chosen = rundir.locate(path, checkpoint)
-    recipe = run.load_recipe(overrides)
-    components.check_decode_overrides(recipe, tuple(overrides))
-    recipe = with_changes(recipe, changes)
-    run_members = recipe.train.members if Path(path).is_dir() else 1
-    whole = Path(path).is_dir() and member is None and (checkpoint is None or checkpoint in rundir.CHECKPOINT_CHOICES)
-    members = member_checkpoints(run, recipe, checkpoint) if whole else []
-    if member is not None:
-        run, chosen, recipe = _member_alone(path, run, chosen, recipe, member, overrides, checkpoint)
-        recipe = with_changes(recipe, changes)
-    # --ensemble run directories take the same choice (best, average or last) as this run's members
-    choice = checkpoint if checkpoint in rundir.CHECKPOINT_CHOICES else None
-    members += [p for extra in ensemble for p in _checkpoints_of(Path(extra), choice)]
+    plan = plan_run(path, overrides, ensemble, checkpoint, member, changes)
+    run, chosen, recipe, members = plan.run, plan.checkpoint, plan.recipe, plan.members
     device = resolve_device(recipe.train.device)
     built = components.build_components(recipe, run.tokenizers.load(recipe))
     ckpt.load_weights(built.model, ckpt.load(chosen)["model"], chosen,
@@ -182,8 +207,8 @@ def load_run(path: Path, overrides: Sequence[str] = (), ensemble: Sequence[Path]
         model = compile_step(model)
     decoder = components.build_decoder(recipe, built.tokenizers)
     return LoadedRun(recipe=recipe, task=built.task, tokenizers=built.tokenizers, model=model, decoder=decoder,
-                     device=device, run_dir=run.path, checkpoint=chosen, members=members, run_members=run_members,
-                     member=member)
+                     device=device, run_dir=run.path, checkpoint=chosen, members=members,
+                     run_members=plan.run_members, member=member)
 
 
 def _member_alone(path: Path, run: rundir.RunDir, chosen: Path, recipe: Recipe, member: int,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import abc
 import contextlib
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -137,6 +138,22 @@ class Engine(abc.ABC):
     def check_processes(self, spec: RunSpec, processes: int | None) -> None:  # noqa: B027 - optional hook
         """Refuse, before any work, worker processes this engine cannot start for this load."""
 
+    def planned(self, spec: RunSpec) -> Planned | None:
+        """What open(spec) would load, known without loading it (the recipe, `described`, `model_files`), so
+        that a resumed job whose output is complete is found so before any model loads; None: known only once
+        loaded."""
+        return None
+
+
+@dataclass(frozen=True)
+class Planned:
+    """An engine's load, known before it is made: as described() and model_files() will say it, and the recipe
+    its decode settings come from."""
+
+    recipe: Any
+    described: str
+    model_files: list[Path]
+
 
 class SeqxduceEngine(Engine):
     """seqxduce's own search: every decoder plugin, ensembles, prefixes, annotations, alignments, attention."""
@@ -147,6 +164,13 @@ class SeqxduceEngine(Engine):
     @contextlib.contextmanager
     def open(self, spec: RunSpec) -> Iterator[LoadedRun]:
         yield spec.load()
+
+    def planned(self, spec: RunSpec) -> Planned:
+        from seqxduce.decoding.decode import plan_run
+
+        plan = plan_run(Path(spec.run), spec.overrides, [Path(e) for e in spec.ensemble], spec.checkpoint,
+                        changes=spec.changes)
+        return Planned(plan.recipe, plan.described(), [plan.checkpoint, *plan.members])
 
     def decode(self, loaded: LoadedRun, sources: Sequence[str], prefixes: Sequence[str] | None = None,
                prefix_where: str = "prefix ", annotate: bool = False) -> list[Output]:

@@ -100,6 +100,9 @@ def decode_file(request: DecodeFile) -> StreamedFile:
     engine.check(request.run, "decode", features)
     engine.check_processes(request.run, request.processes)
     total = _input_lines(request)
+    finished = _finished_already(request)
+    if finished is not None:
+        return finished
     with _Stops("decode", request.output) as stops, engine.open(request.run) as loaded:
         _say(f"decoding with {engine.announced(loaded)}")
         job = engine.decode_job(request.run, annotate=request.annotations is not None,
@@ -131,6 +134,44 @@ def score_file(request: ScoreFile) -> StreamedFile:
                            "score", stops)
         done.described = described
         return done
+
+
+def _finished_already(request: DecodeFile) -> StreamedFile | None:
+    """--resume on an output that is complete (no stopped job's record beside it), found so before any model
+    loads when the engine knows its load beforehand (Engine.planned): the output of this same job is done, one of
+    another job is refused naming what differs (stream_files.OutputFiles). None: the job has work to do, or the
+    engine must load to know."""
+    from seqxduce.decoding.stream_files import OutputFiles, partial_path, record_path
+    from seqxduce.decoding.streaming import DEFAULT_BUFFER, BufferGrid
+
+    output = request.output
+    if not request.resume or output is None or not output.exists() or record_path(output).exists() \
+            or partial_path(output).exists():
+        return None
+    planned = request.engine.planned(request.run)
+    if planned is None:
+        return None
+    record = {**_decode_record(request, planned.described, planned.model_files, planned.recipe),
+              "buffer_size": BufferGrid(request.buffer_size or DEFAULT_BUFFER).size}
+    files = OutputFiles(_decode_finals(request), record, keep=request.split is not None)
+    if files.open(resume=True):  # cannot be: no record and the final output there
+        raise RuntimeError(f"{output}: a complete output opened as a job to continue")
+    metric = " (and to print the split's metric)" if request.split is not None else ""
+    _say(f"decode: {output} is complete already (no stopped job to continue); run without --resume to write it "
+         f"anew{metric}")
+    return StreamedFile(count_lines(output), 0, complete_already=True, described=planned.described)
+
+
+def _decode_finals(request: DecodeFile) -> dict[str, Path]:
+    return {name: Path(path) for name, path in (("output", request.output), ("annotations", request.annotations),
+                                                ("alignments", request.alignments)) if path is not None}
+
+
+def _decode_record(request: DecodeFile, described: str, model_files: list[Path], recipe: Recipe) -> dict:
+    """What a streamed decode's resume record keys the job by (stream_files.OutputFiles: another is refused)."""
+    return {"command": "decode", "input": _described_input(request.input, request.split),
+            "prefix_file": _file_key(request.prefix_file), "checkpoint": described,
+            "checkpoint_files": [_file_key(p) for p in model_files], **_decode_settings(recipe)}
 
 
 def _input_lines(request: DecodeFile) -> int | None:
@@ -168,13 +209,9 @@ def _stream_decode(request: DecodeFile, job: BufferJob, process: Processor, load
         items = _in_step(request.input, request.prefix_file)
     else:
         items = iter_lines(request.input)
-    finals = {name: Path(path) for name, path in (("output", request.output), ("annotations", request.annotations),
-                                                    ("alignments", request.alignments)) if path is not None}
+    finals = _decode_finals(request)
     described = engine.described(loaded, request.run)
-    record = {"command": "decode", "input": _described_input(request.input, split),
-              "prefix_file": _file_key(request.prefix_file), "checkpoint": described,
-              "checkpoint_files": [_file_key(p) for p in engine.model_files(loaded, request.run)],
-              **_decode_settings(loaded.recipe)}
+    record = _decode_record(request, described, engine.model_files(loaded, request.run), loaded.recipe)
 
     def show(piece) -> None:  # a split's first outputs beside their references, as they come
         for k, text in enumerate(piece.lines["output"][: max(examples - piece.start, 0)]):

@@ -16,6 +16,7 @@ Parity with our own decoding: bench/export_parity.py and tests/test_export_parit
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,9 @@ from seqxduce.rundir import RunDir
 SEARCHES = ("greedy", "beam")
 # the [decode] keys translate_ids reads (besides the core's batch_size and precision)
 HONOURED = frozenset({"beam", "alpha", "length_penalty", "nbest", "max_len_a", "max_len_b", "min_len"})
+# the settings its search acts as if they held these values: no renormalized steps, the eos at the limit scored,
+# and the default stopping rule (docs/coming-from.md, "Stopping rules": what its own search does)
+ACTS_AS = {"renormalize": False, "limit_eos": "scored", "early_stopping": "never", "early_stop": False}
 # decode --precision as a CTranslate2 compute type
 CT2_COMPUTE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
 
@@ -102,6 +106,14 @@ def _warn_unread(settings: object) -> None:
                       "stops a source once its best candidate has ended and it has `beam` finished hypotheses, "
                       "then ranks them with the length penalty: docs/coming-from.md, \"Stopping rules\"); decode "
                       "with --engine seqxduce for Hugging Face's rule")
+    for field in dataclasses.fields(settings) if dataclasses.is_dataclass(settings) else ():
+        value = getattr(settings, field.name)
+        if field.name in HONOURED or field.name in ("renormalize", "early_stopping", "early_stop"):
+            continue  # the search reads it, or a line above says what it does instead
+        if value != ACTS_AS.get(field.name, field.default):
+            shown = f'"{value}"' if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else value
+            unread.append(f"{field.name} = {shown} is not applied by --engine ctranslate2 (its search reads "
+                          f"{', '.join(sorted(HONOURED))}); decode with --engine seqxduce for it")
     for line in unread:
         console.print(f"warning: [decode] {line}", markup=False, highlight=False)
 

@@ -21,7 +21,7 @@ from seqxduce.decoding.engines import Engine
 from seqxduce.decoding.jobs import RunSpec
 from seqxduce.decoding.scoring import PairScore
 from seqxduce.export import ct2_decoding
-from seqxduce.export.ct2_decoding import HONOURED, Ct2DecodeJob, Ct2ScoreJob, ExportedRun, load_export
+from seqxduce.export.ct2_decoding import ACTS_AS, HONOURED, Ct2DecodeJob, Ct2ScoreJob, ExportedRun, load_export
 from seqxduce.export.exporting import METADATA_FILE, is_export
 
 
@@ -31,9 +31,7 @@ class CTranslate2Engine(Engine):
     name = "ctranslate2"
     capabilities = frozenset({"prefixes", "nbest", "scoring"})
     honoured = HONOURED
-    # its search acts as seqxduce's with these values: no renormalized steps, the eos at the limit scored, and the
-    # default stopping rule (docs/coming-from.md, "Stopping rules": what its own search does)
-    acts_as = {"renormalize": False, "limit_eos": "scored", "early_stopping": "never"}
+    acts_as = ACTS_AS
     auto_processes = False
     instead = ("decode with --engine seqxduce, or export the model you want (`seqxduce export RUN/best.pt -o DIR`) "
                "and decode that")

@@ -102,11 +102,13 @@ def test_a_complete_output_is_left_as_it_is_and_a_stopped_one_is_not_overwritten
     before = out.read_bytes()
     result = invoke("decode", trained_copy_run, "--input", given, "-o", out, "--resume")
     assert result.exit_code == 0 and "is complete already" in result.output and out.read_bytes() == before
+    assert "decoding with" not in result.output, "found complete before any model loaded"
     result = invoke("decode", trained_copy_run, "--input", "-", "--resume", input="1\n")
     assert result.exit_code == 1 and "--resume continues a stopped job's --output file" in result.output
     other = write(tmp_path / "other.txt", sources(20, seed=40))  # a complete output of another input is not done
     result = invoke("decode", trained_copy_run, "--input", other, "-o", out, "--resume")
     assert result.exit_code == 1 and f"{out} is complete, but another job wrote it (input: " in result.output
+    assert "decoding with" not in result.output
     assert out.read_bytes() == before
     job_path(out).unlink()  # an output nothing says the origin of: not taken as done either
     result = invoke("decode", trained_copy_run, "--input", given, "-o", out, "--resume")

@@ -203,7 +203,7 @@ def test_ctranslate2_refuses_worker_processes_on_a_run_directory_before_any_work
     assert "decoding with" not in result.output and not list(tmp_path.glob("out.txt*"))
 
 
-@pytest.mark.parametrize("setting", ["renormalize=true", "early_stopping=false"])
+@pytest.mark.parametrize("setting", ["renormalize=true", "early_stopping=false", 'limit_eos="free"'])
 def test_ctranslate2_says_it_does_not_renormalize_nor_stop_as_hugging_face_and_refuses_being_asked_to(
         setting: str, trained_copy_run: Path, tmp_path: Path):
     """A recipe that holds renormalize or a Hugging Face stopping rule (an imported Marian model's) decodes with a
@@ -220,7 +220,7 @@ def test_ctranslate2_says_it_does_not_renormalize_nor_stop_as_hugging_face_and_r
     run = tmp_path / "run"
     shutil.copytree(trained_copy_run, run)
     recipe = run / "recipe.toml"
-    default = {"renormalize": "false", "early_stopping": '"never"'}[key]
+    default = {"renormalize": "false", "early_stopping": '"never"', "limit_eos": '"scored"'}[key]
     assert f"{key} = {default}" in recipe.read_text()
     recipe.write_text(recipe.read_text().replace(f"{key} = {default}", f"{key} = {value}"))
     result = CliRunner().invoke(add_plugin_commands(), ["decode", str(run), "--input", str(given),
