@@ -256,6 +256,7 @@ def test_the_speed_benchmark_times_teacher_member_and_student_on_the_same_source
     monkeypatch.setattr("sys.argv", ["distill_speed.py", "--teacher", str(teacher), "--student", str(teacher),
                                      "--sentences", "6", "--repeats", "1", "--no-ct2"])
     bench.main()
-    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| ")][2:]
+    table = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    rows = table[1:]  # under the header
     assert [row[0].lstrip("| ") for row in rows] == ["teacher ensemble", "teacher member 1", "student"]
     assert rows[0][3] == "1.00" and float(rows[2][2]) > 0

@@ -185,7 +185,12 @@ def _measured_pace(service: Any, limits: Limits, max_batch_sources: int) -> Any:
         return None
     wide = max(1, min(WIDE_SOURCES, max_batch_sources, limits.max_batch_tokens // tokens))
     start = time.perf_counter()
-    pace = measure(service.probe, source, rows, wide)
+    try:
+        pace = measure(service.probe, source, rows, wide)
+    except Exception as err:  # noqa: BLE001 - a search that cannot force a length (a task's constraints) still serves
+        click.echo(f"pace: not measured (the probe failed: {err}); a request is bounded by --max-work alone",
+                   err=True)
+        return None
     allowed = limits.admit_share * limits.max_request_seconds
     click.echo(f"pace: {pace.described()} (probed in {time.perf_counter() - start:.1f} s); a request is admitted "
                f"when its decode is estimated within {allowed:g} s (--admit-share x --max-request-seconds)", err=True)
