@@ -128,6 +128,7 @@ def distill(teacher: str | Path, recipe: str | Path, out: str | Path | None = No
 
     from seqxduce.distillation.making import find_set, make_set
     from seqxduce.distillation.teacher import check_named_teacher, find_teacher, same_tokenizer
+    from seqxduce.training.distributed import setup
 
     start = start or RunStart()
     student = load_recipe(recipe, overrides)
@@ -141,19 +142,25 @@ def distill(teacher: str | Path, recipe: str | Path, out: str | Path | None = No
         decode_file(the_teacher.run, sources, targets, overrides=the_teacher.overrides, checkpoint=checkpoint,
                     resume=resume, processes=processes)
 
-    planned = find_set(student, the_teacher)
-    out = Path(out) if out is not None else Path("runs") / Path(recipe).stem
-    _check_student_run(out, start, planned.distilled.folder)
-    made = make_set(planned, the_teacher, decode_with_teacher, f"distill ([task] of {recipe})")
-    if start.mode != "resume" and start.tokenizers_from is None and start.init_from is None \
-            and same_tokenizer(student, the_teacher):
-        start = replace(start, tokenizers_from=the_teacher.run)
-        from seqxduce.console import console
+    # under torchrun one process group for the decode and the training: joining a second time reads the first
+    # group's addresses from torchrun's store (pytorch/pytorch#135712) and the ranks cannot connect
+    world = setup(student.train.device, student.train.collective_timeout)
+    try:
+        planned = find_set(student, the_teacher)
+        out = Path(out) if out is not None else Path("runs") / Path(recipe).stem
+        _check_student_run(out, start, planned.distilled.folder)
+        made = make_set(planned, the_teacher, decode_with_teacher, f"distill ([task] of {recipe})")
+        if start.mode != "resume" and start.tokenizers_from is None and start.init_from is None \
+                and same_tokenizer(student, the_teacher):
+            start = replace(start, tokenizers_from=the_teacher.run)
+            from seqxduce.console import console
 
-        if int(os.environ.get("RANK", "0")) == 0:
-            console.print("distill: the student's [tokenizer] is the teacher's: a new student takes the teacher's "
-                          "tokenizer files", markup=False)
-    return train(recipe, out, start, overrides=(*overrides, f"distill.targets={made.folder}"))
+            if int(os.environ.get("RANK", "0")) == 0:
+                console.print("distill: the student's [tokenizer] is the teacher's: a new student takes the "
+                              "teacher's tokenizer files", markup=False)
+        return train(recipe, out, start, overrides=(*overrides, f"distill.targets={made.folder}"))
+    finally:
+        world.close()
 
 
 def _check_student_run(out: Path, start: RunStart, folder: Path) -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,7 @@ from seqxduce.corpus.distilled import (
 )
 from seqxduce.decoding.stream_files import partial_path, record_path
 from seqxduce.rundir import RunDir
-from tests.fault_tools import HANG_GUARD_S, run, start, wait_for
+from tests.fault_tools import HANG_GUARD_S, REPO, env, run, start, wait_for
 from tests.tiny import TINY_RECIPE
 
 
@@ -128,6 +130,23 @@ def test_a_stopped_distillation_resumes_to_the_set_of_one_never_stopped(teacher:
     assert resumed.returncode == 0, resumed.stderr
     assert only_set(stopped_cache).targets.read_bytes() == only_set(whole_cache).targets.read_bytes()
     assert RunDir(tmp_path / "s2").step_checkpoints()
+
+
+def test_under_torchrun_the_ranks_make_the_set_of_one_process_and_train_the_student(teacher: Path,
+                                                                                     tmp_path: Path) -> None:
+    """Two gloo ranks: rank 0 writes the sources, each rank decodes its share of them into the one set (the
+    streamed decode under torchrun), and the student trains on it; the set equals one process's, byte for byte."""
+    args = ("distill", teacher, TINY_RECIPE, "--set", "train.max_steps=2", "--set", 'train.device="cpu"')
+    alone = run(*args, "--out", tmp_path / "alone", extra_env={"SEQXDUCE_CACHE": str(tmp_path / "c1")})
+    assert alone.returncode == 0, alone.stderr
+    ranks = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                            "-m", "seqxduce", *map(str, args), "--out", str(tmp_path / "ranks")], capture_output=True,
+                           text=True, env={**env(), "SEQXDUCE_CACHE": str(tmp_path / "c2")}, cwd=REPO,
+                           timeout=HANG_GUARD_S)
+    assert ranks.returncode == 0, ranks.stderr[-3000:]
+    made = only_set(tmp_path / "c2")
+    assert made.complete and made.targets.read_bytes() == only_set(tmp_path / "c1").targets.read_bytes()
+    assert RunDir(tmp_path / "ranks").step_checkpoints()
 
 
 class Lines(Task):
