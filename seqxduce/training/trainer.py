@@ -24,10 +24,11 @@ from seqxduce.rundir import RunDir, prune
 from seqxduce.signals import stop_on_signals
 from seqxduce.stopping import Abandoned, StopRequest, signal_name
 from seqxduce.training import distributed
+from seqxduce.training.backward import cuttable_backward
 from seqxduce.training.figures import NonfiniteRun, Window, batch_stats
 from seqxduce.training.loss import label_smoothed_nll
 from seqxduce.training.optim import clip_gradients, learning_rate, optimizer_step, set_learning_rate
-from seqxduce.training.run import TrainingRun, assemble
+from seqxduce.training.run import TrainingRun, assemble, compile_enabled
 from seqxduce.training.state import (
     TrainResult,
     TrainState,
@@ -286,7 +287,8 @@ class Trainer:
                 self._agree_to_drop()
             batch = host_batch.to(parts.device)
             sync = i == len(batches) - 1
-            with world.no_sync(parts.wrapped, sync), autocast_context(parts.device, s.precision):
+            with world.no_sync(parts.wrapped, sync), autocast_context(parts.device, s.precision), \
+                    cuttable_backward(parts.device, compile_enabled(s.compile, parts.device)):
                 out = parts.wrapped(batch.src, batch.tgt_in)
                 loss, nll = label_smoothed_nll(out.logits, batch.tgt_out, s.label_smoothing, pad_id)
                 total = loss
