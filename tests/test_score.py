@@ -157,3 +157,17 @@ def test_a_multi_member_run_scores_with_its_ensemble_as_decode_decodes(tmp_path:
     # the first member alone scores otherwise: the ensemble was used
     alone = engine.score(run, [SOURCES[int(i)] for i, _, _ in rows], targets, overrides=[*NBEST, "train.members=1"])
     assert any(abs(a.logprob - b.logprob) > 1e-3 for a, b in zip(scored, alone))
+
+
+def test_resume_on_a_complete_scores_file_is_answered_before_any_model_loads(tiny_run: Path, tmp_path: Path):
+    source, target = write(tmp_path / "s.txt", SOURCES), write(tmp_path / "t.txt", SOURCES)
+    out = tmp_path / "scores.txt"
+    first = invoke("score", tiny_run, "--source", source, "--target", target, "-o", out, "--resume")
+    assert first.exit_code == 0, first.output
+    before = out.read_bytes()
+    again = invoke("score", tiny_run, "--source", source, "--target", target, "-o", out, "--resume")
+    assert again.exit_code == 0 and "is complete already" in again.output and out.read_bytes() == before
+    assert "scoring with" not in again.output, "found complete before any model loaded"
+    other = invoke("score", tiny_run, "--source", source, "--target", target, "-o", out, "--resume", "--normalize")
+    assert other.exit_code == 1 and "is complete, but another job wrote it (normalize: " in other.output
+    assert "scoring with" not in other.output and out.read_bytes() == before

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from seqxduce.api import Report, TrainingStopped, UserError, count_lines, iter_lines
-from seqxduce.decoding.engines import Engine
+from seqxduce.decoding.engines import Engine, Planned
 from seqxduce.decoding.jobs import RunSpec
 from seqxduce.recipe import Recipe
 
@@ -100,7 +100,8 @@ def decode_file(request: DecodeFile) -> StreamedFile:
     engine.check(request.run, "decode", features)
     engine.check_processes(request.run, request.processes)
     total = _input_lines(request)
-    finished = _finished_already(request)
+    finished = _finished_already(request, "decode", _decode_finals(request), request.split is not None,
+                                 lambda plan: _decode_record(request, plan.described, plan.model_files, plan.recipe))
     if finished is not None:
         return finished
     with _Stops("decode", request.output) as stops, engine.open(request.run) as loaded:
@@ -120,15 +121,16 @@ def score_file(request: ScoreFile) -> StreamedFile:
     if sources != targets:
         raise UserError(f"--source {request.source} has {sources} lines but --target {request.target} has "
                         f"{targets}: give one target line per source line")
+    finals = {"output": request.output} if request.output is not None else {}
+    finished = _finished_already(request, "score", finals, False,
+                                 lambda plan: _score_record(request, plan.described, plan.model_files, plan.recipe))
+    if finished is not None:
+        return finished
     with _Stops("score", request.output) as stops, engine.open(request.run) as loaded:
         _say(f"scoring with {engine.announced(loaded)}")
         job = engine.score_job(request.run, request.normalize)
         described = engine.described(loaded, request.run)
-        record = {"command": "score", "source": _file_key(request.source), "target": _file_key(request.target),
-                  "checkpoint": described,
-                  "checkpoint_files": [_file_key(p) for p in engine.model_files(loaded, request.run)],
-                  "normalize": request.normalize, **_decode_settings(loaded.recipe)}
-        finals = {"output": request.output} if request.output is not None else {}
+        record = _score_record(request, described, engine.model_files(loaded, request.run), loaded.recipe)
         done = _run_stream(request, job, job.processor_for(loaded), _processes(request, sources, loaded),
                            zip(iter_lines(request.source), iter_lines(request.target)), sources, finals, record,
                            "score", stops)
@@ -136,11 +138,12 @@ def score_file(request: ScoreFile) -> StreamedFile:
         return done
 
 
-def _finished_already(request: DecodeFile) -> StreamedFile | None:
+def _finished_already(request: FileRequest, what: str, finals: dict[str, Path], keep: bool,
+                      record_of: Callable[[Planned], dict]) -> StreamedFile | None:
     """--resume on an output that is complete (no stopped job's record beside it), found so before any model
     loads when the engine knows its load beforehand (Engine.planned): the output of this same job is done, one of
     another job is refused naming what differs (stream_files.OutputFiles). None: the job has work to do, or the
-    engine must load to know."""
+    engine must load to know. record_of: the job's record from the planned load, as the command keys it."""
     from seqxduce.decoding.stream_files import OutputFiles, partial_path, record_path
     from seqxduce.decoding.streaming import DEFAULT_BUFFER, BufferGrid
 
@@ -151,13 +154,12 @@ def _finished_already(request: DecodeFile) -> StreamedFile | None:
     planned = request.engine.planned(request.run)
     if planned is None:
         return None
-    record = {**_decode_record(request, planned.described, planned.model_files, planned.recipe),
-              "buffer_size": BufferGrid(request.buffer_size or DEFAULT_BUFFER).size}
-    files = OutputFiles(_decode_finals(request), record, keep=request.split is not None)
+    record = {**record_of(planned), "buffer_size": BufferGrid(request.buffer_size or DEFAULT_BUFFER).size}
+    files = OutputFiles(finals, record, keep=keep)
     if files.open(resume=True):  # cannot be: no record and the final output there
         raise RuntimeError(f"{output}: a complete output opened as a job to continue")
-    metric = " (and to print the split's metric)" if request.split is not None else ""
-    _say(f"decode: {output} is complete already (no stopped job to continue); run without --resume to write it "
+    metric = " (and to print the split's metric)" if keep else ""
+    _say(f"{what}: {output} is complete already (no stopped job to continue); run without --resume to write it "
          f"anew{metric}")
     return StreamedFile(count_lines(output), 0, complete_already=True, described=planned.described)
 
@@ -165,6 +167,13 @@ def _finished_already(request: DecodeFile) -> StreamedFile | None:
 def _decode_finals(request: DecodeFile) -> dict[str, Path]:
     return {name: Path(path) for name, path in (("output", request.output), ("annotations", request.annotations),
                                                 ("alignments", request.alignments)) if path is not None}
+
+
+def _score_record(request: ScoreFile, described: str, model_files: list[Path], recipe: Recipe) -> dict:
+    """What a streamed score's resume record keys the job by (as _decode_record)."""
+    return {"command": "score", "source": _file_key(request.source), "target": _file_key(request.target),
+            "checkpoint": described, "checkpoint_files": [_file_key(p) for p in model_files],
+            "normalize": request.normalize, **_decode_settings(recipe)}
 
 
 def _decode_record(request: DecodeFile, described: str, model_files: list[Path], recipe: Recipe) -> dict:
