@@ -22,7 +22,7 @@ from seqxduce.decoding.jobs import RunSpec
 from seqxduce.recipe import Recipe
 
 if TYPE_CHECKING:  # pragma: no cover
-    from seqxduce.decoding.streaming import BufferJob, Processor
+    from seqxduce.decoding.streaming import BufferGrid, BufferJob, Processor
 
 # decode and score spread an input of at least this many lines over one single-thread process per usable CPU
 # when decoding on the CPU (bench/decode_scale.py: two such processes decode faster than one of two threads)
@@ -145,7 +145,6 @@ def _finished_already(request: FileRequest, what: str, finals: dict[str, Path], 
     another job is refused naming what differs (stream_files.OutputFiles). None: the job has work to do, or the
     engine must load to know. record_of: the job's record from the planned load, as the command keys it."""
     from seqxduce.decoding.stream_files import OutputFiles, partial_path, record_path
-    from seqxduce.decoding.streaming import DEFAULT_BUFFER, BufferGrid
 
     output = request.output
     if not request.resume or output is None or not output.exists() or record_path(output).exists() \
@@ -154,13 +153,10 @@ def _finished_already(request: FileRequest, what: str, finals: dict[str, Path], 
     planned = request.engine.planned(request.run)
     if planned is None:
         return None
-    record = {**record_of(planned), "buffer_size": BufferGrid(request.buffer_size or DEFAULT_BUFFER).size}
-    files = OutputFiles(finals, record, keep=keep)
+    files = OutputFiles(finals, {**record_of(planned), "buffer_size": _grid(request).size}, keep=keep)
     if files.open(resume=True):  # cannot be: no record and the final output there
         raise RuntimeError(f"{output}: a complete output opened as a job to continue")
-    metric = " (and to print the split's metric)" if keep else ""
-    _say(f"{what}: {output} is complete already (no stopped job to continue); run without --resume to write it "
-         f"anew{metric}")
+    _say_complete(what, output, keep)
     return StreamedFile(count_lines(output), 0, complete_already=True, described=planned.described)
 
 
@@ -256,9 +252,8 @@ def _run_stream(request: FileRequest, job: BufferJob, process: Processor | None,
     from seqxduce.cpus import per_worker_threads
     from seqxduce.decoding.stream_files import OutputFiles
     from seqxduce.decoding.stream_job import Plan, run_job
-    from seqxduce.decoding.streaming import DEFAULT_BUFFER, BufferGrid
 
-    grid = BufferGrid(request.buffer_size or DEFAULT_BUFFER)
+    grid = _grid(request)
     files = OutputFiles(finals, {**record, "buffer_size": grid.size}, keep=keep) if finals else None
     threads = per_worker_threads(processes)
     plan = Plan(grid, processes, threads, request.resume, what)
@@ -273,10 +268,23 @@ def _run_stream(request: FileRequest, job: BufferJob, process: Processor | None,
         where = "its outputs went to stdout" if not finals else f"{next(iter(finals.values()))} is complete"
         _say(f"{signal_name(result.late_signal)}: came after the last line was written; {where}")
     if result.complete_already:
-        _say(f"{what}: {next(iter(finals.values()))} is complete already (no stopped job to continue); run without "
-             "--resume to write it anew")
+        _say_complete(what, next(iter(finals.values())), keep)
     return StreamedFile(result.done, result.new, result.seconds, complete_already=result.complete_already,
                         kept=result.kept, writer=result.writer)
+
+
+def _grid(request: FileRequest) -> BufferGrid:
+    """The job's buffers: --buffer-size, else the default (part of the job's record)."""
+    from seqxduce.decoding.streaming import DEFAULT_BUFFER, BufferGrid
+
+    return BufferGrid(request.buffer_size or DEFAULT_BUFFER)
+
+
+def _say_complete(what: str, output: Path, split: bool) -> None:
+    """--resume found the output complete, written by this same job: nothing to do."""
+    metric = " (and to print the split's metric)" if split else ""
+    _say(f"{what}: {output} is complete already (no stopped job to continue); run without --resume to write it "
+         f"anew{metric}")
 
 
 class _Stops:
