@@ -33,7 +33,7 @@ def unread_server(tmp_path: Path, write_timeout: float, max_unread: int) -> Iter
                                     str(write_timeout), str(max_unread)], cwd=ROOT, stdout=out, stderr=out,
                                    env=os.environ | {"PYTHONPATH": str(ROOT)})
     try:
-        until(lambda: "Uvicorn running" in log.read_text(), STARTUP_S, "the server started", log)
+        until(lambda: "listening" in log.read_text(), STARTUP_S, "the server listening", log)
         yield port, log
     finally:
         process.kill()

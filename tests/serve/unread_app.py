@@ -5,6 +5,7 @@ MEGABYTES of bytes at once, as the server's routes answer (one body, written who
 from __future__ import annotations
 
 import logging
+import socket
 import sys
 
 import uvicorn
@@ -26,8 +27,17 @@ def main() -> None:
         print("answer written", file=sys.stderr, flush=True)  # the tests wait on it: the socket took what it could
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="info", lifespan="off",
-                http=guarded_protocol(64, 20.0, write_timeout, max_unread))
+    # a small kernel send buffer (accepted sockets inherit it): what a client leaves unread waits in the
+    # transport's buffer, as the bounds assume, whatever the host's tcp_wmem lets the kernel hold
+    listening = socket.socket()
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 << 10)
+    listening.bind(("127.0.0.1", port))
+    listening.listen(64)
+    print("listening", file=sys.stderr, flush=True)  # the tests wait on it: a connection now waits in the backlog
+    config = uvicorn.Config(app, log_level="info", lifespan="off",
+                            http=guarded_protocol(64, 20.0, write_timeout, max_unread))
+    uvicorn.Server(config).run(sockets=[listening])
 
 
 if __name__ == "__main__":
