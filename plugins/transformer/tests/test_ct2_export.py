@@ -62,6 +62,8 @@ VARIANTS = {
     "learned positions": dict(positions="learned", max_positions=64),
     "d_k = d_v = 6": dict(d_k=6, d_v=6),
     "3 encoder / 1 decoder layers, source bos": dict(encoder_layers=3, decoder_layers=1, source_bos=True),
+    # the distilled student's shape (recipes/multi30k_en_de_student.toml): deep pre-norm encoder, one decoder layer
+    "pre-norm, 4 encoder / 1 decoder layers": dict(norm="pre", encoder_layers=4, decoder_layers=1),
 }
 
 
