@@ -10,6 +10,9 @@ A run directory holds:
     best.pt              the checkpoint of the best validation so far, where the trainer keeps one
     metrics.jsonl        one JSON object per training log line and validation
     sampled/             the current epoch's training pairs when a tokenizer samples (corpus.sampled_epochs)
+    README.md            what was trained, its figures and the commands that use it (inspection.run_readme)
+    tensorboard/         TensorBoard event files, when [train] tensorboard = true (training.tensorboard_log)
+    members/             members 2..N and their shared tokenizers, when [train] members = N (members.py)
 """
 
 from __future__ import annotations
