@@ -366,8 +366,6 @@ class Trainer:
         """The model's and optimizer's full state dicts on rank 0 (a collective under FSDP: every rank calls it)."""
         return full_states(self.parts.model, self.parts.optimizer, self.settings.fsdp, self.parts.is_main)
 
-    _full_states = full_states  # the name the two-rank test worker calls
-
     def save(self, alone: bool = False) -> Path:
         """Write this step's checkpoint (main process), then remove the oldest beyond keep_checkpoints; alone:
         without a collective (a stop's save under DDP, when another process may have left: rank 0's weights are
