@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,17 +28,29 @@ from bench_common import cpu_name, git_commit, load_average  # noqa: E402
 
 from seqxduce.decoding.decode import split_examples  # noqa: E402
 from seqxduce.decoding.jobs import RunSpec  # noqa: E402
+from seqxduce.decoding.options import decode_precision  # noqa: E402
 from seqxduce.export.engine_choice import engine_named  # noqa: E402
+from seqxduce.export.exporting import export_run  # noqa: E402
+from seqxduce.rundir import RunDir  # noqa: E402
 
 
-def systems(teacher: str, student: str, ct2: bool) -> list[tuple[str, str, RunSpec]]:
-    """(name, engine, what it loads) of each system measured."""
+def systems(teacher: str, student: str, ct2_work: Path | None) -> list[tuple[str, str, RunSpec]]:
+    """(name, engine, what it loads) of each system measured; with ct2_work, CTranslate2's too, the teacher's
+    member exported there first."""
     member = RunSpec(teacher, ("train.members=1",))
     found = [("teacher ensemble", "seqxduce", RunSpec(teacher)), ("teacher member 1", "seqxduce", member),
              ("student", "seqxduce", RunSpec(student))]
-    if ct2:
-        found += [("teacher member 1", "ctranslate2", member), ("student", "ctranslate2", RunSpec(student))]
+    if ct2_work is not None:
+        found += [("teacher member 1", "ctranslate2", RunSpec(member_export(teacher, ct2_work))),
+                  ("student", "ctranslate2", RunSpec(student))]
     return found
+
+
+def member_export(teacher: str, work: Path) -> str:
+    """The teacher's first member as a CTranslate2 folder: CTranslate2 holds one model, and an export of a run of
+    several members names the member (seqxduce's engine takes `train.members=1` instead)."""
+    members = RunDir(Path(teacher)).load_recipe().train.members
+    return str(export_run(teacher, work / "member-1", member=1 if members > 1 else None).directory)
 
 
 def main() -> None:
@@ -50,8 +63,9 @@ def main() -> None:
     parser.add_argument("--no-ct2", action="store_true", help="leave out CTranslate2")
     args = parser.parse_args()
 
-    measured = systems(args.teacher, args.student, not args.no_ct2)
     with contextlib.ExitStack() as stack:
+        work = None if args.no_ct2 else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="distill-speed-")))
+        measured = systems(args.teacher, args.student, work)
         loaded = []
         for _name, engine_name, spec in measured:
             engine = engine_named(engine_name)
@@ -69,12 +83,15 @@ def main() -> None:
 
     print(f"# {len(sources)} sources of {args.split}; {torch.get_num_threads()} torch threads; commit "
           f"{git_commit()}; {cpu_name()}; load {load_average()}; median of {args.repeats} rounds")
-    print("| system | engine | sentences/s | x the ensemble (seqxduce) | x one member (seqxduce) |")
-    print("|---|---|---|---|---|")
-    for (name, engine_name, _), times in zip(measured, seconds):
+    print("| system | engine | computes in | sentences/s | x the ensemble (seqxduce) | x one member (seqxduce) |")
+    print("|---|---|---|---|---|---|")
+    for (name, engine_name, _), (_, model), times in zip(measured, loaded, seconds):
         median = statistics.median(times)
-        print(f"| {name} | {engine_name} | {len(sources) / median:.1f} | {within_rounds(seconds[0], times):.2f} | "
-              f"{within_rounds(seconds[1], times):.2f} |")
+        # seqxduce's engine decodes in the run's [decode] precision (recipe: its [train] precision, bf16 autocast
+        # for the Multi30k recipes); the CTranslate2 export is float32
+        computes = decode_precision(model.recipe) if engine_name == "seqxduce" else "float32"
+        print(f"| {name} | {engine_name} | {computes} | {len(sources) / median:.1f} | "
+              f"{within_rounds(seconds[0], times):.2f} | {within_rounds(seconds[1], times):.2f} |")
 
 
 def within_rounds(base: list[float], times: list[float]) -> float:

@@ -267,15 +267,22 @@ def test_the_sets_key_takes_the_datas_bytes_not_their_place_or_time(tmp_path: Pa
     assert data_content(Files(copy), copy, []) != key
 
 
-def test_the_speed_benchmark_times_teacher_member_and_student_on_the_same_sources(teacher: Path, monkeypatch,
-                                                                                    capsys) -> None:
+def test_the_speed_benchmark_times_teacher_member_and_student_on_the_same_sources(teacher: Path, tmp_path: Path,
+                                                                                    monkeypatch, capsys) -> None:
+    """A teacher of two members, as the Multi30k one: CTranslate2 decodes its first member's own export."""
+    pytest.importorskip("ctranslate2")
     from tests.bench_scripts import load_bench
 
+    members = tmp_path / "members"
+    engine.train(TINY_RECIPE, members, overrides=["train.members=2", "train.max_steps=2"])
     bench = load_bench("distill_speed.py")
-    monkeypatch.setattr("sys.argv", ["distill_speed.py", "--teacher", str(teacher), "--student", str(teacher),
-                                     "--sentences", "6", "--repeats", "1", "--no-ct2"])
+    monkeypatch.setattr("sys.argv", ["distill_speed.py", "--teacher", str(members), "--student", str(teacher),
+                                     "--sentences", "6", "--repeats", "1"])
     bench.main()
     table = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
     rows = table[1:]  # under the header
-    assert [row[0].lstrip("| ") for row in rows] == ["teacher ensemble", "teacher member 1", "student"]
-    assert rows[0][3] == "1.00" and float(rows[2][2]) > 0
+    assert [(row[0].lstrip("| "), row[1]) for row in rows] == [
+        ("teacher ensemble", "seqxduce"), ("teacher member 1", "seqxduce"), ("student", "seqxduce"),
+        ("teacher member 1", "ctranslate2"), ("student", "ctranslate2")]
+    assert rows[0][4] == "1.00" and rows[1][5].rstrip(" |") == "1.00" and all(float(row[3]) > 0 for row in rows)
+    assert [row[2] for row in rows] == ["fp32", "fp32", "fp32", "float32", "float32"]
