@@ -210,8 +210,13 @@ class Batcher:
                 self._run_call(batch)
             else:
                 self._run_batch(batch)
-            self.running_since = None
-            self.counters.decoding = 0
+            self._decoded()
+
+    def _decoded(self) -> None:
+        """The batch (or call) under way has ended: said before its answers are handed out, so that a client that
+        has its answer never finds its batch still running (GET /ready, /health)."""
+        self.running_since = None
+        self.counters.decoding = 0
 
     def _next_batch(self) -> list[_Entry] | _Job | None:
         """Under the lock: wait for work, then for a full batch or the first source's deadline; None to end."""
@@ -304,6 +309,7 @@ class Batcher:
                 self.counters.abandoned += len(batch)
                 failure = Abandoned("the server is stopping")
             outputs = [failure] * len(batch)
+        self._decoded()
         self.counters.batches += 1
         self.counters.decoded += 0 if isinstance(outputs[0], Abandoned) else len(batch)
         for entry, output in zip(batch, outputs):
@@ -331,9 +337,13 @@ class Batcher:
             self._pause(unwanted)
             if unwanted():
                 raise Abandoned("nobody waits for this call")
-            self._finish(job, result=job.call(unwanted))
+            result = job.call(unwanted)
         except Exception as err:  # noqa: BLE001 - as in _run_batch
+            self._decoded()
             self._finish(job, error=Abandoned("the server is stopping") if unwanted() else err)
+            return
+        self._decoded()
+        self._finish(job, result=result)
 
     def _pause(self, unwanted: StopCheck) -> None:
         """The tests' slow batch (delay_s): a step that a deadline cannot cut short, only the server stopping."""
