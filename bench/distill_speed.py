@@ -31,7 +31,6 @@ from seqxduce.decoding.jobs import RunSpec  # noqa: E402
 from seqxduce.decoding.options import decode_precision  # noqa: E402
 from seqxduce.export.engine_choice import engine_named  # noqa: E402
 from seqxduce.export.exporting import export_run  # noqa: E402
-from seqxduce.rundir import RunDir  # noqa: E402
 
 
 def systems(teacher: str, student: str, ct2_work: Path | None) -> list[tuple[str, str, RunSpec]]:
@@ -48,9 +47,9 @@ def systems(teacher: str, student: str, ct2_work: Path | None) -> list[tuple[str
 
 def member_export(teacher: str, work: Path) -> str:
     """The teacher's first member as a CTranslate2 folder: CTranslate2 holds one model, and an export of a run of
-    several members names the member (seqxduce's engine takes `train.members=1` instead)."""
-    members = RunDir(Path(teacher)).load_recipe().train.members
-    return str(export_run(teacher, work / "member-1", member=1 if members > 1 else None).directory)
+    several members names the member (seqxduce's engine takes `train.members=1` instead); member 1 of a run of one
+    is the run itself."""
+    return str(export_run(teacher, work / "member-1", member=1).directory)
 
 
 def main() -> None:
