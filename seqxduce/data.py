@@ -28,21 +28,33 @@ class Pair:
 
 @dataclass
 class Batch:
-    """Padded tensors for teacher forcing: src (B, S), tgt_in = bos + y (B, T), tgt_out = y + eos (B, T)."""
+    """Padded tensors for teacher forcing: src (B, S), tgt_in = bos + y (B, T), tgt_out = y + eos (B, T); with
+    word-level distillation the teacher's top-k next tokens at each target position, soft_ids (B, T, k), and their
+    probabilities, soft_probs (B, T, k; 0 at padding)."""
 
     src: torch.Tensor
     tgt_in: torch.Tensor
     tgt_out: torch.Tensor
     ntokens: int  # target tokens that count in the loss (eos included)
+    soft_ids: torch.Tensor | None = None
+    soft_probs: torch.Tensor | None = None
+
+    @property
+    def soft(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        return None if self.soft_ids is None or self.soft_probs is None else (self.soft_ids, self.soft_probs)
+
+    def _each(self, move: Callable[[torch.Tensor], torch.Tensor]) -> Batch:
+        soft = self.soft
+        return Batch(move(self.src), move(self.tgt_in), move(self.tgt_out), self.ntokens,
+                     *((move(soft[0]), move(soft[1])) if soft is not None else ()))
 
     def to(self, device: torch.device) -> Batch:
         """On `device`; from pinned memory the copy to a GPU is asynchronous (the host does not wait)."""
-        return Batch(self.src.to(device, non_blocking=True), self.tgt_in.to(device, non_blocking=True),
-                     self.tgt_out.to(device, non_blocking=True), self.ntokens)
+        return self._each(lambda t: t.to(device, non_blocking=True))
 
     def pin_memory(self) -> Batch:
         """In page-locked host memory, which a GPU copies from without the host waiting."""
-        return Batch(self.src.pin_memory(), self.tgt_in.pin_memory(), self.tgt_out.pin_memory(), self.ntokens)
+        return self._each(lambda t: t.pin_memory())
 
 
 def encode_source(tokenizer: Tokenizer, text: str) -> list[int]:

@@ -158,7 +158,10 @@ def distill(teacher: str | Path, recipe: str | Path, out: str | Path | None = No
             if int(os.environ.get("RANK", "0")) == 0:
                 console.print("distill: the student's [tokenizer] is the teacher's: a new student takes the "
                               "teacher's tokenizer files", markup=False)
-        return train(recipe, out, start, overrides=(*overrides, f"distill.targets={made.folder}"))
+        named = (f"distill.targets={made.folder}",)
+        if student.distill.word_kd:  # the teacher whose distributions the student learns from, and its checkpoint
+            named += (f"distill.teacher_run={the_teacher.run}", f"distill.teacher_checkpoint={checkpoint or ''}")
+        return train(recipe, out, start, overrides=(*overrides, *named))
     finally:
         world.close()
 

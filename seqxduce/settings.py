@@ -197,3 +197,20 @@ class DistillSettings(Settings):
     original_ratio: float = setting(0.0, help="the share of the original training pairs trained on beside the "
                                               "distilled ones (0: the distilled pairs alone; 1: every original "
                                               "pair too), a seeded choice", min=0.0, max=1.0)
+    word_kd: float = setting(0.0, help="word-level knowledge distillation (Kim & Rush 2016; Freitag et al. 2017): "
+                                       "the weight of the teacher's next-token distribution in the loss, the rest "
+                                       "the label-smoothed references' (0: off). The teacher's top word_kd_top_k "
+                                       "probabilities at every target position of the training split are computed "
+                                       "once and kept in the cache, keyed by the teacher's checkpoints and the "
+                                       "student's encoded pairs; needs the teacher's tokenizer files",
+                             min=0.0, max=1.0)
+    word_kd_top_k: int = setting(8, help="how many of the teacher's most probable next tokens are kept per target "
+                                         "position (renormalised to sum to 1): k x 4 bytes per target token",
+                                 min=1, max=256, ignored_when={"word_kd": (0, 0.0)}, instead="set word_kd > 0 first")
+    teacher_run: str = setting("", help="the teacher run whose distributions word_kd learns from (`seqxduce "
+                                        "distill` sets it to its TEACHER_RUN)", ignored_when={"word_kd": (0, 0.0)},
+                               instead="set word_kd > 0 first")
+    teacher_checkpoint: str = setting("", help="which of teacher_run's checkpoints give the distributions: best, "
+                                               "average, last or a file (`seqxduce distill --checkpoint` sets it); "
+                                               "empty: the one decode loads", ignored_when={"word_kd": (0, 0.0)},
+                                      instead="set word_kd > 0 first")

@@ -205,9 +205,13 @@ def student_task(recipe: Recipe, task: Task) -> Task:
 
 
 def check_student(recipe: Recipe) -> None:
-    """A student recipe ([distill] teacher or original_ratio, no distilled set yet) is trained by `seqxduce
-    distill`, which makes its set: refused in one line anywhere else."""
+    """A student recipe ([distill] teacher or original_ratio, no distilled set yet; or word_kd, no teacher run) is
+    trained by `seqxduce distill`, which makes its set and names its teacher: refused in one line anywhere else."""
     d = recipe.distill
+    if d.word_kd and not d.teacher_run:
+        raise UserError(f"{recipe.source}: [distill] word_kd = {d.word_kd:g} learns from a teacher's distributions: "
+                        f"run `seqxduce distill TEACHER_RUN {recipe.source} --out RUN` (which names the teacher), or "
+                        "set distill.teacher_run to the teacher's run directory")
     if not d.targets and (d.teacher or d.original_ratio):
         raise UserError(f"{recipe.source}: [distill] makes a student, which trains on its teacher's outputs: run "
                         f"`seqxduce distill TEACHER_RUN {recipe.source} --out RUN`")

@@ -100,13 +100,17 @@ class EpochEncoder:
         self.read: int | None = None  # the pairs an epoch reads, once one was encoded: the next ones' total
         self.key = f"{key}|{seed}|{max_src}|{max_tgt}|{max_tokens}"
 
-    def pairs(self, epoch: int) -> PairArrays | None:
-        """This epoch's training pairs, or None when neither tokenizer samples."""
+    def sampling(self) -> bool:
+        """Whether either tokenizer samples, so that each epoch is encoded anew."""
         if self.samples is None:
             # asked of one text before the corpus is read: a tokenizer that does not sample returns None for any,
             # and its settings decide, not the epoch
             self.samples = any(tok.encode_sampled(["a"], 0) is not None for tok in (self.src_tok, self.tgt_tok))
-        if not self.samples:
+        return self.samples
+
+    def pairs(self, epoch: int) -> PairArrays | None:
+        """This epoch's training pairs, or None when neither tokenizer samples."""
+        if not self.sampling():
             return None
         path = self.folder / f"{EPOCH_PREFIX}{epoch:06d}"
         if self.rank == 0:

@@ -21,6 +21,7 @@ from seqxduce.console import console
 from seqxduce.corpus import binarized
 from seqxduce.corpus.arrays import release_freed_memory
 from seqxduce.corpus.distilled import student_task
+from seqxduce.corpus.soft_targets import SoftTargets
 from seqxduce.corpus.training_data import TrainingCorpus
 from seqxduce.data import Pair, encode_pairs
 from seqxduce.device import resolve_device
@@ -34,6 +35,7 @@ from seqxduce.training.metrics_log import MetricsLog
 from seqxduce.training.optim import build_optimizer, build_scaler, restore_optimizer
 from seqxduce.training.state import TrainState, restore
 from seqxduce.training.step_plan import StepPlan
+from seqxduce.training.teacher_targets import teacher_soft_targets
 from seqxduce.training.tensorboard_log import TENSORBOARD_DIR, summary_writer_class
 from seqxduce.training.validation import Validator
 
@@ -62,6 +64,7 @@ class TrainingRun:
     resumed: bool = False
     log: MetricsLog = field(default_factory=lambda: MetricsLog(None))
     early_stopping: EarlyStopping | None = None  # None: built from [train] patience and the run directory
+    soft_targets: SoftTargets | None = None  # the teacher's distributions over the training pairs ([distill] word_kd)
 
     def __post_init__(self) -> None:
         if self.early_stopping is None:
@@ -132,6 +135,7 @@ def assemble(recipe: Recipe, run_dir: Path, start: RunStart | None = None) -> Tr
     with stop_while_preparing("preparing the training data, before the first step"):
         corpus = TrainingCorpus.open(recipe, task, data_dir, corpus_start, rundir.tokenizers,
                                      sampled_folder=rundir.path / SAMPLED_DIR, ranks=_WorldRanks(world))
+    soft = _soft_targets(recipe, corpus, rundir) if recipe.distill.word_kd else None
     valid_examples = task.examples("valid", data_dir) if "valid" in task.splits else []
     torch.manual_seed(s.seed)
     tokenizers = corpus.tokenizers
@@ -158,7 +162,7 @@ def assemble(recipe: Recipe, run_dir: Path, start: RunStart | None = None) -> Tr
         optimizer=optimizer, fused=fused, scaler=scaler,
         plan=StepPlan(s, corpus.pairs, corpus.epochs, world.rank, world.world_size),
         validator=Validator(recipe, task, tokenizers, valid_examples, valid_pairs, device) if valid_pairs else None,
-        rundir=rundir, log=log)
+        rundir=rundir, log=log, soft_targets=soft)
     if resume_from is not None:
         latest, saved = resume_from
         run.state = restore(latest, saved, model, optimizer, fused, scaler, s.fsdp)
@@ -175,6 +179,15 @@ def assemble(recipe: Recipe, run_dir: Path, start: RunStart | None = None) -> Tr
     release_freed_memory()
     world.barrier()
     return run
+
+
+def _soft_targets(recipe: Recipe, corpus: TrainingCorpus, rundir: RunDir) -> SoftTargets:
+    """[distill] word_kd's teacher distributions over the corpus's pairs (computed once, in the cache)."""
+    if corpus.epochs.sampling():
+        raise UserError(f"[distill] word_kd = {recipe.distill.word_kd:g}: the teacher's distributions are kept per "
+                        "target position of fixed ids, but this [tokenizer] samples a new encoding each epoch; turn "
+                        "its sampling off, or word_kd")
+    return teacher_soft_targets(recipe, corpus.pairs, rundir.tokenizers.files(recipe))
 
 
 def fine_tuning_source(recipe: Recipe, init_from: Path, keep_optimizer: bool) -> FineTuningSource:

@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -215,6 +216,10 @@ class Trainer:
     def _collated(self, plan: PlannedStep) -> list[Batch]:
         """A planned step's batches, padded, and in pinned memory when they go to a GPU (in the prefetch thread)."""
         batches = plan.batches(self.parts.tokenizers.vocab())
+        soft = self.parts.soft_targets
+        if soft is not None:  # the teacher's rows, padded as each batch's targets are
+            batches = [replace(b, **dict(zip(("soft_ids", "soft_probs"), soft.collate(indices, b.tgt_out.size(1)))))
+                       for b, indices in zip(batches, plan.batch_indices, strict=True)]
         return [b.pin_memory() for b in batches] if self.parts.device.type == "cuda" else batches
 
     def _stop_now(self) -> int:
@@ -290,7 +295,8 @@ class Trainer:
             with world.no_sync(parts.wrapped, sync), autocast_context(parts.device, s.precision), \
                     cuttable_backward(parts.device, compile_enabled(s.compile, parts.device)):
                 out = parts.wrapped(batch.src, batch.tgt_in)
-                loss, nll = label_smoothed_nll(out.logits, batch.tgt_out, s.label_smoothing, pad_id)
+                loss, nll = label_smoothed_nll(out.logits, batch.tgt_out, s.label_smoothing, pad_id, batch.soft,
+                                               self.parts.recipe.distill.word_kd)
                 total = loss
                 if out.aux_loss is not None:
                     # the aux loss (e.g. ACT ponder cost) is a mean; weight it by tokens like the main loss
