@@ -73,3 +73,44 @@ def test_the_cpu_row_chunks_keep_every_bit_of_one_whole_pass(monkeypatch, dtype)
     for other in results[1:]:
         assert all(torch.equal(a, b) for a, b in zip(results[0], other))
     assert loss_module.row_chunks(63, 50, torch.device("meta")) == [slice(0, 63)]  # not a CPU: one chunk
+
+
+def _teacher(target: torch.Tensor, vocab: int, k: int, seed: int = 7) -> tuple[torch.Tensor, torch.Tensor]:
+    """A teacher's k tokens and renormalised probabilities per position, 0 at the targets' padding."""
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.stack([torch.randperm(vocab, generator=generator)[:k] for _ in range(target.numel())])
+    probs = torch.rand(target.numel(), k, generator=generator).softmax(-1)
+    ids, probs = ids.view(*target.shape, k), probs.view(*target.shape, k)
+    probs[target == 0] = 0.0
+    return ids, probs
+
+
+@pytest.mark.parametrize("kd_weight", [0.25, 1.0])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_teachers_term_and_its_gradient_match_autograd(kd_weight, dtype):
+    """Word-level distillation: (1 - w) * the smoothed loss + w * the cross-entropy against the teacher's k
+    probabilities, its hand-written gradient as autograd's over the textbook formula, chunked or whole."""
+    logits, target = _case(4, shape=(4, 6, 30))
+    soft = _teacher(target, 30, 5)
+    mine = logits.to(dtype).clone().requires_grad_()
+    theirs = logits.to(dtype).float().clone().requires_grad_()
+    loss, nll = label_smoothed_nll(mine, target, 0.1, 0, soft, kd_weight)
+    ref_loss, ref_nll = label_smoothed_nll_reference(theirs, target, 0.1, 0, soft, kd_weight)
+    assert torch.allclose(loss, ref_loss, rtol=1e-5) and torch.allclose(nll, ref_nll, rtol=1e-5)
+    (1.5 * loss).backward()
+    (1.5 * ref_loss).backward()
+    tolerance = {"rtol": 1e-5, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 1e-2, "atol": 1e-3}
+    assert torch.allclose(mine.grad.float(), theirs.grad, **tolerance)
+    assert mine.grad[target == 0].abs().max() == 0
+    # the teacher's term is really there: the gradient without it is another
+    plain = logits.to(dtype).clone().requires_grad_()
+    label_smoothed_nll(plain, target, 0.1, 0)[0].mul(1.5).backward()
+    assert (plain.grad.float() - mine.grad.float()).abs().max() > 1e-2
+
+
+def test_a_teacher_that_is_the_gold_one_hot_is_the_plain_loss():
+    """A teacher whose one token is the reference with probability 1, at weight 1 and no smoothing, is the NLL."""
+    logits, target = _case(5)
+    ids, probs = target.unsqueeze(-1), (target != 0).float().unsqueeze(-1)
+    loss, nll = label_smoothed_nll(logits, target, 0.0, 0, (ids, probs), 1.0)
+    assert torch.allclose(loss, nll, rtol=1e-6)

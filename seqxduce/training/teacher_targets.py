@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from seqxduce.api import UserError
-from seqxduce.console import console
+from seqxduce.console import PairsProgress, console
 from seqxduce.corpus.arrays import PairArrays, length_batches
 from seqxduce.corpus.binarized import ids_dtype
 from seqxduce.corpus.distilled import file_digest
@@ -77,10 +77,11 @@ def _compute(plan, teacher: Path, checkpoint: str | None, pairs: PairArrays, top
                   f"pairs ({models} model{'s' if models > 1 else ''}: {plan.described()}) into {folder}")
     writer = SoftTargetsWriter(folder, pairs, top_k, ids_dtype(vocab.tgt_size), {"teacher": str(teacher), **parts})
     try:
-        with torch.inference_mode():
+        with torch.inference_mode(), PairsProgress("distill: the teacher's distributions", len(pairs)) as progress:
             for indices in length_batches(pairs.src_lengths, pairs.tgt_lengths, max_tokens, seed=0, epoch=0,
                                           shuffle=False):
                 _teach(loaded.model, pairs, list(indices), vocab, top_k, writer, loaded.device)
+                progress.advance(len(indices))
         writer.close()
     except BaseException:
         writer.abort()

@@ -1,0 +1,160 @@
+"""Word-level knowledge distillation ([distill] word_kd): the teacher's top-k next-token distributions over the
+student's training pairs are computed once (float32, the teacher's ensemble averaged), kept in the cache keyed by
+the teacher's checkpoints, k and the encoded pairs, found again by a second student, and gathered into each batch
+aligned with its targets; a stop during their pass keeps nothing; the refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from seqxduce import engine
+from seqxduce.api import VocabInfo
+from seqxduce.cli import cli
+from seqxduce.corpus import binarized
+from seqxduce.corpus.arrays import PairArrays
+from seqxduce.corpus.soft_targets import SoftTargets, SoftTargetsWriter, pairs_digest
+from seqxduce.data import Pair
+from seqxduce.decoding.decode import load_run
+from seqxduce.training import teacher_targets
+from tests.tiny import TINY_RECIPE
+
+KD = ("--set", "distill.word_kd=0.5", "--set", "train.max_steps=2")
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("teacher") / "run"
+    engine.train(TINY_RECIPE, out)
+    return out
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch) -> Path:
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("SEQXDUCE_CACHE", str(folder))
+    return folder
+
+
+def invoke(*args: object):
+    return CliRunner().invoke(cli, [*map(str, args)])
+
+
+def soft_folders(cache: Path) -> list[Path]:
+    return sorted(p for p in cache.glob("soft-*") if p.is_dir())
+
+
+def student_pairs(cache: Path, meta: dict) -> PairArrays:
+    """The student's encoded training pairs: the prepared dataset in the cache whose ids the set was keyed by."""
+    for folder in cache.glob("tokens-*"):
+        pairs = binarized.open_dataset(folder)[0]
+        if pairs_digest(pairs) == meta["ids"]:
+            return pairs
+    raise AssertionError("no prepared dataset holds the ids the teacher's distributions were computed for")
+
+
+def test_the_student_learns_from_the_teachers_distributions_computed_once(teacher: Path, cache: Path,
+                                                                          tmp_path: Path) -> None:
+    first = invoke("distill", teacher, TINY_RECIPE, "--out", tmp_path / "a", *KD)
+    assert first.exit_code == 0, first.output
+    assert "the teacher's top 8 next tokens" in first.output
+    (folder,) = soft_folders(cache)
+    meta = json.loads((folder / "meta.json").read_text())
+    pairs = student_pairs(cache, meta)
+    soft = SoftTargets.open(folder, pairs)
+    assert soft.ids.shape == (int(pairs.tgt_lengths.sum()) + len(pairs), 8)
+    # each pair's rows are the teacher's own distribution for that pair alone, teacher-forced on its target
+    loaded = load_run(teacher, ("decode.precision=fp32",))
+    vocab = loaded.tokenizers.vocab()
+    for j in (0, 17, len(pairs) - 1):
+        batch = pairs.collate([j], vocab)
+        with torch.inference_mode():
+            probs = loaded.model(batch.src, batch.tgt_in).logits.float().softmax(-1)[0]
+        ids, kept = soft.collate([j], batch.tgt_out.size(1))
+        top = probs.topk(8, dim=-1)
+        # the same k tokens (ties aside) and their probabilities renormalised, within float16's rounding
+        assert torch.allclose(kept[0], top.values / top.values.sum(-1, keepdim=True), atol=2e-3)
+        assert torch.equal(ids[0, :, 0], top.indices[:, 0])
+    # the run says which teacher it learned from, and a second student of it computes nothing
+    saved = engine.load_run_recipe(tmp_path / "a")
+    assert Path(saved.distill.teacher_run) == teacher.resolve() and saved.distill.word_kd == 0.5
+    again = invoke("distill", teacher, TINY_RECIPE, "--out", tmp_path / "b", *KD)
+    assert again.exit_code == 0, again.output
+    assert "next tokens" not in again.output and soft_folders(cache) == [folder]
+    # another k, or another teacher checkpoint, is another set
+    other_k = invoke("distill", teacher, TINY_RECIPE, "--out", tmp_path / "c", *KD, "--set", "distill.word_kd_top_k=3")
+    assert other_k.exit_code == 0, other_k.output
+    step_4 = teacher / "checkpoints" / "step_00000004.pt"
+    other_step = invoke("distill", teacher, TINY_RECIPE, "--out", tmp_path / "d", *KD, "--checkpoint", step_4)
+    assert other_step.exit_code == 0, other_step.output
+    assert engine.load_run_recipe(tmp_path / "d").distill.teacher_checkpoint == str(step_4)
+    assert len(soft_folders(cache)) == 3
+
+
+def test_a_batch_gathers_each_pairs_rows_aligned_with_its_targets(tmp_path: Path) -> None:
+    pairs = PairArrays.from_pairs([Pair([5, 2], [7, 8, 9]), Pair([6, 2], []), Pair([4, 4, 2], [9])])
+    writer = SoftTargetsWriter(tmp_path / "soft", pairs, 2, np.dtype(np.uint16), {})
+    for j in range(len(pairs)):
+        rows = len(pairs.target(j)) + 1
+        ids = np.array([[10 * j + r, 1] for r in range(rows)])
+        writer.put(j, ids, np.tile(np.array([0.75, 0.25], dtype=np.float16), (rows, 1)))
+    soft = SoftTargets.open(writer.close(), pairs)
+    vocab = VocabInfo(src_size=100, tgt_size=100, pad_id=0, bos_id=1, eos_id=2, shared=True)
+    batch = pairs.collate([2, 0, 1], vocab)
+    ids, probs = soft.collate([2, 0, 1], batch.tgt_out.size(1))
+    assert ids.shape == (3, 4, 2) == probs.shape
+    assert ids[:, :, 0].tolist() == [[20, 21, 0, 0], [0, 1, 2, 3], [10, 0, 0, 0]]
+    # probabilities exactly where the targets count (eos included), none at padding
+    assert torch.equal(probs.sum(-1) > 0, batch.tgt_out != vocab.pad_id)
+
+
+def test_a_stop_during_the_teachers_pass_keeps_nothing_and_the_next_run_computes_it(teacher: Path, cache: Path,
+                                                                                   tmp_path: Path,
+                                                                                   monkeypatch) -> None:
+    real = teacher_targets._teach
+    calls = []
+
+    def stopped_after_one(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # the first batch's rows written: the stop comes mid-pass
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(teacher_targets, "_teach", stopped_after_one)
+    stopped = invoke("distill", teacher, TINY_RECIPE, "--out", tmp_path / "s", *KD)
+    assert stopped.exit_code == 128 + signal.SIGTERM, stopped.output
+    assert "stopped while computing the teacher's distributions" in stopped.output
+    assert soft_folders(cache) == [] and not list(cache.glob("soft-*.work-*"))
+    monkeypatch.setattr(teacher_targets, "_teach", real)
+    again = invoke("distill", teacher, TINY_RECIPE, "--out", tmp_path / "s", *KD, "--auto-resume")
+    assert again.exit_code == 0, again.output
+    assert len(soft_folders(cache)) == 1
+
+
+def test_word_kd_without_a_teacher_or_with_another_vocabulary_is_refused_in_one_line(teacher: Path, cache: Path,
+                                                                                    tmp_path: Path) -> None:
+    alone = invoke("train", TINY_RECIPE, "--out", tmp_path / "alone", "--set", "distill.word_kd=0.5")
+    assert alone.exit_code == 1 and "learns from a teacher's distributions" in alone.output
+    assert "Traceback" not in alone.output
+    # a teacher named by hand, but a student with a vocabulary of its own
+    other = invoke("train", TINY_RECIPE, "--out", tmp_path / "other", "--set", "distill.word_kd=0.5",
+                   "--set", f"distill.teacher_run={teacher}", "--set", "tokenizer.max_size=4")
+    assert other.exit_code == 1 and "needs the teacher's tokenizer files" in other.output, other.output
+    assert soft_folders(cache) == []
+    # word-level distillation alone, on the original targets, with the teacher's vocabulary: it trains
+    own = invoke("train", TINY_RECIPE, "--out", tmp_path / "own", "--set", "distill.word_kd=0.5",
+                 "--set", f"distill.teacher_run={teacher}", "--tokenizers-from", teacher, "--set",
+                 "train.max_steps=2")
+    assert own.exit_code == 0, own.output
+    assert len(soft_folders(cache)) == 1
+    # k without word_kd reads nothing: refused as every unread setting is
+    unread = invoke("train", TINY_RECIPE, "--out", tmp_path / "k", "--set", "distill.word_kd=0",
+                    "--set", "distill.word_kd_top_k=4")
+    assert unread.exit_code != 0 and "word_kd" in unread.output
