@@ -15,11 +15,12 @@ import fcntl
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from seqxduce.api import UserError
+from seqxduce.api import UserError, VocabInfo
 from seqxduce.console import PairsProgress, console
 from seqxduce.corpus.arrays import PairArrays, length_batches
 from seqxduce.corpus.binarized import ids_dtype
@@ -28,6 +29,9 @@ from seqxduce.corpus.soft_targets import PREFIX, SoftTargets, SoftTargetsWriter,
 from seqxduce.corpus.token_cache import cache_root
 from seqxduce.recipe import Recipe
 from seqxduce.signals import stop_while_preparing
+
+if TYPE_CHECKING:
+    from seqxduce.decoding.decode import PlannedRun
 
 TEACHER_OVERRIDES = ("decode.precision=fp32",)  # see the module's docstring
 
@@ -62,8 +66,8 @@ def teacher_soft_targets(recipe: Recipe, pairs: PairArrays, tokenizer_files: Seq
     return SoftTargets.open(folder, pairs)
 
 
-def _compute(plan, teacher: Path, checkpoint: str | None, pairs: PairArrays, top_k: int, folder: Path,
-             parts: dict, max_tokens: int) -> None:
+def _compute(plan: PlannedRun, teacher: Path, checkpoint: str | None, pairs: PairArrays, top_k: int,
+             folder: Path, parts: dict[str, Any], max_tokens: int) -> None:
     """The pass over the pairs, in batches of the training's max_tokens sorted by length (the teacher's forward
     only: no activation is kept for a backward)."""
     from seqxduce.decoding.decode import load_run
@@ -89,7 +93,7 @@ def _compute(plan, teacher: Path, checkpoint: str | None, pairs: PairArrays, top
     console.print(f"distill: the teacher's distributions computed in {time.perf_counter() - started:.0f} s")
 
 
-def _teach(model: torch.nn.Module, pairs: PairArrays, indices: list[int], vocab, top_k: int,
+def _teach(model: torch.nn.Module, pairs: PairArrays, indices: list[int], vocab: VocabInfo, top_k: int,
            writer: SoftTargetsWriter, device: torch.device) -> None:
     """One batch: the teacher's log-probabilities (an ensemble's are its members' averaged in probability),
     their top k per position renormalised, each pair's rows written."""
