@@ -82,6 +82,31 @@ def atomic_write_text(path: Path | str, text: str) -> None:
         handle.write(text)
 
 
+def write_once_text(path: Path | str, text: str) -> bool:
+    """Create a UTF-8 text file atomically and durably unless it exists; never replace it (a hard link to the
+    staged file, which fails where the name is taken). Returns whether this call created it. For a file that
+    several processes may create at once and whose identity is read (its time keys prepared data): the first
+    one stays, so every process reads the same file."""
+    path = Path(path)
+    if path.is_file():
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_name(path)
+    try:
+        with open(tmp, "x", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_directory(path.parent)
+    return True
+
+
 def replace_durably(finished: Path, path: Path) -> None:
     """Rename a file written elsewhere first (a resumable download, a staged tokenizer file) over path, with its
     content and the rename made durable."""

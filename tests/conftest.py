@@ -18,6 +18,7 @@ from seqxduce.testing import (  # noqa: F401  (fixtures and helpers the core's t
 )
 from tests.faults.cluster_tools import two_rank_run  # noqa: F401 (a fixture of the cluster tests)
 from tests.tiny import TINY_RECIPE
+from tests.tiny_teacher import cache, teacher  # noqa: F401 (the distillation tests' fixtures)
 
 REPOSITORY = repository_root(Path(__file__))
 DEFAULT_SHARED = default_shared(REPOSITORY)

@@ -30,21 +30,6 @@ from tests.fault_tools import HANG_GUARD_S, REPO, env, run, start, wait_for
 from tests.tiny import TINY_RECIPE
 
 
-@pytest.fixture(scope="module")
-def teacher(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("teacher") / "run"
-    engine.train(TINY_RECIPE, out)
-    return out
-
-
-@pytest.fixture
-def cache(tmp_path: Path, monkeypatch) -> Path:
-    """A cache folder of the test's own: a distilled set made by another test is not found."""
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("SEQXDUCE_CACHE", str(folder))
-    return folder
-
-
 def distill(*args: object) -> object:
     result = CliRunner().invoke(cli, ["distill", *map(str, args)])
     return result
@@ -203,6 +188,19 @@ def test_a_share_of_the_original_pairs_trains_beside_the_distilled_ones(tmp_path
     assert len(set(files.values())) == 3 and all(f.is_file() for f in files.values())
     # the other splits are the task's own
     assert DistilledTask(task, distilled, 0.5).examples("valid", tmp_path) == []
+
+
+def test_the_shares_file_made_by_two_processes_at_once_is_the_first_ones(tmp_path: Path, monkeypatch) -> None:
+    """Every rank of a torchrun world asks for the share's file at once, and its time keys the prepared data: a
+    second writer that found no file yet must not replace the first's (two times gave two keys, and a rank waited
+    for a dataset nobody wrote). Both "see no file" here, as two racing processes do."""
+    distilled = made_by_hand(tmp_path / "set", [("s", "t")], ["d"])
+    first = distilled.mix_file(0.5).stat()
+    monkeypatch.setattr(Path, "is_file", lambda self: False)  # the second process checked before the first wrote
+    second = distilled.mix_file(0.5).stat()
+    assert (second.st_ino, second.st_mtime_ns) == (first.st_ino, first.st_mtime_ns)
+    monkeypatch.undo()
+    assert not [p for p in distilled.folder.iterdir() if p.name.endswith(".tmp")]
 
 
 def test_a_set_whose_outputs_are_short_is_never_marked_whole(tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ import signal
 from pathlib import Path
 
 import numpy as np
-import pytest
 import torch
 from click.testing import CliRunner
 
@@ -27,20 +26,6 @@ from seqxduce.training import teacher_targets
 from tests.tiny import TINY_RECIPE
 
 KD = ("--set", "distill.word_kd=0.5", "--set", "train.max_steps=2")
-
-
-@pytest.fixture(scope="module")
-def teacher(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("teacher") / "run"
-    engine.train(TINY_RECIPE, out)
-    return out
-
-
-@pytest.fixture
-def cache(tmp_path: Path, monkeypatch) -> Path:
-    folder = tmp_path / "cache"
-    monkeypatch.setenv("SEQXDUCE_CACHE", str(folder))
-    return folder
 
 
 def invoke(*args: object):

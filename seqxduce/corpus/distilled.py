@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from seqxduce.api import Example, Postprocessed, Report, Task, UserError, count_lines
-from seqxduce.atomic import atomic_write, atomic_write_text
+from seqxduce.atomic import atomic_write, atomic_write_text, write_once_text
 from seqxduce.recipe import Recipe
 
 SOURCES, ORIGINALS, TARGETS, RECORD = "sources.txt", "originals.txt", "targets.txt", "distilled.json"
@@ -113,10 +113,11 @@ class DistilledSet:
 
     def mix_file(self, ratio: float) -> Path:
         """A small file naming the share of originals, so that a mix is part of the prepared data's key (their
-        files' names, sizes and times; see prepare.data_fingerprint). Written once, never rewritten."""
+        files' names, sizes and times; see prepare.data_fingerprint). Written once, never rewritten: the ranks
+        of a torchrun world each ask for it at once, and a second writer replacing the first's file gave the
+        ranks two times, two keys, and a rank waiting for a dataset nobody writes."""
         path = self.folder / f"mix-{ratio!r}.json"
-        if not path.is_file():
-            atomic_write_text(path, json.dumps({"original_ratio": ratio, "seed": MIX_SEED}) + "\n")
+        write_once_text(path, json.dumps({"original_ratio": ratio, "seed": MIX_SEED}) + "\n")
         return path
 
 
