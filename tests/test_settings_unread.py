@@ -75,6 +75,7 @@ def _tiny_with(section: str, plugin: str | None) -> dict:
     """The tiny recipe with this section's plugin (its other plugin's keys dropped), without the keys of the
     section that are read on one road only (the tiny recipe's warmup_steps, say, under another schedule)."""
     data = read_toml(TINY_RECIPE)
+    data.setdefault(section, {})  # a section the tiny recipe leaves to its defaults ([distill])
     if plugin is not None:
         core = {f.name for f in dataclasses.fields(SECTIONS[section][1])}
         data[section] = {k: v for k, v in data[section].items() if k in core} | {"name": plugin}
