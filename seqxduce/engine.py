@@ -128,6 +128,7 @@ def distill(teacher: str | Path, recipe: str | Path, out: str | Path | None = No
 
     from seqxduce.distillation.making import find_set, make_set
     from seqxduce.distillation.teacher import check_named_teacher, find_teacher, same_tokenizer
+    from seqxduce.rundir import CHECKPOINT_CHOICES
     from seqxduce.training.distributed import setup
 
     start = start or RunStart()
@@ -160,7 +161,8 @@ def distill(teacher: str | Path, recipe: str | Path, out: str | Path | None = No
                               "teacher's tokenizer files", markup=False)
         named = (f"distill.targets={made.folder}",)
         if student.distill.word_kd:  # the teacher whose distributions the student learns from, and its checkpoint
-            named += (f"distill.teacher_run={the_teacher.run}", f"distill.teacher_checkpoint={checkpoint or ''}")
+            chosen = checkpoint if checkpoint in (None, *CHECKPOINT_CHOICES) else str(Path(checkpoint).resolve())
+            named += (f"distill.teacher_run={the_teacher.run}", f"distill.teacher_checkpoint={chosen or ''}")
         return train(recipe, out, start, overrides=(*overrides, *named))
     finally:
         world.close()

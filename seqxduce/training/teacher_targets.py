@@ -77,8 +77,10 @@ def _compute(plan: PlannedRun, teacher: Path, checkpoint: str | None, pairs: Pai
     vocab = loaded.tokenizers.vocab()
     models = 1 + len(loaded.members)
     rows = int(pairs.tgt_lengths.sum()) + len(pairs)
+    size = rows * top_k * (ids_dtype(vocab.tgt_size).itemsize + 2) / 1e6  # ids and float16 probabilities
     console.print(f"distill: the teacher's top {top_k} next tokens at {rows:,} target positions of {len(pairs):,} "
-                  f"pairs ({models} model{'s' if models > 1 else ''}: {plan.described()}) into {folder}")
+                  f"pairs ({models} model{'s' if models > 1 else ''}: {plan.described()}) into {folder} "
+                  f"({size:,.0f} MB)")
     writer = SoftTargetsWriter(folder, pairs, top_k, ids_dtype(vocab.tgt_size), {"teacher": str(teacher), **parts})
     try:
         with torch.inference_mode(), PairsProgress("distill: the teacher's distributions", len(pairs)) as progress:
