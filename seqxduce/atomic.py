@@ -101,6 +101,10 @@ def write_once_text(path: Path | str, text: str) -> bool:
             os.link(tmp, path)
         except FileExistsError:
             return False
+        except OSError:  # a file system without hard links: a rename, which a racing writer may repeat
+            if path.exists():
+                return False
+            os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
     fsync_directory(path.parent)
