@@ -118,6 +118,26 @@ def test_an_ensemble_run_exports_one_member_at_a_time(tiny_run, tmp_path):
     assert result.exit_code != 0 and "members 1..2" in result.output
 
 
+def test_the_engine_decodes_an_ensemble_runs_first_member_as_seqxduces_engine_reads_it(tiny_run, tmp_path):
+    """`--set train.members=1` decodes member 1 alone with either engine; the ensemble as a whole is refused by
+    CTranslate2 in one line naming both ways to one model."""
+    run = tmp_path / "members"
+    shutil.copytree(tiny_run, run)
+    recipe = run / "recipe.toml"
+    recipe.write_text(recipe.read_text().replace("members = 1", "members = 2"))
+    sources = tmp_path / "in.txt"
+    sources.write_text("1 2 3\n4 5\n")
+    one = ("--input", sources, "--set", "decode.alpha=0", "--set", "train.members=1")
+    ours = run_cli("decode", run, *one)
+    theirs = run_cli("decode", run, "--engine", "ctranslate2", *one)
+    assert theirs.exit_code == 0, theirs.output
+    assert_same_texts(tiny_run, ["1 2 3", "4 5"], ours.stdout.splitlines()[-2:], theirs.stdout.splitlines()[-2:],
+                      ["decode.alpha=0"], tie=CT2_TIE)
+    whole = run_cli("decode", run, "--engine", "ctranslate2", "--input", sources)
+    assert whole.exit_code != 0 and "--set train.members=1" in whole.output and "--member K" in whole.output
+    assert "Traceback" not in whole.output
+
+
 def test_without_ctranslate2_the_cli_names_the_extra(tiny_run, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ctranslate2", None)  # import fails as if not installed
     result = run_cli("export", tiny_run, "-o", tmp_path / "out")

@@ -66,7 +66,7 @@ def load_export(path: Path | str, overrides: Sequence[str] = (), work: Path | No
     if not is_export(path):
         if work is None:
             raise UserError(f"{path}: not an export folder; `seqxduce export {path} --to ctranslate2 -o DIR` first")
-        path = export_run(path, work / "ctranslate2").directory
+        path = export_run(path, work / "ctranslate2", member=_one_member(path, overrides)).directory
     exported = RunDir(path)
     recipe = with_changes(exported.load_recipe(overrides), changes)
     if recipe.decode.component.name not in SEARCHES:
@@ -87,6 +87,23 @@ def load_export(path: Path | str, overrides: Sequence[str] = (), work: Path | No
         threads["device_index"] = int(index)
     translator = ct2.Translator(str(path), device=device, compute_type=compute_type, **threads)
     return ExportedRun(recipe, path, components.build_task(recipe), exported.tokenizers.load(recipe), translator)
+
+
+def _one_member(path: Path, overrides: Sequence[str]) -> int | None:
+    """Which member of a `[train] members = N` run to export for CTranslate2, which decodes one model: member 1
+    when the overrides ask for one member (`--set train.members=1`, how seqxduce's engine decodes member 1 alone);
+    None for any other run. An ensemble asked for as a whole is refused naming both ways to one model."""
+    run = RunDir(path)
+    if not path.is_dir() or not run.recipe_file.is_file():
+        return None
+    count = run.load_recipe().train.members
+    if count == 1:
+        return None
+    if run.load_recipe(overrides).train.members == 1:
+        return 1
+    raise UserError(f"{path}: an ensemble of {count} members ([train] members = {count}), and CTranslate2 decodes one "
+                    f"model: --set train.members=1 decodes member 1 alone, and `seqxduce export {path} --to "
+                    "ctranslate2 --member K -o DIR` exports member K to decode")
 
 
 def _warn_unread(settings: object) -> None:
