@@ -37,13 +37,15 @@ _PREPARING: list[int] = []  # the signal that came while preparing (stop_while_p
 
 
 @contextlib.contextmanager
-def stop_while_preparing(what: str) -> Iterator[None]:
+def stop_while_preparing(what: str, kept: str = "nothing of it was kept (its work folders were removed), so the "
+                                                 "next run prepares it anew") -> Iterator[None]:
     """Work that keeps nothing until it finishes and may take many minutes (the tokenizer's training, encoding a
     corpus): a signal stops it where it is, the work folders are removed on the way out (corpus.binarized's
     writer, the tokenizer's temporary folder, the encoding's workers), and the command ends in one line with 128 +
     the signal's number. Where Python drops what a handler raises (inside an at-fork hook, a library's callback),
     the next preparing_stopped() check raises it again; inside a library's own loop (sentencepiece training its
-    model) the stop comes when that returns."""
+    model) the stop comes when that returns. kept: what the message says of the work done (work that keeps its
+    pieces says where the next run continues)."""
 
     def handler(signum: int, frame: object) -> None:
         _PREPARING.append(signum)
@@ -53,8 +55,7 @@ def stop_while_preparing(what: str) -> Iterator[None]:
         with stopping.handled(handler):
             yield
     except Interrupted as stop:
-        raise TrainingStopped(f"{signal_name(stop.signum)}: stopped while {what}; nothing of it was kept (its "
-                              "work folders were removed), so the next run prepares it anew",
+        raise TrainingStopped(f"{signal_name(stop.signum)}: stopped while {what}; {kept}",
                               exit_code=128 + stop.signum) from None
     finally:
         came = list(_PREPARING)

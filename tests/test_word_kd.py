@@ -33,7 +33,7 @@ def invoke(*args: object):
 
 
 def soft_folders(cache: Path) -> list[Path]:
-    return sorted(p for p in cache.glob("soft-*") if p.is_dir())
+    return sorted(p for p in cache.glob("soft-*") if p.is_dir() and not p.name.endswith(".work"))
 
 
 def student_pairs(cache: Path, meta: dict) -> PairArrays:
@@ -100,27 +100,40 @@ def test_a_batch_gathers_each_pairs_rows_aligned_with_its_targets(tmp_path: Path
     assert torch.equal(probs.sum(-1) > 0, batch.tgt_out != vocab.pad_id)
 
 
-def test_a_stop_during_the_teachers_pass_keeps_nothing_and_the_next_run_computes_it(teacher: Path, cache: Path,
-                                                                                   tmp_path: Path,
-                                                                                   monkeypatch) -> None:
+def test_a_stopped_teachers_pass_continues_to_the_arrays_of_one_never_stopped(teacher: Path, cache: Path,
+                                                                             tmp_path: Path, monkeypatch) -> None:
+    """SIGTERM while the teacher's pass is in its third batch: the two batches before it are kept (work folder and
+    its progress record), the same command continues after them, and the arrays are those of a pass never
+    stopped, byte for byte."""
     real = teacher_targets._teach
     calls = []
 
-    def stopped_after_one(*args, **kwargs):
+    def stopped_in_the_third(*args, **kwargs):
         calls.append(1)
-        if len(calls) == 2:  # the first batch's rows written: the stop comes mid-pass
+        if len(calls) == 3:
             os.kill(os.getpid(), signal.SIGTERM)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(teacher_targets, "_teach", stopped_after_one)
+    monkeypatch.setattr(teacher_targets, "_teach", stopped_in_the_third)
     stopped = invoke("distill", teacher, TINY_RECIPE, "--out", tmp_path / "s", *KD)
     assert stopped.exit_code == 128 + signal.SIGTERM, stopped.output
     assert "stopped while computing the teacher's distributions" in stopped.output
-    assert soft_folders(cache) == [] and not list(cache.glob("soft-*.work-*"))
+    assert "the same command continues after them" in stopped.output
+    (work,) = cache.glob("soft-*.work")
+    assert soft_folders(cache) == [] and json.loads((work / "progress.json").read_text())["batches"] == 2
     monkeypatch.setattr(teacher_targets, "_teach", real)
     again = invoke("distill", teacher, TINY_RECIPE, "--out", tmp_path / "s", *KD, "--auto-resume")
     assert again.exit_code == 0, again.output
-    assert len(soft_folders(cache)) == 1
+    assert "continuing the teacher's distributions after 2 of" in again.output
+    (folder,) = soft_folders(cache)
+    assert not work.exists() and not (folder / "progress.json").exists()
+    # the pass never stopped, in a cache of its own
+    monkeypatch.setenv("SEQXDUCE_CACHE", str(tmp_path / "whole"))
+    whole = invoke("distill", teacher, TINY_RECIPE, "--out", tmp_path / "w", *KD)
+    assert whole.exit_code == 0, whole.output
+    (never_stopped,) = soft_folders(tmp_path / "whole")
+    for name in ("ids.npy", "probs.npy"):
+        assert (folder / name).read_bytes() == (never_stopped / name).read_bytes()
 
 
 def test_word_kd_without_a_teacher_or_with_another_vocabulary_is_refused_in_one_line(teacher: Path, cache: Path,

@@ -6,7 +6,8 @@ They are kept as two arrays in one cache folder (ids.npy, probs.npy: one row per
 training split's order), keyed by what decides them: the teacher's checkpoints and tokenizer files (the caller's
 key parts), k, and the encoded pairs' ids themselves, so that a student run, its restart, its ranks and a second
 student of the same data find the folder made. A batch gathers its rows from the memory-mapped arrays as it gathers
-its ids (PairArrays.collate). The folder is written under a work name and renamed when whole: a stop leaves none.
+its ids (PairArrays.collate). The folder is written under a work name and renamed when whole; a stopped pass keeps
+the batches it wrote there, and the next one continues after them.
 How the distributions are computed is the trainer's side (training.teacher_targets)."""
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ import numpy as np
 import torch
 
 from seqxduce.api import UserError
+from seqxduce.atomic import atomic_write_text
 from seqxduce.corpus.arrays import PairArrays
 
 FORMAT = "seqxduce-soft-targets-1"
 PREFIX = "soft-"
-IDS, PROBS, META = "ids.npy", "probs.npy", "meta.json"
+IDS, PROBS, META, PROGRESS = "ids.npy", "probs.npy", "meta.json", "progress.json"
 HASH_CHUNK = 1 << 24  # bytes of an id array hashed at once
 
 
@@ -101,17 +103,34 @@ class SoftTargets:
 
 class SoftTargetsWriter:
     """The arrays of a new set, written into a work folder beside the final one (memory-mapped files: at scale they
-    outgrow memory) and renamed into place by close(); abort() removes the work folder."""
+    outgrow memory) and renamed into place by close(). The work is kept in pieces: save(done) records how many of
+    the pass's batches are written (their rows flushed first), and a writer opened again with the same meta (the
+    same key, k and batches) continues after them; other meta starts the folder anew. One writer at a time per
+    folder (the caller holds a lock), so the work folder's name is fixed."""
 
     def __init__(self, folder: Path, pairs: PairArrays, top_k: int, ids_dtype: np.dtype, meta: Mapping[str, Any]):
         self.folder, self.meta = folder, {"format": FORMAT, "pairs": len(pairs), "top_k": top_k, **meta}
-        self.work = folder.with_name(f"{folder.name}.work-{os.getpid()}")
-        shutil.rmtree(self.work, ignore_errors=True)
-        self.work.mkdir(parents=True)
+        self.meta = json.loads(json.dumps(self.meta, sort_keys=True, default=str))  # as the progress file holds it
+        self.work = folder.with_name(f"{folder.name}.work")
         self.starts = position_starts(pairs)
         rows = int(self.starts[-1])
+        self.done = self._continued()
+        if self.done:
+            self.ids = np.lib.format.open_memmap(self.work / IDS, mode="r+")
+            self.probs = np.lib.format.open_memmap(self.work / PROBS, mode="r+")
+            return
+        shutil.rmtree(self.work, ignore_errors=True)
+        self.work.mkdir(parents=True)
         self.ids = np.lib.format.open_memmap(self.work / IDS, mode="w+", dtype=ids_dtype, shape=(rows, top_k))
         self.probs = np.lib.format.open_memmap(self.work / PROBS, mode="w+", dtype=np.float16, shape=(rows, top_k))
+
+    def _continued(self) -> int:
+        """The batches a stopped pass with this meta wrote (0: none, or another pass's work)."""
+        try:
+            progress = json.loads((self.work / PROGRESS).read_text())
+        except (OSError, ValueError):
+            return 0
+        return int(progress["batches"]) if progress.get("meta") == self.meta else 0
 
     def put(self, pair: int, ids: np.ndarray, probs: np.ndarray) -> None:
         """One pair's rows: (its target length + 1, k) ids and probabilities."""
@@ -121,9 +140,17 @@ class SoftTargetsWriter:
         self.ids[start:end] = ids
         self.probs[start:end] = probs
 
+    def save(self, batches: int) -> None:
+        """Record that the first `batches` batches of the pass are written: their rows reach the files first."""
+        for array in (self.ids, self.probs):
+            array.flush()
+        atomic_write_text(self.work / PROGRESS, json.dumps({"batches": batches, "meta": self.meta}) + "\n")
+        self.done = batches
+
     def close(self) -> Path:
         for array in (self.ids, self.probs):
             array.flush()
+        (self.work / PROGRESS).unlink(missing_ok=True)
         (self.work / META).write_text(json.dumps(self.meta, indent=1, sort_keys=True, default=str) + "\n")
         del self.ids, self.probs
         if (self.folder / META).is_file():  # made meanwhile by a process that holds no lock with this one
@@ -131,6 +158,3 @@ class SoftTargetsWriter:
             return self.folder
         os.replace(self.work, self.folder)
         return self.folder
-
-    def abort(self) -> None:
-        shutil.rmtree(self.work, ignore_errors=True)

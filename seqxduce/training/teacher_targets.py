@@ -7,7 +7,8 @@ The teacher computes in float32 whatever its decode precision: these are trainin
 life, and the pass costs a forward of the teacher per training pair once (a few minutes for Multi30k's 29,000 on
 two CPU cores). Processes that share the cache folder take turns by a file lock, so that a torchrun world or a
 student's members compute it once and the others map it; the lock is a file's, not a collective's, because the
-pass may outlast [train] collective_timeout at scale."""
+pass may outlast [train] collective_timeout at scale. The pass records the batches it wrote every SAVE_SECONDS and
+when a signal stops it; the same command continues after them (corpus.soft_targets.SoftTargetsWriter)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from seqxduce.decoding.decode import PlannedRun
 
 TEACHER_OVERRIDES = ("decode.precision=fp32",)  # see the module's docstring
+SAVE_SECONDS = 30.0  # how often the pass records the batches it wrote (a stop records them too)
 
 
 def teacher_soft_targets(recipe: Recipe, pairs: PairArrays, tokenizer_files: Sequence[Path],
@@ -61,7 +63,8 @@ def teacher_soft_targets(recipe: Recipe, pairs: PairArrays, tokenizer_files: Seq
     with open(folder.with_name(folder.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when the process ends
         if not (folder / "meta.json").is_file():
-            with stop_while_preparing("computing the teacher's distributions for word_kd, before the first step"):
+            with stop_while_preparing("computing the teacher's distributions for word_kd, before the first step",
+                                      "the batches written are kept, and the same command continues after them"):
                 _compute(plan, teacher, checkpoint, pairs, d.word_kd_top_k, folder, parts, recipe.train.max_tokens)
     return SoftTargets.open(folder, pairs)
 
@@ -81,17 +84,31 @@ def _compute(plan: PlannedRun, teacher: Path, checkpoint: str | None, pairs: Pai
     console.print(f"distill: the teacher's top {top_k} next tokens at {rows:,} target positions of {len(pairs):,} "
                   f"pairs ({models} model{'s' if models > 1 else ''}: {plan.described()}) into {folder} "
                   f"({size:,.0f} MB)")
-    writer = SoftTargetsWriter(folder, pairs, top_k, ids_dtype(vocab.tgt_size), {"teacher": str(teacher), **parts})
+    writer = SoftTargetsWriter(folder, pairs, top_k, ids_dtype(vocab.tgt_size),
+                               {"teacher": str(teacher), "max_tokens": max_tokens, **parts})
+    batches = length_batches(pairs.src_lengths, pairs.tgt_lengths, max_tokens, seed=0, epoch=0, shuffle=False)
+    first = writer.done
+    done_pairs = sum(len(batches.indices(k)) for k in range(first))
+    if first:
+        console.print(f"distill: continuing the teacher's distributions after {first:,} of {len(batches):,} batches "
+                      f"({done_pairs:,} pairs)")
+    last_save = time.monotonic()
+    k = first
     try:
-        with torch.inference_mode(), PairsProgress("distill: the teacher's distributions", len(pairs)) as progress:
-            for indices in length_batches(pairs.src_lengths, pairs.tgt_lengths, max_tokens, seed=0, epoch=0,
-                                          shuffle=False):
-                _teach(loaded.model, pairs, list(indices), vocab, top_k, writer, loaded.device)
+        with torch.inference_mode(), PairsProgress("distill: the teacher's distributions", len(pairs),
+                                                   start=done_pairs) as progress:
+            for k in range(first, len(batches)):
+                indices = batches.indices(k).tolist()
+                _teach(loaded.model, pairs, indices, vocab, top_k, writer, loaded.device)
                 progress.advance(len(indices))
-        writer.close()
+                if time.monotonic() - last_save >= SAVE_SECONDS:
+                    writer.save(k + 1)
+                    last_save = time.monotonic()
+            k = len(batches)
     except BaseException:
-        writer.abort()
+        writer.save(k)  # the batches before the one under way are whole: the next run continues there
         raise
+    writer.close()
     console.print(f"distill: the teacher's distributions computed in {time.perf_counter() - started:.0f} s")
 
 
