@@ -17,7 +17,6 @@ import argparse
 import contextlib
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -30,26 +29,17 @@ from seqxduce.decoding.decode import split_examples  # noqa: E402
 from seqxduce.decoding.jobs import RunSpec  # noqa: E402
 from seqxduce.decoding.options import decode_precision  # noqa: E402
 from seqxduce.export.engine_choice import engine_named  # noqa: E402
-from seqxduce.export.exporting import export_run  # noqa: E402
 
 
-def systems(teacher: str, student: str, ct2_work: Path | None) -> list[tuple[str, str, RunSpec]]:
-    """(name, engine, what it loads) of each system measured; with ct2_work, CTranslate2's too, the teacher's
-    member exported there first."""
+def systems(teacher: str, student: str, ct2: bool) -> list[tuple[str, str, RunSpec]]:
+    """(name, engine, what it loads) of each system measured; with ct2, CTranslate2's too (each exported on the fly:
+    `train.members=1` exports the teacher's first member, as seqxduce's engine decodes it alone)."""
     member = RunSpec(teacher, ("train.members=1",))
     found = [("teacher ensemble", "seqxduce", RunSpec(teacher)), ("teacher member 1", "seqxduce", member),
              ("student", "seqxduce", RunSpec(student))]
-    if ct2_work is not None:
-        found += [("teacher member 1", "ctranslate2", RunSpec(member_export(teacher, ct2_work))),
-                  ("student", "ctranslate2", RunSpec(student))]
+    if ct2:
+        found += [("teacher member 1", "ctranslate2", member), ("student", "ctranslate2", RunSpec(student))]
     return found
-
-
-def member_export(teacher: str, work: Path) -> str:
-    """The teacher's first member as a CTranslate2 folder: CTranslate2 holds one model, and an export of a run of
-    several members names the member (seqxduce's engine takes `train.members=1` instead); member 1 of a run of one
-    is the run itself."""
-    return str(export_run(teacher, work / "member-1", member=1).directory)
 
 
 def main() -> None:
@@ -63,8 +53,7 @@ def main() -> None:
     args = parser.parse_args()
 
     with contextlib.ExitStack() as stack:
-        work = None if args.no_ct2 else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="distill-speed-")))
-        measured = systems(args.teacher, args.student, work)
+        measured = systems(args.teacher, args.student, not args.no_ct2)
         loaded = []
         for _name, engine_name, spec in measured:
             engine = engine_named(engine_name)
