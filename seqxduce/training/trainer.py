@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from seqxduce import checkpoint as ckpt
 from seqxduce import components
 from seqxduce.api import TrainingStopped, UserError
 from seqxduce.console import TrainProgress, console, format_figures
+from seqxduce.corpus.soft_targets import SoftTargets
 from seqxduce.data import Batch, Prefetcher
 from seqxduce.device import autocast_context
 from seqxduce.recipe import Recipe
@@ -217,9 +219,8 @@ class Trainer:
         """A planned step's batches, padded, and in pinned memory when they go to a GPU (in the prefetch thread)."""
         batches = plan.batches(self.parts.tokenizers.vocab())
         soft = self.parts.soft_targets
-        if soft is not None:  # the teacher's rows, padded as each batch's targets are
-            batches = [replace(b, **dict(zip(("soft_ids", "soft_probs"), soft.collate(indices, b.tgt_out.size(1)))))
-                       for b, indices in zip(batches, plan.batch_indices, strict=True)]
+        if soft is not None:
+            batches = [taught(b, soft, indices) for b, indices in zip(batches, plan.batch_indices, strict=True)]
         return [b.pin_memory() for b in batches] if self.parts.device.type == "cuda" else batches
 
     def _stop_now(self) -> int:
@@ -403,6 +404,12 @@ class Trainer:
     def _last_checkpoint_text(self) -> str:
         saved = self.parts.rundir.step_checkpoints() if self.parts.rundir is not None else []
         return f"the last checkpoint, {saved[-1]}, is intact" if saved else "no checkpoint was written yet"
+
+
+def taught(batch: Batch, soft: SoftTargets, indices: Sequence[int]) -> Batch:
+    """The batch with the teacher's rows of its pairs (word-level distillation), padded as its targets are."""
+    ids, probs = soft.collate(indices, batch.tgt_out.size(1))
+    return replace(batch, soft_ids=ids, soft_probs=probs)
 
 
 def train(recipe: Recipe, out: Path, start: RunStart | None = None) -> TrainResult:
