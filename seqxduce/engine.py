@@ -122,8 +122,9 @@ def distill(teacher: str | Path, recipe: str | Path, out: str | Path | None = No
     (processes; or torchrun's ranks); the outputs are kept once as a distilled set keyed by the teacher's
     checkpoints and tokenizer files, its search and the data (seqxduce.corpus.distilled), found again by every
     later student, rank and restart; then the student recipe trains on it into `out` as `train` would ([distill]
-    original_ratio: a share of the original pairs beside), starting as `start` says. A student whose [tokenizer]
-    is the teacher's takes the teacher's tokenizer files."""
+    original_ratio: a share of the original pairs beside; word_kd: the teacher's next-token distributions too,
+    named to the student by teacher_run and teacher_checkpoint), starting as `start` says. A student whose
+    [tokenizer] is the teacher's takes the teacher's tokenizer files."""
     from dataclasses import replace
 
     from seqxduce.distillation.making import find_set, make_set
