@@ -13,6 +13,7 @@ A run directory holds:
     README.md            what was trained, its figures and the commands that use it (inspection.run_readme)
     tensorboard/         TensorBoard event files, when [train] tensorboard = true (training.tensorboard_log)
     members/             members 2..N and their shared tokenizers, when [train] members = N (members.py)
+    word_kd.json         which teacher's distributions a [distill] word_kd run trains with (training.run)
 """
 
 from __future__ import annotations

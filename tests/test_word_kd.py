@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 from pathlib import Path
 
@@ -156,3 +157,27 @@ def test_word_kd_without_a_teacher_or_with_another_vocabulary_is_refused_in_one_
     unread = invoke("train", TINY_RECIPE, "--out", tmp_path / "k", "--set", "distill.word_kd=0",
                     "--set", "distill.word_kd_top_k=4")
     assert unread.exit_code != 0 and "word_kd" in unread.output
+
+
+def test_a_resume_whose_teacher_changed_is_refused_before_anything_is_computed(teacher: Path, cache: Path,
+                                                                              tmp_path: Path) -> None:
+    """Word-level distillation alone (`train`, the teacher named by hand): the run folder records the teacher's
+    distributions it trains with; a resume with the same teacher goes on, one whose teacher was trained on (another
+    checkpoint behind the same run) is refused in one line, not trained on other targets without a word."""
+    mine = tmp_path / "teacher"
+    shutil.copytree(teacher, mine)
+    kd = ("--set", "distill.word_kd=0.5", "--set", f"distill.teacher_run={mine}")
+    first = invoke("train", TINY_RECIPE, "--out", tmp_path / "s", "--tokenizers-from", mine, *kd,
+                   "--set", "train.max_steps=2")
+    assert first.exit_code == 0, first.output
+    (folder,) = soft_folders(cache)
+    assert json.loads((tmp_path / "s" / "word_kd.json").read_text()) == {"soft_targets": folder.name}
+    on = invoke("train", TINY_RECIPE, "--out", tmp_path / "s", "--resume", *kd, "--set", "train.max_steps=4")
+    assert on.exit_code == 0, on.output
+    assert "next tokens" not in on.output  # found, not computed again
+    # the teacher trained on: the checkpoint its decode loads is another one now
+    newest = sorted((mine / "checkpoints").glob("step_*.pt"))
+    shutil.copyfile(newest[0], newest[-1])
+    refused = invoke("train", TINY_RECIPE, "--out", tmp_path / "s", "--resume", *kd, "--set", "train.max_steps=6")
+    assert refused.exit_code == 1 and "now gives" in refused.output and "Traceback" not in refused.output
+    assert soft_folders(cache) == [folder]  # refused before anything was computed

@@ -29,6 +29,7 @@ from seqxduce.atomic import atomic_write_text
 from seqxduce.corpus.arrays import PairArrays
 
 FORMAT = "seqxduce-soft-targets-1"
+SOFT_RECORD = "word_kd.json"  # in a student's run folder: the name of the set it trains with
 PREFIX = "soft-"
 IDS, PROBS, META, PROGRESS = "ids.npy", "probs.npy", "meta.json", "progress.json"
 HASH_CHUNK = 1 << 24  # bytes of an id array hashed at once

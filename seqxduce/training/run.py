@@ -4,6 +4,7 @@ value, as fairseq and Joey NMT build them outside their trainers."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
@@ -16,12 +17,13 @@ import torch
 from seqxduce import checkpoint as ckpt
 from seqxduce import components
 from seqxduce.api import Example, Settings, Task, UserError
+from seqxduce.atomic import atomic_write_text
 from seqxduce.components import Tokenizers
 from seqxduce.console import console
 from seqxduce.corpus import binarized
 from seqxduce.corpus.arrays import release_freed_memory
 from seqxduce.corpus.distilled import student_task
-from seqxduce.corpus.soft_targets import SoftTargets
+from seqxduce.corpus.soft_targets import SOFT_RECORD, SoftTargets
 from seqxduce.corpus.training_data import TrainingCorpus
 from seqxduce.data import Pair, encode_pairs
 from seqxduce.device import resolve_device
@@ -135,7 +137,7 @@ def assemble(recipe: Recipe, run_dir: Path, start: RunStart | None = None) -> Tr
     with stop_while_preparing("preparing the training data, before the first step"):
         corpus = TrainingCorpus.open(recipe, task, data_dir, corpus_start, rundir.tokenizers,
                                      sampled_folder=rundir.path / SAMPLED_DIR, ranks=_WorldRanks(world))
-    soft = _soft_targets(recipe, corpus, rundir) if recipe.distill.word_kd else None
+    soft = _soft_targets(recipe, corpus, rundir, resume_from is not None, is_main) if recipe.distill.word_kd else None
     valid_examples = task.examples("valid", data_dir) if "valid" in task.splits else []
     torch.manual_seed(s.seed)
     tokenizers = corpus.tokenizers
@@ -181,13 +183,21 @@ def assemble(recipe: Recipe, run_dir: Path, start: RunStart | None = None) -> Tr
     return run
 
 
-def _soft_targets(recipe: Recipe, corpus: TrainingCorpus, rundir: RunDir) -> SoftTargets:
-    """[distill] word_kd's teacher distributions over the corpus's pairs (computed once, in the cache)."""
+def _soft_targets(recipe: Recipe, corpus: TrainingCorpus, rundir: RunDir, resumed: bool, is_main: bool
+                  ) -> SoftTargets:
+    """[distill] word_kd's teacher distributions over the corpus's pairs (computed once, in the cache). The run
+    folder records which ones it trains with (SOFT_RECORD), so that a resume with other ones (its teacher trained on,
+    another k) is refused in one line before anything is computed, not trained on without a word."""
     if corpus.epochs.sampling():
         raise UserError(f"[distill] word_kd = {recipe.distill.word_kd:g}: the teacher's distributions are kept per "
                         "target position of fixed ids, but this [tokenizer] samples a new encoding each epoch; turn "
                         "its sampling off, or word_kd")
-    return teacher_soft_targets(recipe, corpus.pairs, rundir.tokenizers.files(recipe))
+    record = rundir.path / SOFT_RECORD
+    expected = json.loads(record.read_text())["soft_targets"] if resumed and record.is_file() else None
+    soft = teacher_soft_targets(recipe, corpus.pairs, rundir.tokenizers.files(recipe), expected=expected)
+    if is_main and soft.folder is not None:
+        atomic_write_text(record, json.dumps({"soft_targets": soft.folder.name}) + "\n")
+    return soft
 
 
 def fine_tuning_source(recipe: Recipe, init_from: Path, keep_optimizer: bool) -> FineTuningSource:

@@ -39,9 +39,10 @@ SAVE_SECONDS = 30.0  # how often the pass records the batches it wrote (a stop r
 
 
 def teacher_soft_targets(recipe: Recipe, pairs: PairArrays, tokenizer_files: Sequence[Path],
-                         root: Path | None = None) -> SoftTargets:
+                         root: Path | None = None, expected: str | None = None) -> SoftTargets:
     """The soft targets of `pairs` from recipe's [distill] teacher_run, found in the cache or computed there.
-    tokenizer_files: the student's, which must be the teacher's (the same ids on both sides of the KL term)."""
+    tokenizer_files: the student's, which must be the teacher's (the same ids on both sides of the KL term).
+    expected: the set a resumed run trained with; another one is refused before anything is computed."""
     from seqxduce.decoding.decode import plan_run
 
     d = recipe.distill
@@ -59,6 +60,10 @@ def teacher_soft_targets(recipe: Recipe, pairs: PairArrays, tokenizer_files: Seq
     parts = {"checkpoints": [file_digest(p) for p in (plan.checkpoint, *plan.members)], "tokenizers": theirs,
              "top_k": d.word_kd_top_k, "ids": pairs_digest(pairs)}
     folder = (root or cache_root()) / (PREFIX + soft_key(parts))
+    if expected is not None and folder.name != expected:
+        raise UserError(f"{where}: this run trained with the teacher's distributions {expected}, but its teacher "
+                        f"now gives {folder.name} (its checkpoints, tokenizer files or word_kd_top_k changed); "
+                        "continue with the teacher and k it started with, or train into another --out")
     folder.parent.mkdir(parents=True, exist_ok=True)
     with open(folder.with_name(folder.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when the process ends
