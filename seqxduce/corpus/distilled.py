@@ -30,10 +30,15 @@ FORMAT = "seqxduce-distilled-1"
 MIX_SEED = 20161
 
 
+def format_key(fmt: str, parts: Mapping[str, Any]) -> str:
+    """A cache folder's key: a digest of its format's name and of what decides its contents."""
+    text = json.dumps({"format": fmt, **parts}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
 def distilled_key(parts: Mapping[str, Any]) -> str:
     """The folder's key: a digest of what decides its contents (see engine.distill for the parts)."""
-    text = json.dumps({"format": FORMAT, **parts}, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    return format_key(FORMAT, parts)
 
 
 def file_digest(path: Path) -> str:

@@ -27,6 +27,7 @@ import torch
 from seqxduce.api import UserError
 from seqxduce.atomic import atomic_write_text
 from seqxduce.corpus.arrays import PairArrays
+from seqxduce.corpus.distilled import format_key
 
 FORMAT = "seqxduce-soft-targets-1"
 SOFT_RECORD = "word_kd.json"  # in a student's run folder: the name of the set it trains with
@@ -49,8 +50,8 @@ def pairs_digest(pairs: PairArrays) -> str:
 
 
 def soft_key(parts: Mapping[str, Any]) -> str:
-    text = json.dumps({"format": FORMAT, **parts}, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    """The set's key: the teacher's parts, k and the pairs' digest (training.teacher_targets makes them)."""
+    return format_key(FORMAT, parts)
 
 
 def position_starts(pairs: PairArrays) -> np.ndarray:
@@ -110,8 +111,10 @@ class SoftTargetsWriter:
     folder (the caller holds a lock), so the work folder's name is fixed."""
 
     def __init__(self, folder: Path, pairs: PairArrays, top_k: int, ids_dtype: np.dtype, meta: Mapping[str, Any]):
-        self.folder, self.meta = folder, {"format": FORMAT, "pairs": len(pairs), "top_k": top_k, **meta}
-        self.meta = json.loads(json.dumps(self.meta, sort_keys=True, default=str))  # as the progress file holds it
+        self.folder = folder
+        # as JSON gives it back (the progress file's copy is compared with it)
+        self.meta = json.loads(json.dumps({"format": FORMAT, "pairs": len(pairs), "top_k": top_k, **meta},
+                                          sort_keys=True, default=str))
         self.work = folder.with_name(f"{folder.name}.work")
         self.starts = position_starts(pairs)
         rows = int(self.starts[-1])

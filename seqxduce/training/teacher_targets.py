@@ -26,7 +26,7 @@ from seqxduce.console import PairsProgress, console
 from seqxduce.corpus.arrays import PairArrays, length_batches
 from seqxduce.corpus.binarized import ids_dtype
 from seqxduce.corpus.distilled import file_digest
-from seqxduce.corpus.soft_targets import PREFIX, SoftTargets, SoftTargetsWriter, pairs_digest, soft_key
+from seqxduce.corpus.soft_targets import META, PREFIX, SoftTargets, SoftTargetsWriter, pairs_digest, soft_key
 from seqxduce.corpus.token_cache import cache_root
 from seqxduce.recipe import Recipe
 from seqxduce.signals import stop_while_preparing
@@ -67,7 +67,7 @@ def teacher_soft_targets(recipe: Recipe, pairs: PairArrays, tokenizer_files: Seq
     folder.parent.mkdir(parents=True, exist_ok=True)
     with open(folder.with_name(folder.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when the process ends
-        if not (folder / "meta.json").is_file():
+        if not (folder / META).is_file():
             with stop_while_preparing("computing the teacher's distributions for word_kd, before the first step",
                                       "the batches written are kept, and the same command continues after them"):
                 _compute(plan, teacher, checkpoint, pairs, d.word_kd_top_k, folder, parts, recipe.train.max_tokens)
