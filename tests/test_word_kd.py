@@ -65,9 +65,11 @@ def test_the_student_learns_from_the_teachers_distributions_computed_once(teache
             probs = loaded.model(batch.src, batch.tgt_in).logits.float().softmax(-1)[0]
         ids, kept = soft.collate([j], batch.tgt_out.size(1))
         top = probs.topk(8, dim=-1)
-        # the same k tokens (ties aside) and their probabilities renormalised, within float16's rounding
+        # the same k tokens and their probabilities renormalised, within float16's rounding; the kept first token
+        # is compared by its probability, not its id: a near-tie may order it otherwise in another batch shape
         assert torch.allclose(kept[0], top.values / top.values.sum(-1, keepdim=True), atol=2e-3)
-        assert torch.equal(ids[0, :, 0], top.indices[:, 0])
+        first = probs.gather(-1, ids[0, :, :1]).squeeze(-1)
+        assert torch.allclose(first, top.values[:, 0], atol=1e-4)
     # the run says which teacher it learned from, and a second student of it computes nothing
     saved = engine.load_run_recipe(tmp_path / "a")
     assert Path(saved.distill.teacher_run) == teacher.resolve() and saved.distill.word_kd == 0.5
