@@ -23,9 +23,16 @@ from seqxduce.api import (
     Tokenizer,
     UserError,
 )
+from seqxduce.console import console
 from seqxduce.data import encode_source, pad_sources
 from seqxduce.decoding.changes import Change, with_changes
-from seqxduce.decoding.options import check_precision, compile_step, decode_precision, prepare_for_decoding
+from seqxduce.decoding.options import (
+    check_precision,
+    compile_step,
+    decode_precision,
+    fit_precision,
+    prepare_for_decoding,
+)
 from seqxduce.device import autocast_context, resolve_device
 from seqxduce.members import member_checkpoints, member_dir
 from seqxduce.recipe import Recipe, split_override
@@ -150,6 +157,7 @@ class PlannedRun:
     members: list[Path]
     run_members: int
     member: int | None
+    precision_note: str | None = None  # what fit_precision changed, said once the load begins
 
     def described(self) -> str:
         """As LoadedRun.described says it once loaded."""
@@ -172,7 +180,9 @@ def plan_run(path: Path, overrides: Sequence[str] = (), ensemble: Sequence[Path]
     # --ensemble run directories take the same choice (best, average or last) as this run's members
     choice = checkpoint if checkpoint in rundir.CHECKPOINT_CHOICES else None
     members += [p for extra in ensemble for p in _checkpoints_of(Path(extra), choice)]
-    return PlannedRun(run, chosen, recipe, members, run_members, member)
+    # here, not at the load: a resumed decode's record keys the precision the bits come from
+    recipe, precision_note = fit_precision(recipe, resolve_device(recipe.train.device))
+    return PlannedRun(run, chosen, recipe, members, run_members, member, precision_note)
 
 
 def load_run(path: Path, overrides: Sequence[str] = (), ensemble: Sequence[Path] = (), checkpoint: str | None = None,
@@ -193,6 +203,8 @@ def load_run(path: Path, overrides: Sequence[str] = (), ensemble: Sequence[Path]
     plan = plan_run(path, overrides, ensemble, checkpoint, member, changes)
     run, chosen, recipe, members = plan.run, plan.checkpoint, plan.recipe, plan.members
     device = resolve_device(recipe.train.device)
+    if plan.precision_note:
+        console.print(plan.precision_note, markup=False, highlight=False)
     built = components.build_components(recipe, run.tokenizers.load(recipe))
     ckpt.load_weights(built.model, ckpt.load(chosen)["model"], chosen,
                       f"decode with the recipe it was trained with ({run.recipe_file})")
