@@ -122,8 +122,8 @@ def test_under_torchrun_the_ranks_make_the_set_of_one_process_and_train_the_stud
                                                                                      tmp_path: Path) -> None:
     """Two gloo ranks: rank 0 writes the sources, each rank decodes its share of them into the one set (the
     streamed decode under torchrun), and the student trains on it; the set equals one process's, byte for byte.
-    With word_kd the teacher's distributions are computed once for both ranks (a file lock, not a collective),
-    as one process computes them."""
+    With word_kd the teacher's distributions are shared: each rank computes a piece of the pass (who takes which
+    is settled by file locks, not a collective), and the pieces merge to what one process computes."""
     args = ("distill", teacher, TINY_RECIPE, "--set", "train.max_steps=2", "--set", 'train.device="cpu"',
             "--set", "distill.word_kd=0.5")
     alone = run(*args, "--out", tmp_path / "alone", extra_env={"SEQXDUCE_CACHE": str(tmp_path / "c1")})
@@ -133,6 +133,8 @@ def test_under_torchrun_the_ranks_make_the_set_of_one_process_and_train_the_stud
                            text=True, env={**env(), "SEQXDUCE_CACHE": str(tmp_path / "c2")}, cwd=REPO,
                            timeout=HANG_GUARD_S)
     assert ranks.returncode == 0, ranks.stderr[-3000:]
+    # both pieces computed (by their ranks, or one taken over by the rank that finished first) and merged
+    assert "piece 1 of 2" in ranks.stderr and "piece 2 of 2" in ranks.stderr, ranks.stderr[-3000:]
     made = only_set(tmp_path / "c2")
     assert made.complete and made.targets.read_bytes() == only_set(tmp_path / "c1").targets.read_bytes()
     assert RunDir(tmp_path / "ranks").step_checkpoints()

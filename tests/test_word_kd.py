@@ -12,6 +12,7 @@ import signal
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 from click.testing import CliRunner
 
@@ -20,9 +21,10 @@ from seqxduce.api import VocabInfo
 from seqxduce.cli import cli
 from seqxduce.corpus import binarized
 from seqxduce.corpus.arrays import PairArrays
-from seqxduce.corpus.soft_targets import SoftTargets, SoftTargetsWriter, pairs_digest
+from seqxduce.corpus.soft_targets import SoftTargets, SoftTargetsWork, SoftTargetsWriter, pairs_digest
 from seqxduce.data import Pair
 from seqxduce.decoding.decode import load_run
+from seqxduce.training import run as training_run
 from seqxduce.training import teacher_targets
 from tests.tiny import TINY_RECIPE
 
@@ -86,14 +88,25 @@ def test_the_student_learns_from_the_teachers_distributions_computed_once(teache
     assert len(soft_folders(cache)) == 3
 
 
-def test_a_batch_gathers_each_pairs_rows_aligned_with_its_targets(tmp_path: Path) -> None:
+@pytest.mark.parametrize("pieces", [1, 2])
+def test_a_batch_gathers_each_pairs_rows_aligned_with_its_targets(tmp_path: Path, pieces: int) -> None:
+    """The rows written by one process, or by two (pairs 0 and 2 in the first piece, pair 1 in the second, as two
+    ranks write theirs) and merged, are gathered per pair as its batch's targets are."""
     pairs = PairArrays.from_pairs([Pair([5, 2], [7, 8, 9]), Pair([6, 2], []), Pair([4, 4, 2], [9])])
-    writer = SoftTargetsWriter(tmp_path / "soft", pairs, 2, np.dtype(np.uint16), {})
-    for j in range(len(pairs)):
-        rows = len(pairs.target(j)) + 1
-        ids = np.array([[10 * j + r, 1] for r in range(rows)])
-        writer.put(j, ids, np.tile(np.array([0.75, 0.25], dtype=np.float16), (rows, 1)))
-    soft = SoftTargets.open(writer.close(), pairs)
+    owners = np.array([0, 1, 0]) if pieces == 2 else np.zeros(3, dtype=np.int32)
+    work = SoftTargetsWork(tmp_path / "soft", pairs, 2, {}, pieces)
+    assert work.plan()
+    for piece in range(pieces):
+        writer = SoftTargetsWriter(tmp_path / "soft", pairs, 2, np.dtype(np.uint16), {}, piece, pieces)
+        for j in np.flatnonzero(owners == piece):
+            rows = len(pairs.target(j)) + 1
+            ids = np.array([[10 * j + r, 1] for r in range(rows)])
+            writer.put(j, ids, np.tile(np.array([0.75, 0.25], dtype=np.float16), (rows, 1)))
+        writer.save(1)
+        writer.close()
+        assert work.batches_done(piece) == 1
+    soft = SoftTargets.open(work.merge(pairs, owners), pairs)
+    assert sorted(p.name for p in (tmp_path / "soft").iterdir()) == ["ids.npy", "meta.json", "probs.npy"]
     vocab = VocabInfo(src_size=100, tgt_size=100, pad_id=0, bos_id=1, eos_id=2, shared=True)
     batch = pairs.collate([2, 0, 1], vocab)
     ids, probs = soft.collate([2, 0, 1], batch.tgt_out.size(1))
@@ -137,6 +150,96 @@ def test_a_stopped_teachers_pass_continues_to_the_arrays_of_one_never_stopped(te
     (never_stopped,) = soft_folders(tmp_path / "whole")
     for name in ("ids.npy", "probs.npy"):
         assert (folder / name).read_bytes() == (never_stopped / name).read_bytes()
+
+
+def as_a_share(monkeypatch, share: tuple[int, int]) -> None:
+    """The run's pass as one process of `share[1]` sharing it (a rank of a world that size) computes it."""
+    real = teacher_targets.teacher_soft_targets
+    monkeypatch.setattr(training_run, "teacher_soft_targets", lambda *a, **k: real(*a, **{**k, "share": share}))
+
+
+def test_a_pass_shared_by_processes_merges_to_the_arrays_of_one_and_a_gone_processs_piece_is_taken_over(
+        teacher: Path, cache: Path, tmp_path: Path, monkeypatch) -> None:
+    """Rank 1 of a world of 3 whose other ranks never come: it computes its own piece (batches 1, 4, ...), then
+    takes over the two pieces nobody holds, and merges them. The arrays are those of one process's pass, byte for
+    byte (the same process computes each batch as that pass does), and the work folder's pieces are gone."""
+    as_a_share(monkeypatch, (1, 3))
+    shared = invoke("distill", teacher, TINY_RECIPE, "--out", tmp_path / "s", *KD)
+    assert shared.exit_code == 0, shared.output
+    said = [line for line in shared.output.splitlines() if "next tokens at" in line]
+    assert [line.split("piece ")[1].split(":")[0] for line in said] == ["2 of 3", "3 of 3", "1 of 3"], said
+    (folder,) = soft_folders(cache)
+    assert sorted(p.name for p in folder.iterdir()) == ["ids.npy", "meta.json", "probs.npy"]
+    assert not list(cache.glob("soft-*.work"))
+    monkeypatch.undo()
+    monkeypatch.setenv("SEQXDUCE_CACHE", str(tmp_path / "alone"))
+    alone = invoke("distill", teacher, TINY_RECIPE, "--out", tmp_path / "a", *KD)
+    assert alone.exit_code == 0, alone.output
+    (by_one,) = soft_folders(tmp_path / "alone")
+    assert by_one.name == folder.name  # the key knows no pieces: either pass makes the set of the other
+    for name in ("ids.npy", "probs.npy"):
+        assert (folder / name).read_bytes() == (by_one / name).read_bytes()
+
+
+def test_more_processes_than_batches_leave_their_pieces_empty(teacher: Path, cache: Path, tmp_path: Path,
+                                                              monkeypatch) -> None:
+    """A world larger than the pass has batches (rank 30 of 64 over the tiny teacher's few batches): the pieces of
+    no batch write nothing, and the merge makes the whole set from the others."""
+    as_a_share(monkeypatch, (30, 64))
+    shared = invoke("distill", teacher, TINY_RECIPE, "--out", tmp_path / "s", *KD)
+    assert shared.exit_code == 0, shared.output
+    (folder,) = soft_folders(cache)
+    assert json.loads((folder / "meta.json").read_text())["top_k"] == 8
+
+
+def test_a_stopped_piece_continues_where_it_stopped(teacher: Path, cache: Path, tmp_path: Path, monkeypatch) -> None:
+    """SIGTERM in the second batch of rank 0's piece (of 2): its first batch is kept in its progress record, the
+    other piece is not begun; the same command continues the piece after it, then does the other, and the arrays
+    are those of a pass never stopped."""
+    as_a_share(monkeypatch, (0, 2))
+    real, calls = teacher_targets._teach, []
+
+    def stopped_in_the_second(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(teacher_targets, "_teach", stopped_in_the_second)
+    stopped = invoke("distill", teacher, TINY_RECIPE, "--out", tmp_path / "s", *KD)
+    assert stopped.exit_code == 128 + signal.SIGTERM, stopped.output
+    (work,) = cache.glob("soft-*.work")
+    assert json.loads((work / "progress-1-of-2.json").read_text())["batches"] == 1
+    assert not (work / "progress-2-of-2.json").exists()
+    monkeypatch.setattr(teacher_targets, "_teach", real)
+    again = invoke("distill", teacher, TINY_RECIPE, "--out", tmp_path / "s", *KD, "--auto-resume")
+    assert again.exit_code == 0, again.output
+    assert "continuing the teacher's distributions after 1 of" in again.output
+    (folder,) = soft_folders(cache)
+    monkeypatch.undo()
+    monkeypatch.setenv("SEQXDUCE_CACHE", str(tmp_path / "whole"))
+    whole = invoke("distill", teacher, TINY_RECIPE, "--out", tmp_path / "w", *KD)
+    assert whole.exit_code == 0, whole.output
+    (never_stopped,) = soft_folders(tmp_path / "whole")
+    for name in ("ids.npy", "probs.npy"):
+        assert (folder / name).read_bytes() == (never_stopped / name).read_bytes()
+
+
+def test_a_pass_under_way_elsewhere_is_waited_for_not_cleared(tmp_path: Path) -> None:
+    """A work folder planned for another pass (another number of pieces) whose piece a live process holds is left
+    as it is; once no process holds any of its pieces, it is stale and planned anew."""
+    import fcntl
+
+    pairs = PairArrays.from_pairs([Pair([5, 2], [7, 8, 9])])
+    theirs = SoftTargetsWork(tmp_path / "soft", pairs, 2, {}, 3)
+    assert theirs.plan()
+    held = open(theirs.work / "piece-2-of-3.lock", "a")
+    fcntl.flock(held, fcntl.LOCK_EX)  # another open file: a lock this process's probe cannot take
+    (theirs.work / "progress-2-of-3.json").write_text("kept")
+    mine = SoftTargetsWork(tmp_path / "soft", pairs, 2, {}, 1)
+    assert not mine.plan() and (theirs.work / "progress-2-of-3.json").read_text() == "kept"
+    held.close()
+    assert mine.plan() and not (theirs.work / "progress-2-of-3.json").exists() and mine.planned()
 
 
 def test_word_kd_without_a_teacher_or_with_another_vocabulary_is_refused_in_one_line(teacher: Path, cache: Path,

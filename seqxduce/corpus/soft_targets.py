@@ -12,11 +12,13 @@ How the distributions are computed is the trainer's side (training.teacher_targe
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +34,8 @@ from seqxduce.corpus.distilled import format_key
 FORMAT = "seqxduce-soft-targets-1"
 SOFT_RECORD = "word_kd.json"  # in a student's run folder: the name of the set it trains with
 PREFIX = "soft-"
-IDS, PROBS, META, PROGRESS = "ids.npy", "probs.npy", "meta.json", "progress.json"
+IDS, PROBS, META, PROGRESS, PLAN = "ids.npy", "probs.npy", "meta.json", "progress.json", "plan.json"
+MERGE_PAIRS = 1 << 20  # pairs whose rows one step of a merge of pieces gathers
 HASH_CHUNK = 1 << 24  # bytes of an id array hashed at once
 
 
@@ -103,38 +106,50 @@ class SoftTargets:
         return ids, probs
 
 
-class SoftTargetsWriter:
-    """The arrays of a new set, written into a work folder beside the final one (memory-mapped files: at scale they
-    outgrow memory) and renamed into place by close(). The work is kept in pieces: save(done) records how many of
-    the pass's batches are written (their rows flushed first), and a writer opened again with the same meta (the
-    same key, k and batches) continues after them; other meta starts the folder anew. One writer at a time per
-    folder (the caller holds a lock), so the work folder's name is fixed."""
+def piece_files(piece: int, pieces: int) -> tuple[str, str, str, str]:
+    """The names of a piece's ids, probabilities, progress record and lock in the work folder. A pass of one piece
+    writes the set's own array names (its close is a rename), one of several tags each piece's."""
+    if pieces == 1:
+        return IDS, PROBS, PROGRESS, "piece.lock"
+    tag = f"-{piece + 1}-of-{pieces}"
+    return f"ids{tag}.npy", f"probs{tag}.npy", f"progress{tag}.json", f"piece{tag}.lock"
 
-    def __init__(self, folder: Path, pairs: PairArrays, top_k: int, ids_dtype: np.dtype, meta: Mapping[str, Any]):
+
+def work_meta(pairs: PairArrays, top_k: int, meta: Mapping[str, Any]) -> dict[str, Any]:
+    """A pass's meta as JSON gives it back (the progress files' copies are compared with it)."""
+    return json.loads(json.dumps({"format": FORMAT, "pairs": len(pairs), "top_k": top_k, **meta}, sort_keys=True,
+                                 default=str))
+
+
+class SoftTargetsWriter:
+    """One piece of a new set's arrays, written into the work folder beside the final one (memory-mapped files: at
+    scale they outgrow memory; a piece's files have the whole set's shape and hold its own rows, the rest left
+    sparse). The work is kept in pieces: save(done) records how many of the piece's batches are written (their
+    rows flushed first), and a writer opened again with the same meta continues after them. The caller holds the
+    piece's lock (SoftTargetsWork.piece_lock), and the work folder is planned for this pass (SoftTargetsWork.plan)."""
+
+    def __init__(self, folder: Path, pairs: PairArrays, top_k: int, ids_dtype: np.dtype, meta: Mapping[str, Any],
+                 piece: int = 0, pieces: int = 1):
         self.folder = folder
-        # as JSON gives it back (the progress file's copy is compared with it)
-        self.meta = json.loads(json.dumps({"format": FORMAT, "pairs": len(pairs), "top_k": top_k, **meta},
-                                          sort_keys=True, default=str))
+        self.meta = work_meta(pairs, top_k, meta)
         self.work = folder.with_name(f"{folder.name}.work")
+        self.ids_name, self.probs_name, self.progress_name, _ = piece_files(piece, pieces)
         self.starts = position_starts(pairs)
         rows = int(self.starts[-1])
         self.done = self._continued()
         if self.done:
-            self.ids = np.lib.format.open_memmap(self.work / IDS, mode="r+")
-            self.probs = np.lib.format.open_memmap(self.work / PROBS, mode="r+")
+            self.ids = np.lib.format.open_memmap(self.work / self.ids_name, mode="r+")
+            self.probs = np.lib.format.open_memmap(self.work / self.probs_name, mode="r+")
             return
-        shutil.rmtree(self.work, ignore_errors=True)
-        self.work.mkdir(parents=True)
-        self.ids = np.lib.format.open_memmap(self.work / IDS, mode="w+", dtype=ids_dtype, shape=(rows, top_k))
-        self.probs = np.lib.format.open_memmap(self.work / PROBS, mode="w+", dtype=np.float16, shape=(rows, top_k))
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.ids = np.lib.format.open_memmap(self.work / self.ids_name, mode="w+", dtype=ids_dtype,
+                                             shape=(rows, top_k))
+        self.probs = np.lib.format.open_memmap(self.work / self.probs_name, mode="w+", dtype=np.float16,
+                                               shape=(rows, top_k))
 
     def _continued(self) -> int:
-        """The batches a stopped pass with this meta wrote (0: none, or another pass's work)."""
-        try:
-            progress = json.loads((self.work / PROGRESS).read_text())
-        except (OSError, ValueError):
-            return 0
-        return int(progress["batches"]) if progress.get("meta") == self.meta else 0
+        """The batches of this piece a stopped pass with this meta wrote (0: none, or another pass's work)."""
+        return piece_progress(self.work / self.progress_name, self.meta)
 
     def put(self, pair: int, ids: np.ndarray, probs: np.ndarray) -> None:
         """One pair's rows: (its target length + 1, k) ids and probabilities."""
@@ -145,20 +160,137 @@ class SoftTargetsWriter:
         self.probs[start:end] = probs
 
     def save(self, batches: int) -> None:
-        """Record that the first `batches` batches of the pass are written: their rows reach the files first."""
+        """Record that the piece's first `batches` batches are written: their rows reach the files first."""
         for array in (self.ids, self.probs):
             array.flush()
-        atomic_write_text(self.work / PROGRESS, json.dumps({"batches": batches, "meta": self.meta}) + "\n")
+        atomic_write_text(self.work / self.progress_name, json.dumps({"batches": batches, "meta": self.meta}) + "\n")
         self.done = batches
 
-    def close(self) -> Path:
+    def close(self) -> None:
+        """Flush and let the files go (a whole piece has been save()d with all its batches)."""
         for array in (self.ids, self.probs):
             array.flush()
-        (self.work / PROGRESS).unlink(missing_ok=True)
-        (self.work / META).write_text(json.dumps(self.meta, indent=1, sort_keys=True, default=str) + "\n")
         del self.ids, self.probs
+
+
+def piece_progress(path: Path, meta: Mapping[str, Any]) -> int:
+    """The batches a piece's progress record at `path` says are written for this meta (0: none, or another's)."""
+    try:
+        progress = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return 0
+    return int(progress["batches"]) if progress.get("meta") == meta else 0
+
+
+class SoftTargetsWork:
+    """The work folder of a set made by `pieces` processes at once (a torchrun world's ranks, each its share of the
+    batches: batch k is piece k % pieces), or by one. Which pass the folder is for is its plan (the meta and the
+    number of pieces); a process holds a piece's lock (a file lock) while it computes it, so that a pass whose
+    pieces are locked is live and another process waits for it, and a piece whose process is gone is taken over.
+    plan() and merge() are called under the set's own lock."""
+
+    def __init__(self, folder: Path, pairs: PairArrays, top_k: int, meta: Mapping[str, Any], pieces: int):
+        self.folder, self.pieces = folder, pieces
+        self.meta = work_meta(pairs, top_k, meta)
+        self.work = folder.with_name(f"{folder.name}.work")
+
+    def _planned(self) -> dict[str, Any] | None:
+        """The plan in the folder; a work folder written before plans existed is one piece's pass of its meta."""
+        try:
+            return json.loads((self.work / PLAN).read_text())
+        except (OSError, ValueError):
+            pass
+        try:
+            return {"meta": json.loads((self.work / PROGRESS).read_text())["meta"], "pieces": 1}
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def plan(self) -> bool:
+        """Make the work folder this pass's: kept when it is planned for it already (its pieces go on where they
+        stopped), made anew when it holds another pass's work whose processes are gone. False: another pass (other
+        meta, or another number of pieces) is under way in it; wait for it to finish."""
+        if self.planned():
+            return True
+        planned = self._planned()
+        if planned is not None and self.work.is_dir() and any(
+                _held(self.work / piece_files(p, int(planned.get("pieces", 1)))[3])
+                for p in range(int(planned.get("pieces", 1)))):
+            return False
+        shutil.rmtree(self.work, ignore_errors=True)
+        self.work.mkdir(parents=True)
+        atomic_write_text(self.work / PLAN, json.dumps({"meta": self.meta, "pieces": self.pieces}) + "\n")
+        return True
+
+    def planned(self) -> bool:
+        """Whether the work folder is still this pass's (a merge removes the plan first)."""
+        return self._planned() == {"meta": self.meta, "pieces": self.pieces}
+
+    def batches_done(self, piece: int) -> int:
+        """How many of a piece's batches are written."""
+        return piece_progress(self.work / piece_files(piece, self.pieces)[2], self.meta)
+
+    @contextlib.contextmanager
+    def piece_lock(self, piece: int) -> Iterator[bool]:
+        """The piece's lock, taken if no other process holds it: True inside when this process holds it."""
+        try:
+            lock = open(self.work / piece_files(piece, self.pieces)[3], "a")
+        except FileNotFoundError:  # the work folder was merged into the set meanwhile
+            yield False
+            return
+        with lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            yield True  # released when the file closes
+
+    def merge(self, pairs: PairArrays, owners: np.ndarray) -> Path:
+        """The whole pieces into the set's arrays, renamed into place. owners: each pair's piece (the piece of its
+        batch). One piece's files are the set's already; several are gathered row by row, a block of pairs at a
+        time, so that memory holds a block, not the set."""
+        # the plan goes first: a process that finds no plan computes nothing more here (planned)
+        (self.work / PLAN).unlink(missing_ok=True)
+        if self.pieces > 1:
+            # a piece of no batch (more processes than batches) wrote no files, and owns no pair
+            written = [p for p in range(self.pieces) if (self.work / piece_files(p, self.pieces)[0]).is_file()]
+            ids_files = {p: np.load(self.work / piece_files(p, self.pieces)[0], mmap_mode="r") for p in written}
+            probs_files = {p: np.load(self.work / piece_files(p, self.pieces)[1], mmap_mode="r") for p in written}
+            like = ids_files[written[0]]
+            ids = np.lib.format.open_memmap(self.work / IDS, mode="w+", dtype=like.dtype, shape=like.shape)
+            probs = np.lib.format.open_memmap(self.work / PROBS, mode="w+", dtype=np.float16, shape=like.shape)
+            starts = position_starts(pairs)
+            for first in range(0, len(pairs), MERGE_PAIRS):
+                last = min(first + MERGE_PAIRS, len(pairs))
+                rows = slice(int(starts[first]), int(starts[last]))
+                row_owner = np.repeat(owners[first:last], np.diff(starts[first:last + 1]))
+                for p in written:
+                    mine = row_owner == p
+                    ids[rows][mine] = ids_files[p][rows][mine]
+                    probs[rows][mine] = probs_files[p][rows][mine]
+            ids.flush()
+            probs.flush()
+            del ids, probs, ids_files, probs_files
+        for p in range(self.pieces):
+            names = piece_files(p, self.pieces)
+            for name in (names if self.pieces > 1 else names[2:]):
+                (self.work / name).unlink(missing_ok=True)
+        (self.work / META).write_text(json.dumps(self.meta, indent=1, sort_keys=True, default=str) + "\n")
         if (self.folder / META).is_file():  # made meanwhile by a process that holds no lock with this one
             shutil.rmtree(self.work, ignore_errors=True)
             return self.folder
         os.replace(self.work, self.folder)
         return self.folder
+
+
+def _held(lock_file: Path) -> bool:
+    """Whether another process holds this lock file's lock (a file that is not there is held by no one)."""
+    try:
+        with open(lock_file) as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            return False
+    except FileNotFoundError:
+        return False

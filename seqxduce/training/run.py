@@ -145,7 +145,7 @@ def assemble(recipe: Recipe, run_dir: Path, start: RunStart | None = None) -> Tr
     with stop_while_preparing("preparing the training data, before the first step"):
         corpus = TrainingCorpus.open(recipe, task, data_dir, corpus_start, rundir.tokenizers,
                                      sampled_folder=rundir.path / SAMPLED_DIR, ranks=_WorldRanks(world))
-    soft = _soft_targets(recipe, corpus, rundir, resume_from is not None, is_main) if recipe.distill.word_kd else None
+    soft = _soft_targets(recipe, corpus, rundir, resume_from is not None, world) if recipe.distill.word_kd else None
     valid_examples = task.examples("valid", data_dir) if "valid" in task.splits else []
     torch.manual_seed(s.seed)
     tokenizers = corpus.tokenizers
@@ -191,9 +191,10 @@ def assemble(recipe: Recipe, run_dir: Path, start: RunStart | None = None) -> Tr
     return run
 
 
-def _soft_targets(recipe: Recipe, corpus: TrainingCorpus, rundir: RunDir, resumed: bool, is_main: bool
-                  ) -> SoftTargets:
-    """[distill] word_kd's teacher distributions over the corpus's pairs (computed once, in the cache). The run
+def _soft_targets(recipe: Recipe, corpus: TrainingCorpus, rundir: RunDir, resumed: bool,
+                  world: distributed.World) -> SoftTargets:
+    """[distill] word_kd's teacher distributions over the corpus's pairs (computed once, in the cache; the ranks of
+    a world each compute their share of the pass). The run
     folder records which ones it trains with (SOFT_RECORD), so that a resume with other ones (its teacher trained on,
     another k) is refused in one line before anything is computed, not trained on without a word."""
     if corpus.epochs.sampling():
@@ -202,8 +203,9 @@ def _soft_targets(recipe: Recipe, corpus: TrainingCorpus, rundir: RunDir, resume
                         "its sampling off, or word_kd")
     record = rundir.path / SOFT_RECORD
     expected = json.loads(record.read_text())["soft_targets"] if resumed and record.is_file() else None
-    soft = teacher_soft_targets(recipe, corpus.pairs, rundir.tokenizers.files(recipe), expected=expected)
-    if is_main and soft.folder is not None:
+    soft = teacher_soft_targets(recipe, corpus.pairs, rundir.tokenizers.files(recipe), expected=expected,
+                                share=(world.rank, world.world_size))
+    if world.rank == 0 and soft.folder is not None:
         atomic_write_text(record, json.dumps({"soft_targets": soft.folder.name}) + "\n")
     return soft
 

@@ -5,10 +5,13 @@ training pair of the student teacher-forced, and its k most probable next tokens
 
 The teacher computes in float32 whatever its decode precision: these are training targets, kept for the run's
 life, and the pass costs a forward of the teacher per training pair once (a few minutes for Multi30k's 29,000 on
-two CPU cores). Processes that share the cache folder take turns by a file lock, so that a torchrun world or a
-student's members compute it once and the others map it; the lock is a file's, not a collective's, because the
-pass may outlast [train] collective_timeout at scale. The pass records the batches it wrote every SAVE_SECONDS and
-when a signal stops it; the same command continues after them (corpus.soft_targets.SoftTargetsWriter)."""
+two CPU cores). The ranks of a torchrun world share the pass: rank r computes the batches k with k % world = r
+into a piece of its own, and the last to find every piece whole merges them into the set (byte for byte the
+arrays of one process's pass). Processes that are no world (a student's members) find the set made, or wait for
+the one computing it. Who computes what is settled by file locks, not collectives, because the pass may outlast
+[train] collective_timeout at scale; a piece whose process is gone is taken over by one still running. Each piece
+records the batches it wrote every SAVE_SECONDS and when a signal stops it; the same command continues after them
+(corpus.soft_targets.SoftTargetsWriter)."""
 
 from __future__ import annotations
 
@@ -26,7 +29,15 @@ from seqxduce.console import PairsProgress, console
 from seqxduce.corpus.arrays import PairArrays, length_batches
 from seqxduce.corpus.binarized import ids_dtype
 from seqxduce.corpus.distilled import file_digest
-from seqxduce.corpus.soft_targets import META, PREFIX, SoftTargets, SoftTargetsWriter, pairs_digest, soft_key
+from seqxduce.corpus.soft_targets import (
+    META,
+    PREFIX,
+    SoftTargets,
+    SoftTargetsWork,
+    SoftTargetsWriter,
+    pairs_digest,
+    soft_key,
+)
 from seqxduce.corpus.token_cache import cache_root
 from seqxduce.recipe import Recipe
 from seqxduce.signals import stop_while_preparing
@@ -36,13 +47,16 @@ if TYPE_CHECKING:
 
 TEACHER_OVERRIDES = ("decode.precision=fp32",)  # see the module's docstring
 SAVE_SECONDS = 30.0  # how often the pass records the batches it wrote (a stop records them too)
+WAIT_SECONDS = 1.0  # how often a process whose pieces are done looks for the others'
 
 
 def teacher_soft_targets(recipe: Recipe, pairs: PairArrays, tokenizer_files: Sequence[Path],
-                         root: Path | None = None, expected: str | None = None) -> SoftTargets:
+                         root: Path | None = None, expected: str | None = None,
+                         share: tuple[int, int] = (0, 1)) -> SoftTargets:
     """The soft targets of `pairs` from recipe's [distill] teacher_run, found in the cache or computed there.
     tokenizer_files: the student's, which must be the teacher's (the same ids on both sides of the KL term).
-    expected: the set a resumed run trained with; another one is refused before anything is computed."""
+    expected: the set a resumed run trained with; another one is refused before anything is computed. share: this
+    process's piece of the pass and how many processes share it (a torchrun world's rank and size)."""
     from seqxduce.decoding.decode import plan_run
 
     d = recipe.distill
@@ -65,56 +79,118 @@ def teacher_soft_targets(recipe: Recipe, pairs: PairArrays, tokenizer_files: Seq
                         f"now gives {folder.name} (its checkpoints, tokenizer files or word_kd_top_k changed); "
                         "continue with the teacher and k it started with, or train into another --out")
     folder.parent.mkdir(parents=True, exist_ok=True)
-    with open(folder.with_name(folder.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when the process ends
-        if not (folder / META).is_file():
-            with stop_while_preparing("computing the teacher's distributions for word_kd, before the first step",
-                                      "the batches written are kept, and the same command continues after them"):
-                _compute(plan, teacher, checkpoint, pairs, d.word_kd_top_k, folder, parts, recipe.train.max_tokens)
+    if not (folder / META).is_file():
+        meta = {"teacher": str(teacher), "max_tokens": recipe.train.max_tokens, **parts}
+        batches = length_batches(pairs.src_lengths, pairs.tgt_lengths, recipe.train.max_tokens, seed=0, epoch=0,
+                                 shuffle=False)
+        pass_ = _Pass(plan, teacher, checkpoint, pairs, d.word_kd_top_k, batches, share)
+        pass_.make(SoftTargetsWork(folder, pairs, d.word_kd_top_k, meta, share[1]), meta)
     return SoftTargets.open(folder, pairs)
 
 
-def _compute(plan: PlannedRun, teacher: Path, checkpoint: str | None, pairs: PairArrays, top_k: int,
-             folder: Path, parts: dict[str, Any], max_tokens: int) -> None:
-    """The pass over the pairs, in batches of the training's max_tokens sorted by length (the teacher's forward
-    only: no activation is kept for a backward)."""
-    from seqxduce.decoding.decode import load_run
+class _Pass:
+    """The teacher's pass over the pairs, in batches of the training's max_tokens sorted by length (the teacher's
+    forward only: no activation is kept for a backward), shared by `share[1]` processes: this one computes its
+    piece (batch k is piece k % pieces), then any piece whose process is gone, and whoever finds every piece whole
+    merges them. The teacher is loaded once, when a piece is first computed."""
 
-    started = time.perf_counter()
-    loaded = load_run(teacher, TEACHER_OVERRIDES, checkpoint=checkpoint)
-    vocab = loaded.tokenizers.vocab()
-    models = 1 + len(loaded.members)
-    rows = int(pairs.tgt_lengths.sum()) + len(pairs)
-    size = rows * top_k * (ids_dtype(vocab.tgt_size).itemsize + 2) / 1e6  # ids and float16 probabilities
-    console.print(f"distill: the teacher's top {top_k} next tokens at {rows:,} target positions of {len(pairs):,} "
-                  f"pairs ({models} model{'s' if models > 1 else ''}: {plan.described()}) into {folder} "
-                  f"({size:,.0f} MB)")
-    writer = SoftTargetsWriter(folder, pairs, top_k, ids_dtype(vocab.tgt_size),
-                               {"teacher": str(teacher), "max_tokens": max_tokens, **parts})
-    batches = length_batches(pairs.src_lengths, pairs.tgt_lengths, max_tokens, seed=0, epoch=0, shuffle=False)
-    first = writer.done
-    done_pairs = sum(len(batches.indices(k)) for k in range(first))
-    if first:
-        console.print(f"distill: continuing the teacher's distributions after {first:,} of {len(batches):,} batches "
-                      f"({done_pairs:,} pairs)")
-    last_save = time.monotonic()
-    k = first
-    try:
-        with torch.inference_mode(), PairsProgress("distill: the teacher's distributions", len(pairs),
-                                                   start=done_pairs) as progress:
-            for k in range(first, len(batches)):
-                indices = batches.indices(k).tolist()
-                _teach(loaded.model, pairs, indices, vocab, top_k, writer, loaded.device)
-                progress.advance(len(indices))
-                if time.monotonic() - last_save >= SAVE_SECONDS:
-                    writer.save(k + 1)
-                    last_save = time.monotonic()
-            k = len(batches)
-    except BaseException:
-        writer.save(k)  # the batches before the one under way are whole: the next run continues there
-        raise
-    writer.close()
-    console.print(f"distill: the teacher's distributions computed in {time.perf_counter() - started:.0f} s")
+    def __init__(self, plan: PlannedRun, teacher: Path, checkpoint: str | None, pairs: PairArrays, top_k: int,
+                 batches: Any, share: tuple[int, int]):
+        self.plan, self.teacher, self.checkpoint, self.pairs, self.top_k = plan, teacher, checkpoint, pairs, top_k
+        self.batches, (self.piece, self.pieces) = batches, share
+        self.loaded: Any = None
+
+    def own(self, piece: int) -> range:
+        """The batches of a piece."""
+        return range(piece, len(self.batches), self.pieces)
+
+    def owners(self) -> np.ndarray:
+        """Each pair's piece: its batch's."""
+        owners = np.full(len(self.pairs), -1, dtype=np.int32)
+        for k in range(len(self.batches)):
+            owners[self.batches.indices(k)] = k % self.pieces
+        if (owners < 0).any():
+            raise RuntimeError(f"{int((owners < 0).sum())} pairs are in no batch of the teacher's pass")
+        return owners
+
+    def make(self, work: SoftTargetsWork, meta: dict[str, Any]) -> None:
+        """Compute and merge the pieces (a stop keeps the batches written), or wait for the processes that do."""
+        lock_file = work.folder.with_name(work.folder.name + ".lock")
+        started, waiting = time.perf_counter(), False
+        while True:
+            with open(lock_file, "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when the process ends
+                if (work.folder / META).is_file():
+                    return
+                ours = work.plan()
+                left = [p for p in self._order() if work.batches_done(p) < len(self.own(p))] if ours else None
+                if left == []:
+                    work.merge(self.pairs, self.owners() if self.pieces > 1 else np.zeros(0, dtype=np.int32))
+                    console.print(f"distill: the teacher's distributions made in {work.folder}")
+                    return
+            computed = False
+            for piece in left or ():
+                with work.piece_lock(piece) as mine:
+                    if mine and work.planned() and work.batches_done(piece) < len(self.own(piece)):
+                        with stop_while_preparing("computing the teacher's distributions for word_kd, before the "
+                                                  "first step", "the batches written are kept, and the same "
+                                                  "command continues after them"):
+                            self._compute(piece, meta, work.folder)
+                        computed = True
+            if not computed:  # other processes hold what is left: their pieces, or another pass
+                if not waiting:
+                    console.print("distill: waiting for the other processes' pieces of the teacher's distributions")
+                    waiting = True
+                time.sleep(WAIT_SECONDS)
+            elif self.loaded is not None and not waiting:
+                console.print(f"distill: this process's pieces computed in {time.perf_counter() - started:.0f} s")
+
+    def _order(self) -> list[int]:
+        """The pieces this process takes, its own first."""
+        return [(self.piece + i) % self.pieces for i in range(self.pieces)]
+
+    def _compute(self, piece: int, meta: dict[str, Any], folder: Path) -> None:
+        """One piece's batches, continued after those a stopped pass wrote."""
+        from seqxduce.decoding.decode import load_run
+
+        if self.loaded is None:
+            self.loaded = load_run(self.teacher, TEACHER_OVERRIDES, checkpoint=self.checkpoint)
+        loaded = self.loaded
+        vocab = loaded.tokenizers.vocab()
+        own = self.own(piece)
+        pairs = self.pairs
+        writer = SoftTargetsWriter(folder, pairs, self.top_k, ids_dtype(vocab.tgt_size), meta, piece, self.pieces)
+        first = writer.done
+        done_pairs = sum(len(self.batches.indices(k)) for k in own[:first])
+        piece_pairs = sum(len(self.batches.indices(k)) for k in own)
+        rows = int(pairs.tgt_lengths.sum()) + len(pairs)
+        size = rows * self.top_k * (ids_dtype(vocab.tgt_size).itemsize + 2) / 1e6  # ids and float16 probabilities
+        models = 1 + len(loaded.members)
+        shared = f", piece {piece + 1} of {self.pieces}: {piece_pairs:,} pairs" if self.pieces > 1 else ""
+        console.print(f"distill: the teacher's top {self.top_k} next tokens at {rows:,} target positions of "
+                      f"{len(pairs):,} pairs ({models} model{'s' if models > 1 else ''}: {self.plan.described()}"
+                      f"{shared}) into {folder} ({size:,.0f} MB)")
+        if first:
+            console.print(f"distill: continuing the teacher's distributions after {first:,} of {len(own):,} "
+                          f"batches ({done_pairs:,} pairs)")
+        last_save = time.monotonic()
+        i = first
+        try:
+            with torch.inference_mode(), PairsProgress("distill: the teacher's distributions", piece_pairs,
+                                                       start=done_pairs) as progress:
+                for i in range(first, len(own)):
+                    indices = self.batches.indices(own[i]).tolist()
+                    _teach(loaded.model, pairs, indices, vocab, self.top_k, writer, loaded.device)
+                    progress.advance(len(indices))
+                    if time.monotonic() - last_save >= SAVE_SECONDS:
+                        writer.save(i + 1)
+                        last_save = time.monotonic()
+                i = len(own)
+        except BaseException:
+            writer.save(i)  # the batches before the one under way are whole: the next run continues there
+            raise
+        writer.save(len(own))
+        writer.close()
 
 
 def _teach(model: torch.nn.Module, pairs: PairArrays, indices: list[int], vocab: VocabInfo, top_k: int,
