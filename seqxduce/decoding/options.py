@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from seqxduce.api import Model, UserError
+from seqxduce.device import emulated_bf16
 
 if TYPE_CHECKING:
     from seqxduce.recipe import Recipe
@@ -40,8 +41,6 @@ def fit_precision(recipe: Recipe, device: torch.device) -> tuple[Recipe, str | N
     whose [decode] precision is "recipe" decodes in fp32 on a CPU without bf16 units (device.emulated_bf16): the
     same weights, fp32 arithmetic instead of bf16 emulated at several times its cost, as CTranslate2 decodes a
     compute type the machine lacks in the nearest one it has. An explicit bf16 (`--precision bf16`) is kept."""
-    from seqxduce.device import emulated_bf16
-
     if recipe.decode.core.precision != "recipe" or not emulated_bf16(device, decode_precision(recipe)):
         return recipe, None
     core = dataclasses.replace(recipe.decode.core, precision="fp32")
