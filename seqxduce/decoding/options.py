@@ -39,13 +39,14 @@ def decode_precision(recipe: Recipe) -> str:
 def fit_precision(recipe: Recipe, device: torch.device) -> tuple[Recipe, str | None]:
     """The recipe as `device` decodes it, and the note that says what changed (None: nothing did). A bf16 run
     whose [decode] precision is "recipe" decodes in fp32 on a CPU without bf16 units (device.emulated_bf16): the
-    same weights, fp32 arithmetic instead of bf16 emulated at several times its cost, as CTranslate2 decodes a
+    same weights, fp32 arithmetic instead of bf16 emulated at a higher cost (1.4x to 8x here, by the size of the
+    matrices: bench/log/2026-12-01-cpu-bf16.md), as CTranslate2 decodes a
     compute type the machine lacks in the nearest one it has. An explicit bf16 (`--precision bf16`) is kept."""
     if recipe.decode.core.precision != "recipe" or not emulated_bf16(device, decode_precision(recipe)):
         return recipe, None
     core = dataclasses.replace(recipe.decode.core, precision="fp32")
-    note = ("note: decoding in fp32, not the run's bf16: this CPU has no bf16 units (no AVX512-BF16, no AMX) and "
-            "would emulate bf16 at several times fp32's cost; --precision bf16 decodes in bf16 all the same")
+    note = ("note: decoding in fp32, not the run's bf16: this CPU has no bf16 units (no AVX512-BF16, no AMX), so "
+            "bf16 would be emulated, slower than fp32; --precision bf16 decodes in bf16 all the same")
     return dataclasses.replace(recipe, decode=dataclasses.replace(recipe.decode, core=core)), note
 
 
