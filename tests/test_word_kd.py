@@ -116,21 +116,39 @@ def test_a_batch_gathers_each_pairs_rows_aligned_with_its_targets(tmp_path: Path
     assert torch.equal(probs.sum(-1) > 0, batch.tgt_out != vocab.pad_id)
 
 
+def stopped_in_batch(monkeypatch, n: int) -> None:
+    """SIGTERM to this process as the teacher's pass begins its n-th batch."""
+    real, calls = teacher_targets._teach, []
+
+    def stopped(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == n:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(teacher_targets, "_teach", stopped)
+
+
+def assert_as_never_stopped(folder: Path, teacher: Path, tmp_path: Path, monkeypatch) -> None:
+    """The arrays in `folder` are, byte for byte, those of one process's pass never stopped (in a cache of its
+    own)."""
+    monkeypatch.undo()
+    monkeypatch.setenv("SEQXDUCE_CACHE", str(tmp_path / "whole"))
+    whole = invoke("distill", teacher, TINY_RECIPE, "--out", tmp_path / "w", *KD)
+    assert whole.exit_code == 0, whole.output
+    (never_stopped,) = soft_folders(tmp_path / "whole")
+    assert never_stopped.name == folder.name
+    for name in ("ids.npy", "probs.npy"):
+        assert (folder / name).read_bytes() == (never_stopped / name).read_bytes()
+
+
 def test_a_stopped_teachers_pass_continues_to_the_arrays_of_one_never_stopped(teacher: Path, cache: Path,
                                                                              tmp_path: Path, monkeypatch) -> None:
     """SIGTERM while the teacher's pass is in its third batch: the two batches before it are kept (work folder and
     its progress record), the same command continues after them, and the arrays are those of a pass never
     stopped, byte for byte."""
     real = teacher_targets._teach
-    calls = []
-
-    def stopped_in_the_third(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 3:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(teacher_targets, "_teach", stopped_in_the_third)
+    stopped_in_batch(monkeypatch, 3)
     stopped = invoke("distill", teacher, TINY_RECIPE, "--out", tmp_path / "s", *KD)
     assert stopped.exit_code == 128 + signal.SIGTERM, stopped.output
     assert "stopped while computing the teacher's distributions" in stopped.output
@@ -143,13 +161,7 @@ def test_a_stopped_teachers_pass_continues_to_the_arrays_of_one_never_stopped(te
     assert "continuing the teacher's distributions after 2 of" in again.output
     (folder,) = soft_folders(cache)
     assert not work.exists() and not (folder / "progress.json").exists()
-    # the pass never stopped, in a cache of its own
-    monkeypatch.setenv("SEQXDUCE_CACHE", str(tmp_path / "whole"))
-    whole = invoke("distill", teacher, TINY_RECIPE, "--out", tmp_path / "w", *KD)
-    assert whole.exit_code == 0, whole.output
-    (never_stopped,) = soft_folders(tmp_path / "whole")
-    for name in ("ids.npy", "probs.npy"):
-        assert (folder / name).read_bytes() == (never_stopped / name).read_bytes()
+    assert_as_never_stopped(folder, teacher, tmp_path, monkeypatch)
 
 
 def as_a_share(monkeypatch, share: tuple[int, int]) -> None:
@@ -197,15 +209,8 @@ def test_a_stopped_piece_continues_where_it_stopped(teacher: Path, cache: Path, 
     other piece is not begun; the same command continues the piece after it, then does the other, and the arrays
     are those of a pass never stopped."""
     as_a_share(monkeypatch, (0, 2))
-    real, calls = teacher_targets._teach, []
-
-    def stopped_in_the_second(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 2:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(teacher_targets, "_teach", stopped_in_the_second)
+    real = teacher_targets._teach
+    stopped_in_batch(monkeypatch, 2)
     stopped = invoke("distill", teacher, TINY_RECIPE, "--out", tmp_path / "s", *KD)
     assert stopped.exit_code == 128 + signal.SIGTERM, stopped.output
     (work,) = cache.glob("soft-*.work")
@@ -216,13 +221,7 @@ def test_a_stopped_piece_continues_where_it_stopped(teacher: Path, cache: Path, 
     assert again.exit_code == 0, again.output
     assert "continuing the teacher's distributions after 1 of" in again.output
     (folder,) = soft_folders(cache)
-    monkeypatch.undo()
-    monkeypatch.setenv("SEQXDUCE_CACHE", str(tmp_path / "whole"))
-    whole = invoke("distill", teacher, TINY_RECIPE, "--out", tmp_path / "w", *KD)
-    assert whole.exit_code == 0, whole.output
-    (never_stopped,) = soft_folders(tmp_path / "whole")
-    for name in ("ids.npy", "probs.npy"):
-        assert (folder / name).read_bytes() == (never_stopped / name).read_bytes()
+    assert_as_never_stopped(folder, teacher, tmp_path, monkeypatch)
 
 
 def test_a_pass_under_way_elsewhere_is_waited_for_not_cleared(tmp_path: Path) -> None:
