@@ -238,12 +238,7 @@ class SoftTargetsWork:
             yield False
             return
         with lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                yield False
-                return
-            yield True  # released when the file closes
+            yield _try_lock(lock)  # released when the file closes
 
     def merge(self, pairs: PairArrays, owners: np.ndarray) -> Path:
         """The whole pieces into the set's arrays, renamed into place. owners: each pair's piece (the piece of its
@@ -283,14 +278,19 @@ class SoftTargetsWork:
         return self.folder
 
 
+def _try_lock(lock: Any) -> bool:
+    """Take an open file's lock if no other process holds it (True), without waiting."""
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
 def _held(lock_file: Path) -> bool:
     """Whether another process holds this lock file's lock (a file that is not there is held by no one)."""
     try:
         with open(lock_file) as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return True
-            return False
+            return not _try_lock(lock)
     except FileNotFoundError:
         return False
