@@ -49,16 +49,22 @@ def device_for(name: str, cuda_available: bool, device_count: int, local_rank: i
     return f"cuda:{local_rank}"
 
 
+def cpu_has_amx() -> bool:
+    """Whether this CPU has AMX tiles (a Xeon from Sapphire Rapids on), as torch's own probe says; a torch without
+    the probe answers no."""
+    return bool(getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)())
+
+
 def cpu_has_bf16_units() -> bool:
     """Whether this CPU computes bf16 in hardware (AVX512-BF16 or AMX tiles). Elsewhere (an AVX2-only AMD EPYC
     of the Zen 3 generation, an Intel CPU before Cooper Lake) torch's CPU kernels convert bf16 to fp32 and back
     around every operation: a bf16 autocast step costs several times an fp32 one (bench/log/2026-12-01-cpu-bf16.md:
     13x for a training step, 8x for a Linear, on a 2-core Zen 3 EPYC). A torch that cannot tell counts as having
     them (nothing is said then)."""
-    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-    if not any(probes):
+    avx512_bf16 = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
+    if avx512_bf16 is None and not hasattr(torch.cpu, "_is_amx_tile_supported"):
         return True
-    return any(probe() for probe in probes if probe is not None)
+    return bool(avx512_bf16 and avx512_bf16()) or cpu_has_amx()
 
 
 def emulated_bf16(device: torch.device, precision: str) -> bool:

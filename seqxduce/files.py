@@ -1,10 +1,14 @@
-"""Output paths checked before any work (the writes themselves go through seqxduce.atomic)."""
+"""Output paths checked before any work (the writes themselves go through seqxduce.atomic), and the digest of a
+file's bytes."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from seqxduce.api import UserError
 
@@ -44,3 +48,13 @@ def check_folder_writable(folder: Path | str, what: str) -> None:
                         "choose another place") from None
     os.close(fd)
     probe.unlink(missing_ok=True)
+
+
+def file_digest(path: Path | str, make: Callable[[], Any] = hashlib.sha256) -> str:
+    """The hex digest of a file's bytes by the hash `make` builds, read in chunks (a checkpoint or a dataset's array
+    can be gigabytes). hashlib.file_digest does this from Python 3.11 on; the package supports 3.10."""
+    digest = make()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 24):
+            digest.update(chunk)
+    return digest.hexdigest()

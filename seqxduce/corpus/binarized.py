@@ -30,12 +30,12 @@ import numpy as np
 from seqxduce.api import UserError
 from seqxduce.console import console
 from seqxduce.corpus.arrays import PairArrays
+from seqxduce.files import file_digest
 
 FORMAT = "binarized-v2"  # a change of the layout changes this (v2: the lengths files)
 META = "meta.json"
 OWNER = ".owner"  # in a work folder: "HOST PID" of the process writing it
 SIDES = ("src", "tgt")
-CHUNK = 1 << 24  # bytes read at a time when checking a digest
 VERIFIED = ".verified"  # the files whose digests were checked, with their state then (open_dataset)
 
 
@@ -276,11 +276,7 @@ def _map(path: Path, dtype: np.dtype) -> np.ndarray:
 
 
 def _digest(path: Path) -> str:
-    digest = hashlib.blake2b(digest_size=16)
-    with path.open("rb") as handle:
-        while chunk := handle.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return file_digest(path, lambda: hashlib.blake2b(digest_size=16))
 
 
 def size_on_disk(folder: Path) -> int:

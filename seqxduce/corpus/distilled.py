@@ -41,15 +41,6 @@ def distilled_key(parts: Mapping[str, Any]) -> str:
     return format_key(FORMAT, parts)
 
 
-def file_digest(path: Path) -> str:
-    """The sha256 of a file's bytes (a teacher checkpoint: another one is another teacher)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 24):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 @dataclass(frozen=True)
 class DistilledSet:
     """The folder of one distilled training set. Written in two steps that each survive a stop: the sources and

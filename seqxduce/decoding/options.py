@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from seqxduce.api import Model, UserError
-from seqxduce.device import emulated_bf16
+from seqxduce.device import cpu_has_amx, emulated_bf16
 
 if TYPE_CHECKING:
     from seqxduce.recipe import Recipe
@@ -109,8 +109,7 @@ def int8_engine() -> Iterator[None]:
     outputs differ from fbgemm's in their last bits (5e-7 of 2.6 on a random 256 -> 1,024 layer). Without AMX
     fbgemm stays (not measured there)."""
     before = torch.backends.quantized.engine
-    if getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)() \
-            and "onednn" in torch.backends.quantized.supported_engines:
+    if cpu_has_amx() and "onednn" in torch.backends.quantized.supported_engines:
         torch.backends.quantized.engine = "onednn"
     try:
         yield

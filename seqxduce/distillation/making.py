@@ -14,11 +14,12 @@ from typing import Any
 from seqxduce import components
 from seqxduce.api import Task, count_lines
 from seqxduce.console import console
-from seqxduce.corpus.distilled import DistilledSet, distilled_key, file_digest
+from seqxduce.corpus.distilled import DistilledSet, distilled_key
 from seqxduce.corpus.prepare import Examples, data_fingerprint
 from seqxduce.corpus.token_cache import cache_root
 from seqxduce.decoding.stream_files import partial_path, record_path
 from seqxduce.distillation.teacher import Teacher
+from seqxduce.files import file_digest
 from seqxduce.recipe import Recipe
 
 # decode(sources, targets, resume): the teacher's outputs for a file of sources, streamed into targets

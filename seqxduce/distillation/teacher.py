@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from seqxduce.api import UserError
-from seqxduce.corpus.distilled import file_digest
+from seqxduce.files import file_digest
 from seqxduce.members import member_checkpoints
 from seqxduce.recipe import Recipe, load_recipe
 from seqxduce.rundir import locate

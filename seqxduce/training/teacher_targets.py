@@ -28,7 +28,6 @@ from seqxduce.api import UserError, VocabInfo
 from seqxduce.console import PairsProgress, console
 from seqxduce.corpus.arrays import PairArrays, length_batches
 from seqxduce.corpus.binarized import ids_dtype
-from seqxduce.corpus.distilled import file_digest
 from seqxduce.corpus.soft_targets import (
     META,
     PREFIX,
@@ -39,6 +38,7 @@ from seqxduce.corpus.soft_targets import (
     soft_key,
 )
 from seqxduce.corpus.token_cache import cache_root
+from seqxduce.files import file_digest
 from seqxduce.recipe import Recipe
 from seqxduce.signals import stop_while_preparing
 

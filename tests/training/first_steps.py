@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 
+from seqxduce.device import cpu_has_amx
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "first_steps"
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 100
@@ -47,7 +49,7 @@ def cpu_kind() -> str:
     """What decides the float kernels torch runs here: its CPU capability (AVX2, AVX512, ...; ATEN_CPU_CAPABILITY
     lowers it), AMX tiles, and the environment variables that cap MKL's and oneDNN's instruction sets."""
     kind = torch.backends.cpu.get_cpu_capability()
-    if getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)():
+    if cpu_has_amx():
         kind += "+AMX"
     caps = [f"{name}={os.environ[name]}" for name in ("MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
             if os.environ.get(name)]
