@@ -1,5 +1,6 @@
-"""The quick start and the Multi30k recipe train their first 100 steps as the code at 80e374f did: see
-tests/training/first_steps.py for how the figures in tests/fixtures/first_steps were recorded.
+"""The quick start and the Multi30k recipe train their first 100 steps as recorded (the batches as the code at
+80e374f made them; the Multi30k case in fp32): see tests/training/first_steps.py for how the figures in
+tests/fixtures/first_steps were recorded.
 
 What holds on every CPU: the same batches in the same order (the data path, which no float kernel touches), the
 losses and gradient norms within rounding of the record, and the runs of this test bit for bit equal to each other
