@@ -62,23 +62,41 @@ def test_quantization_off_the_cpu_is_a_user_error():
         quantize_for_decoding(model, "int8")
 
 
-def test_a_compiled_step_decodes_exactly_as_the_plain_one(run_dir):
+def _counted(step, calls: list[int]):
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return step(*args, **kwargs)
+    return counted
+
+
+def test_a_compiled_step_decodes_exactly_as_the_plain_one_and_every_step_runs_compiled(run_dir):
     """Dynamo traces the model's step (eager backend here: the tracing is what can fail; inductor only turns
-    the same graph into kernels) and the searches give the same outputs and scores."""
+    the same graph into kernels) and the searches give the same outputs and scores. Every step runs one compiled
+    graph: none is dropped back to eager (an op dynamo cannot trace, such as the packed Linear's MKL packing, or
+    the recompile limit reached by a step that recompiles at every length), and none is cut in two."""
     plain = load_run(run_dir)
     examples = plain.task.examples("test", seqxduce.components.data_dir(plain.recipe))[:8]
     req = request_for(plain, [ex.source for ex in examples])
     settings = BeamSettings(beam=3, max_len_a=1.0, max_len_b=2)
+    steps = [0]
+    plain.model.step = _counted(plain.model.step, steps)
     expected_beam = beam_search(plain.model, req, settings)
     expected_greedy = greedy_search(plain.model, req, SearchSettings(max_len_a=1.0, max_len_b=2))
+    assert any(isinstance(m, PackedLinear) for m in plain.model.modules())  # the CPU's fp32 decoding, as loaded
     torch._dynamo.reset()
-    compiled = compile_step(load_run(run_dir).model, backend="eager")
+    graphs = [0]
+
+    def counting_backend(graph, inputs):
+        return _counted(graph.forward, graphs)
+
+    compiled = compile_step(load_run(run_dir).model, backend=counting_backend)
     assert compiled.step is not type(compiled).step
     got_beam = beam_search(compiled, req, settings)
     got_greedy = greedy_search(compiled, req, SearchSettings(max_len_a=1.0, max_len_b=2))
     for want, got in zip(expected_beam + expected_greedy, got_beam + got_greedy):
         assert [h.tokens for h in want] == [h.tokens for h in got]
         assert [h.score for h in want] == pytest.approx([h.score for h in got], abs=1e-5)
+    assert graphs[0] == steps[0] > 20
 
 
 def test_decode_precision_int8_quantizes_through_the_flag_road(run_dir):

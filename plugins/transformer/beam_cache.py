@@ -117,7 +117,9 @@ class BeamLayerState:
                 grown[:, :, :self.length] = store
                 store = grown
             sources, heads, _, group, width = store.shape
-            store[:, :, self.length] = new.view(sources, group, heads, width).transpose(1, 2)
+            # select().copy_(), not store[:, :, length] = ...: the same write, and under torch.compile the
+            # position stays symbolic (an index assignment fixes it, recompiling the step at every length)
+            store.select(2, self.length).copy_(new.view(sources, group, heads, width).transpose(1, 2))
             buffers.append(store)
         return BeamLayerState(buffers[0], buffers[1], self.ancestry, self.conv, self.length + 1)
 

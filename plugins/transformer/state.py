@@ -136,8 +136,9 @@ class LayerState:
         the new one after them, into a buffer with room for as many again.
         """
         if self.key is not None and self.length < self.key.size(2):
-            self.key[:, :, self.length] = key[:, :, 0]
-            self.value[:, :, self.length] = value[:, :, 0]
+            # select().copy_(): under torch.compile the position stays symbolic (beam_cache.BeamLayerState.append)
+            self.key.select(2, self.length).copy_(key[:, :, 0])
+            self.value.select(2, self.length).copy_(value[:, :, 0])
             return LayerState(self.key, self.value, self.conv, self.length + 1, self.stores, self.spare)
         kept = min(self.length, window) if window else self.length
         # room to grow: a search that never reorders (greedy) copies only now and then, and reads a view
@@ -145,8 +146,8 @@ class LayerState:
         if kept:
             new_key[:, :, :kept] = self.key[:, :, self.length - kept:self.length]
             new_value[:, :, :kept] = self.value[:, :, self.length - kept:self.length]
-        new_key[:, :, kept] = key[:, :, 0]
-        new_value[:, :, kept] = value[:, :, 0]
+        new_key.select(2, kept).copy_(key[:, :, 0])
+        new_value.select(2, kept).copy_(value[:, :, 0])
         return LayerState(new_key, new_value, self.conv, kept + 1, stores, self.stores)
 
     def keys(self, window: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -117,9 +117,17 @@ def int8_engine() -> Iterator[None]:
         torch.backends.quantized.engine = before
 
 
+RECOMPILE_LIMIT = 64  # graphs of one compiled step (compile_step)
+
+
 def compile_step(model: Model, backend: str = "inductor") -> Model:
     """The model with its step() compiled by torch.compile (dynamic shapes: the batch shrinks as sources
     finish and the cache grows every step, which must not recompile each time). The first calls compile."""
     original = model.step
+    # one graph per layout of the caches the step meets (the first step, a write in place, a buffer grown, a beam's
+    # first reorder, one row per source, ...): a dozen or so in one search, over dynamo's default of 8, after which
+    # it would run the step eagerly without a word. The layouts are few and fixed; the lengths and the batch size
+    # stay symbolic, so this does not grow with the data.
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
     model.step = torch.compile(original, dynamic=True, backend=backend)  # an instance attribute: forward() as is
     return model

@@ -53,8 +53,11 @@ class PackedLinear(nn.Module):
         self._packed: tuple[int, int, torch.Tensor] | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # under torch.compile ([decode] compile): F.linear, which the compiler lowers to its own GEMM. The packing's
+        # op cannot be traced (dynamo would drop the whole step back to eager), and its row-count bookkeeping would
+        # recompile the step at every new batch size
         if torch.is_grad_enabled() or x.dtype != torch.float32 or x.device.type != "cpu" \
-                or self.weight.dtype != torch.float32:
+                or self.weight.dtype != torch.float32 or torch.compiler.is_compiling():
             return F.linear(x, self.weight, self.bias)
         rows = x.numel() // self.in_features
         packed = self._packed
