@@ -240,10 +240,10 @@ class SoftTargetsWork:
         with lock:
             yield _try_lock(lock)  # released when the file closes
 
-    def merge(self, pairs: PairArrays, owners: np.ndarray) -> Path:
+    def merge(self, pairs: PairArrays, owners: np.ndarray | None) -> Path:
         """The whole pieces into the set's arrays, renamed into place. owners: each pair's piece (the piece of its
-        batch). One piece's files are the set's already; several are gathered row by row, a block of pairs at a
-        time, so that memory holds a block, not the set."""
+        batch; None for a pass of one piece). One piece's files are the set's already; several are gathered row by
+        row, a block of pairs at a time, so that memory holds a block, not the set."""
         # the plan goes first: a process that finds no plan computes nothing more here (planned)
         (self.work / PLAN).unlink(missing_ok=True)
         if self.pieces > 1:

@@ -84,7 +84,7 @@ def teacher_soft_targets(recipe: Recipe, pairs: PairArrays, tokenizer_files: Seq
         batches = length_batches(pairs.src_lengths, pairs.tgt_lengths, recipe.train.max_tokens, seed=0, epoch=0,
                                  shuffle=False)
         pass_ = _Pass(plan, teacher, checkpoint, pairs, d.word_kd_top_k, batches, share)
-        pass_.make(SoftTargetsWork(folder, pairs, d.word_kd_top_k, meta, share[1]), meta)
+        pass_.make(SoftTargetsWork(folder, pairs, d.word_kd_top_k, meta, share[1]))
     return SoftTargets.open(folder, pairs)
 
 
@@ -113,7 +113,7 @@ class _Pass:
             raise RuntimeError(f"{int((owners < 0).sum())} pairs are in no batch of the teacher's pass")
         return owners
 
-    def make(self, work: SoftTargetsWork, meta: dict[str, Any]) -> None:
+    def make(self, work: SoftTargetsWork) -> None:
         """Compute and merge the pieces (a stop keeps the batches written), or wait for the processes that do."""
         lock_file = work.folder.with_name(work.folder.name + ".lock")
         started, waiting = time.perf_counter(), False
@@ -125,7 +125,7 @@ class _Pass:
                 ours = work.plan()
                 left = [p for p in self._order() if work.batches_done(p) < len(self.own(p))] if ours else None
                 if left == []:
-                    work.merge(self.pairs, self.owners() if self.pieces > 1 else np.zeros(0, dtype=np.int32))
+                    work.merge(self.pairs, self.owners() if self.pieces > 1 else None)
                     console.print(f"distill: the teacher's distributions made in {work.folder}")
                     return
             computed = False
@@ -135,7 +135,7 @@ class _Pass:
                         with stop_while_preparing("computing the teacher's distributions for word_kd, before the "
                                                   "first step", "the batches written are kept, and the same "
                                                   "command continues after them"):
-                            self._compute(piece, meta, work.folder)
+                            self._compute(piece, work)
                         computed = True
             if not computed:  # other processes hold what is left: their pieces, or another pass
                 if not waiting:
@@ -149,7 +149,7 @@ class _Pass:
         """The pieces this process takes, its own first."""
         return [(self.piece + i) % self.pieces for i in range(self.pieces)]
 
-    def _compute(self, piece: int, meta: dict[str, Any], folder: Path) -> None:
+    def _compute(self, piece: int, work: SoftTargetsWork) -> None:
         """One piece's batches, continued after those a stopped pass wrote."""
         from seqxduce.decoding.decode import load_run
 
@@ -159,7 +159,9 @@ class _Pass:
         vocab = loaded.tokenizers.vocab()
         own = self.own(piece)
         pairs = self.pairs
-        writer = SoftTargetsWriter(folder, pairs, self.top_k, ids_dtype(vocab.tgt_size), meta, piece, self.pieces)
+        folder = work.folder
+        writer = SoftTargetsWriter(folder, pairs, self.top_k, ids_dtype(vocab.tgt_size), work.meta, piece,
+                                   self.pieces)
         first = writer.done
         done_pairs = sum(len(self.batches.indices(k)) for k in own[:first])
         piece_pairs = sum(len(self.batches.indices(k)) for k in own)
