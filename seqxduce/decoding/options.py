@@ -128,6 +128,8 @@ def compile_step(model: Model, backend: str = "inductor") -> Model:
     # first reorder, one row per source, ...): a dozen or so in one search, over dynamo's default of 8, after which
     # it would run the step eagerly without a word. The layouts are few and fixed; the lengths and the batch size
     # stay symbolic, so this does not grow with the data.
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+    config = torch._dynamo.config
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"  # torch < 2.7's name
+    setattr(config, name, max(getattr(config, name), RECOMPILE_LIMIT))
     model.step = torch.compile(original, dynamic=True, backend=backend)  # an instance attribute: forward() as is
     return model

@@ -22,6 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+# torch.compiler.is_compiling from torch 2.3 on; torch._dynamo.is_compiling before (both read as constants by dynamo)
+_compiling = getattr(torch.compiler, "is_compiling", None) or torch._dynamo.is_compiling
+
 
 @functools.cache
 def mkl_packing() -> bool:
@@ -57,7 +60,7 @@ class PackedLinear(nn.Module):
         # op cannot be traced (dynamo would drop the whole step back to eager), and its row-count bookkeeping would
         # recompile the step at every new batch size
         if torch.is_grad_enabled() or x.dtype != torch.float32 or x.device.type != "cpu" \
-                or self.weight.dtype != torch.float32 or torch.compiler.is_compiling():
+                or self.weight.dtype != torch.float32 or _compiling():
             return F.linear(x, self.weight, self.bias)
         rows = x.numel() // self.in_features
         packed = self._packed
