@@ -252,8 +252,9 @@ def distill(ctx: click.Context, teacher: Path, recipe_file: Path, out: Path | No
     ensemble of members, or an imported model) decodes RECIPE's training sources with its own search, streamed
     and resumable on every core; the outputs are kept once, keyed by the teacher's checkpoints, search and the
     data, for every later student; then RECIPE trains on them into RUN as `train` does ([distill] original_ratio
-    adds a share of the original pairs; [distill] word_kd also has it learn the teacher's next-token
-    distributions, computed once before the first step). A stop keeps what was decoded, computed or trained; the
+    adds a share of the original pairs, [distill] member_outputs each member's own outputs beside the ensemble's;
+    [distill] word_kd also has it learn the teacher's next-token distributions, computed once before the first
+    step). A stop keeps what was decoded, computed or trained; the
     same command with --auto-resume continues."""
     _registry(ctx)
     _fit_threads()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -18,6 +19,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from seqxduce.decoding.decode import LoadedRun, Output
     from seqxduce.decoding.jobs import RunSpec
     from seqxduce.decoding.scoring import PairScore
+    from seqxduce.distillation.teacher import Teacher
     from seqxduce.export.exporting import Exported
     from seqxduce.inspection.cost import TrainingCost
     from seqxduce.inspection.run_info import RunInfo
@@ -127,31 +129,36 @@ def distill(teacher: str | Path, recipe: str | Path, out: str | Path | None = No
     [tokenizer] is the teacher's takes the teacher's tokenizer files."""
     from dataclasses import replace
 
-    from seqxduce.distillation.making import find_set, make_set
-    from seqxduce.distillation.teacher import check_named_teacher, find_teacher, same_tokenizer
+    from seqxduce.distillation.making import find_sets, make_set
+    from seqxduce.distillation.teacher import check_named_teacher, find_teacher, member_teachers, same_tokenizer
     from seqxduce.rundir import CHECKPOINT_CHOICES
     from seqxduce.training.distributed import setup
 
     start = start or RunStart()
     student = load_recipe(recipe, overrides)
-    if student.distill.targets:
+    if student.distill.targets or student.distill.member_targets:
         raise UserError(f"{recipe}: [distill] targets names a distilled set already; distill sets it itself: leave it "
                         "out (or train this recipe with `seqxduce train`)")
+    where = f"distill ([task] of {recipe})"
     the_teacher = find_teacher(Path(teacher), teacher_overrides, checkpoint)
     check_named_teacher(student, the_teacher)
+    # the ensemble first: its set is the student's targets; then, with member_outputs, each member's alone
+    teachers = [the_teacher, *(member_teachers(the_teacher, where) if student.distill.member_outputs else ())]
 
-    def decode_with_teacher(sources: Path, targets: Path, resume: bool) -> None:
-        decode_file(the_teacher.run, sources, targets, overrides=the_teacher.overrides, checkpoint=checkpoint,
-                    resume=resume, processes=processes)
+    def decoding_with(one: Teacher) -> Callable[[Path, Path, bool], None]:
+        def decode_with_teacher(sources: Path, targets: Path, resume: bool) -> None:
+            decode_file(one.run, sources, targets, overrides=one.overrides, checkpoint=checkpoint, resume=resume,
+                        processes=processes)
+        return decode_with_teacher
 
     # under torchrun one process group for the decode and the training: joining a second time reads the first
     # group's addresses from torchrun's store (pytorch/pytorch#135712) and the ranks cannot connect
     world = setup(student.train.device, student.train.collective_timeout)
     try:
-        planned = find_set(student, the_teacher)
+        planned = find_sets(student, teachers)
         out = Path(out) if out is not None else Path("runs") / Path(recipe).stem
-        _check_student_run(out, start, planned.distilled.folder)
-        made = make_set(planned, the_teacher, decode_with_teacher, f"distill ([task] of {recipe})")
+        _check_student_run(out, start, [p.distilled.folder for p in planned])
+        made = [make_set(plan, one, decoding_with(one), where) for plan, one in zip(planned, teachers, strict=True)]
         if start.mode != "resume" and start.tokenizers_from is None and start.init_from is None \
                 and same_tokenizer(student, the_teacher):
             start = replace(start, tokenizers_from=the_teacher.run)
@@ -160,7 +167,9 @@ def distill(teacher: str | Path, recipe: str | Path, out: str | Path | None = No
             if int(os.environ.get("RANK", "0")) == 0:
                 console.print("distill: the student's [tokenizer] is the teacher's: a new student takes the "
                               "teacher's tokenizer files", markup=False)
-        named = (f"distill.targets={made.folder}",)
+        named = (f"distill.targets={made[0].folder}",)
+        if len(made) > 1:
+            named += ("distill.member_targets=" + json.dumps([str(m.folder) for m in made[1:]]),)
         if student.distill.word_kd:  # the teacher whose distributions the student learns from, and its checkpoint
             chosen = checkpoint if checkpoint in (None, *CHECKPOINT_CHOICES) else str(Path(checkpoint).resolve())
             named += (f"distill.teacher_run={the_teacher.run}", f"distill.teacher_checkpoint={chosen or ''}")
@@ -169,9 +178,9 @@ def distill(teacher: str | Path, recipe: str | Path, out: str | Path | None = No
         world.close()
 
 
-def _check_student_run(out: Path, start: RunStart, folder: Path) -> None:
+def _check_student_run(out: Path, start: RunStart, folders: Sequence[Path]) -> None:
     """Before anything is decoded: a new run where one is refused, or a run to continue that was trained on
-    another distilled set (another teacher checkpoint, search or data), is one line."""
+    other distilled sets (another teacher checkpoint, search, data or member_outputs), is one line."""
     from seqxduce.rundir import RunDir
 
     run_dir = RunDir(out)
@@ -180,11 +189,13 @@ def _check_student_run(out: Path, start: RunStart, folder: Path) -> None:
         return
     if not run_dir.recipe_file.is_file():
         return
-    trained_on = run_dir.load_recipe().distill.targets
-    if trained_on and Path(trained_on) != folder:
-        raise UserError(f"distill: {out} was trained on the distilled set {trained_on}; this teacher, search and "
-                        f"data make {folder}: continue it with the teacher checkpoint and --teacher-set it started "
-                        "with, or train into another --out")
+    saved = run_dir.load_recipe().distill
+    trained_on = [Path(p) for p in (saved.targets, *saved.member_targets) if p]
+    if trained_on and trained_on != list(folders):
+        raise UserError(f"distill: {out} was trained on the distilled set {', '.join(map(str, trained_on))}; this "
+                        f"teacher, search and data make {', '.join(map(str, folders))}: continue it with the teacher "
+                        "checkpoint, --teacher-set and [distill] member_outputs it started with, or train into "
+                        "another --out")
 
 
 def _auto_start(start: RunStart, run_dir: RunDir, recipe: Recipe) -> RunStart:

@@ -197,6 +197,15 @@ class DistillSettings(Settings):
     original_ratio: float = setting(0.0, help="the share of the original training pairs trained on beside the "
                                               "distilled ones (0: the distilled pairs alone; 1: every original "
                                               "pair too), a seeded choice", min=0.0, max=1.0)
+    member_outputs: bool = setting(False, help="the teacher's members also decode the training sources each alone, "
+                                               "and the student trains on each member's outputs beside the "
+                                               "ensemble's (Nguyen et al. 2020, data diversification): one "
+                                               "distilled set per member, kept and keyed as the ensemble's; needs "
+                                               "a teacher of several members")
+    member_targets: list[str] = setting([], help="the members' distilled sets the student trains on beside "
+                                                 "targets (`seqxduce distill` sets them with member_outputs)",
+                                        ignored_when={"member_outputs": (False,)},
+                                        instead="set member_outputs = true first")
     word_kd: float = setting(0.0, help="word-level knowledge distillation (Kim & Rush 2016; Freitag et al. 2017): "
                                        "the weight of the teacher's next-token distribution in the loss, the rest "
                                        "the label-smoothed references' (0: off). The teacher's top word_kd_top_k "

@@ -1,7 +1,8 @@
 """A student's distilled training set (sequence-level knowledge distillation, Kim & Rush 2016): the training
 split's sources, their original targets and the teacher's outputs for them, as three files of one line per pair in
 one folder, keyed by what decides the teacher's outputs (its checkpoints' bytes, its search, the data); and the task
-a student trains with, whose training split reads that folder and whose other splits are the task's own.
+a student trains with, whose training split reads that folder (and, with [distill] member_outputs, the sets of each
+of the teacher's members alone: one folder each, keyed the same way) and whose other splits are the task's own.
 
 `seqxduce distill` writes the folder (engine.distill: the sources and originals here, the teacher's outputs by the
 streamed, resumable decode) and sets [distill] targets to it; every process of the student's run (each rank, each
@@ -14,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -117,6 +119,19 @@ class DistilledSet:
         return path
 
 
+def _check_same_sources(member: DistilledSet, distilled: DistilledSet, record: Mapping[str, Any]) -> None:
+    """A member's set trains beside the ensemble's only when it holds outputs for the same sources (the same data
+    and task in its key, as many pairs): refused naming both folders otherwise."""
+    found = member.record()
+    if found is None:
+        raise UserError(f"[distill] member_targets: {member.folder} is not a finished distilled set (no {RECORD}); "
+                        "make it with `seqxduce distill TEACHER_RUN RECIPE --out RUN`")
+    for part in ("pairs", "data", "task"):
+        if found.get(part) != record.get(part):
+            raise UserError(f"[distill] member_targets: {member.folder} was made from other sources ({part}) than "
+                            f"the targets {distilled.folder}; distill again with the same [task] for both")
+
+
 def originals_chosen(pairs: int, ratio: float) -> np.ndarray:
     """Which original pairs train beside the distilled ones: a fixed-seed choice of round(ratio * pairs)."""
     chosen = np.zeros(pairs, dtype=bool)
@@ -131,13 +146,17 @@ class DistilledTask(Task):
     share of the original pairs beside them, each right after its distilled pair); every other split, the
     scoring and the output format are the task's own."""
 
-    def __init__(self, task: Task, distilled: DistilledSet, original_ratio: float = 0.0):
+    def __init__(self, task: Task, distilled: DistilledSet, original_ratio: float = 0.0,
+                 members: Sequence[DistilledSet] = ()):
         record = distilled.record()
         if record is None:
             raise UserError(f"[distill] targets = {distilled.folder}: not a finished distilled set (no {RECORD}); "
                             "make it with `seqxduce distill TEACHER_RUN RECIPE --out RUN`")
         self.task, self.distilled, self.original_ratio = task, distilled, original_ratio
         self.pairs = int(record["pairs"])
+        self.members = tuple(members)
+        for member in self.members:
+            _check_same_sources(member, distilled, record)
         self.splits = task.splits
 
     def prepare(self, data_dir: Path) -> None:
@@ -152,11 +171,14 @@ class DistilledTask(Task):
             return
         chosen = originals_chosen(self.pairs, self.original_ratio)
         d = self.distilled
-        with open(d.sources, encoding="utf-8") as src, open(d.targets, encoding="utf-8") as out, \
-                open(d.originals, encoding="utf-8") as orig:
-            for i, (source, target, original) in enumerate(zip(src, out, orig, strict=True)):
+        with ExitStack() as files:
+            src, out, orig, *more = (files.enter_context(open(path, encoding="utf-8")) for path in
+                                     (d.sources, d.targets, d.originals, *(m.targets for m in self.members)))
+            for i, (source, target, original, *others) in enumerate(zip(src, out, orig, *more, strict=True)):
                 source = source.rstrip("\n")
                 yield Example(source, target.rstrip("\n"))
+                for other in others:  # each member's own output right after the ensemble's
+                    yield Example(source, other.rstrip("\n"))
                 if chosen[i]:
                     yield Example(source, original.rstrip("\n"))
 
@@ -164,7 +186,7 @@ class DistilledTask(Task):
         if split != "train":
             return self.task.data_files(split, data_dir)
         d = self.distilled
-        return [d.sources, d.targets, d.originals, d.mix_file(self.original_ratio)]
+        return [d.sources, d.targets, d.originals, *(m.targets for m in self.members), d.mix_file(self.original_ratio)]
 
     def postprocess(self, hypothesis: str, source: str) -> Postprocessed:
         return self.task.postprocess(hypothesis, source)
@@ -198,17 +220,19 @@ def student_task(recipe: Recipe, task: Task) -> Task:
     check_student(recipe)
     if not d.targets:
         return task
-    return DistilledTask(task, DistilledSet(recipe.path(d.targets)), d.original_ratio)
+    members = [DistilledSet(recipe.path(folder)) for folder in d.member_targets]
+    return DistilledTask(task, DistilledSet(recipe.path(d.targets)), d.original_ratio, members)
 
 
 def check_student(recipe: Recipe) -> None:
-    """A student recipe ([distill] teacher or original_ratio, no distilled set yet; or word_kd, no teacher run) is
-    trained by `seqxduce distill`, which makes its set and names its teacher: refused in one line anywhere else."""
+    """A student recipe ([distill] teacher, original_ratio or member_outputs, no distilled set yet; or word_kd, no
+    teacher run) is trained by `seqxduce distill`, which makes its set and names its teacher: refused in one line
+    anywhere else."""
     d = recipe.distill
     if d.word_kd and not d.teacher_run:
         raise UserError(f"{recipe.source}: [distill] word_kd = {d.word_kd:g} learns from a teacher's distributions: "
                         f"run `seqxduce distill TEACHER_RUN {recipe.source} --out RUN` (which names the teacher), or "
                         "set distill.teacher_run to the teacher's run directory")
-    if not d.targets and (d.teacher or d.original_ratio):
+    if not d.targets and (d.teacher or d.original_ratio or d.member_outputs):
         raise UserError(f"{recipe.source}: [distill] makes a student, which trains on its teacher's outputs: run "
                         f"`seqxduce distill TEACHER_RUN {recipe.source} --out RUN`")

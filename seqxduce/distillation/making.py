@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,18 +37,22 @@ class Planned:
     examples: Examples
 
 
-def find_set(student: Recipe, teacher: Teacher, root: Path | None = None) -> Planned:
-    """The distilled set of the student recipe's training split by this teacher, by its key (nothing decoded
-    yet): what the key is made of is the teacher's (Teacher.key_parts), the training data's bytes (data_content)
-    and the student's [task]."""
+def find_sets(student: Recipe, teachers: Sequence[Teacher], root: Path | None = None) -> list[Planned]:
+    """The distilled set of the student recipe's training split by each teacher (the ensemble, then its members
+    alone with [distill] member_outputs), by its key (nothing decoded yet): what a key is made of is its teacher's
+    (Teacher.key_parts), the training data's bytes (data_content, read once for all) and the student's [task]."""
     task = components.build_task(student)
     data_dir = components.data_dir(student)
     if int(os.environ.get("RANK", "0")) == 0:
         task.prepare(data_dir)
     examples = Examples(task, data_dir)
-    parts = {"teacher": teacher.key_parts(), "data": data_content(task, data_dir, examples),
-             "task": student.compared()["task"]}
-    return Planned(DistilledSet((root or cache_root()) / (DISTILLED_PREFIX + distilled_key(parts))), parts, examples)
+    shared = {"data": data_content(task, data_dir, examples), "task": student.compared()["task"]}
+    planned = []
+    for teacher in teachers:
+        parts = {"teacher": teacher.key_parts(), **shared}
+        folder = (root or cache_root()) / (DISTILLED_PREFIX + distilled_key(parts))
+        planned.append(Planned(DistilledSet(folder), parts, examples))
+    return planned
 
 
 def data_content(task: Task, data_dir: Path, examples: Examples) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 from seqxduce.api import UserError
 from seqxduce.files import file_digest
-from seqxduce.members import member_checkpoints
+from seqxduce.members import member_checkpoints, member_dir
 from seqxduce.recipe import Recipe, load_recipe
 from seqxduce.rundir import locate
 
@@ -53,6 +53,20 @@ def find_teacher(run: Path, overrides: Sequence[str] = (), checkpoint: str | Non
     members = member_checkpoints(rundir, recipe, checkpoint)
     return Teacher(Path(run).resolve(), recipe, (chosen, *members), tuple(rundir.tokenizers.files(recipe)),
                    tuple(overrides), checkpoint)
+
+
+def member_teachers(teacher: Teacher, where: str) -> list[Teacher]:
+    """Each member of a teacher run of several members as a teacher of its own, decoding alone with the teacher's
+    search and checkpoint choice ([distill] member_outputs): member 1 is the run with `train.members=1`, member k
+    its own run directory. A teacher of one model is refused in one line: it has no members to add."""
+    count = teacher.recipe.train.members
+    if count < 2:
+        raise UserError(f"{where}: [distill] member_outputs adds each member's own outputs, but the teacher "
+                        f"{teacher.run} is one model; set distill.member_outputs=false, or give a run of several "
+                        "members ([train] members)")
+    first = find_teacher(teacher.run, (*teacher.overrides, "train.members=1"), teacher.checkpoint)
+    return [first, *(find_teacher(member_dir(teacher.run, k), teacher.overrides, teacher.checkpoint)
+                     for k in range(2, count + 1))]
 
 
 def check_named_teacher(student: Recipe, teacher: Teacher) -> None:
