@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from seqxduce import engine
-from seqxduce.api import Example, Report, Task, UserError
+from seqxduce.api import Example, UserError
 from seqxduce.cli import cli
 from seqxduce.corpus.distilled import (
     RECORD,
@@ -28,6 +28,7 @@ from seqxduce.decoding.stream_files import partial_path, record_path
 from seqxduce.rundir import RunDir
 from tests.fault_tools import HANG_GUARD_S, REPO, env, run, start, wait_for
 from tests.tiny import TINY_RECIPE
+from tests.tiny_teacher import Lines, made_by_hand
 
 
 def distill(*args: object) -> object:
@@ -144,27 +145,6 @@ def test_under_torchrun_the_ranks_make_the_set_of_one_process_and_train_the_stud
     # the same probabilities, within float16's rounding of sums taken in another order (one thread or two);
     # the near-uniform tiny teacher's ties may order its tokens otherwise, so they are compared sorted
     assert np.allclose(np.sort(ranked, axis=1), np.sort(single, axis=1), atol=2e-3)
-
-
-class Lines(Task):
-    """A task of given training pairs (valid and test: none)."""
-
-    def __init__(self, pairs: list[tuple[str, str]]):
-        self.pairs = pairs
-
-    def examples(self, split: str, data_dir: Path) -> list[Example]:
-        return [Example(s, t) for s, t in self.pairs] if split == "train" else []
-
-    def score(self, hypotheses, references, sources=None) -> Report:
-        return Report("exact", 0.0)
-
-
-def made_by_hand(folder: Path, pairs: list[tuple[str, str]], outputs: list[str]) -> DistilledSet:
-    distilled = DistilledSet(folder)
-    distilled.write_sources(iter(Lines(pairs).examples("train", folder)), "test")
-    distilled.targets.write_text("".join(line + "\n" for line in outputs))
-    distilled.finish(len(pairs), {"made": "by hand"})
-    return distilled
 
 
 def test_a_share_of_the_original_pairs_trains_beside_the_distilled_ones(tmp_path: Path) -> None:

@@ -10,12 +10,13 @@ import pytest
 from click.testing import CliRunner
 
 from seqxduce import engine
-from seqxduce.api import Example, Report, Task, UserError
+from seqxduce.api import Example, UserError
 from seqxduce.cli import cli
 from seqxduce.components import build_task, data_dir
 from seqxduce.corpus.distilled import DistilledSet, DistilledTask, student_task
 from seqxduce.rundir import RunDir
 from tests.tiny import TINY_RECIPE
+from tests.tiny_teacher import Lines, made_by_hand
 
 MEMBERS = ("--set", "distill.member_outputs=true")
 FEW_STEPS = ("--set", "train.max_steps=2")
@@ -89,31 +90,10 @@ def test_a_teacher_of_one_model_has_no_members_to_add(teacher: Path, cache: Path
     assert trained.exit_code == 1 and "run `seqxduce distill TEACHER_RUN" in trained.output, trained.output
 
 
-class Lines(Task):
-    """A task of given training pairs."""
-
-    def __init__(self, pairs: list[tuple[str, str]]):
-        self.pairs = pairs
-
-    def examples(self, split: str, data_dir: Path) -> list[Example]:
-        return [Example(s, t) for s, t in self.pairs] if split == "train" else []
-
-    def score(self, hypotheses, references, sources=None) -> Report:
-        return Report("exact", 0.0)
-
-
-def made(folder: Path, pairs: list[tuple[str, str]], outputs: list[str]) -> DistilledSet:
-    distilled = DistilledSet(folder)
-    distilled.write_sources(iter(Lines(pairs).examples("train", folder)), "test")
-    distilled.targets.write_text("".join(line + "\n" for line in outputs))
-    distilled.finish(len(pairs), {"data": "the same"})
-    return distilled
-
-
 def test_members_sets_follow_the_ensembles_and_the_originals_come_last(tmp_path: Path) -> None:
     pairs = [(f"s{i}", f"t{i}") for i in range(50)]
-    ensemble = made(tmp_path / "e", pairs, [f"e{i}" for i in range(50)])
-    members = [made(tmp_path / f"m{k}", pairs, [f"m{k}-{i}" for i in range(50)]) for k in (1, 2)]
+    ensemble = made_by_hand(tmp_path / "e", pairs, [f"e{i}" for i in range(50)])
+    members = [made_by_hand(tmp_path / f"m{k}", pairs, [f"m{k}-{i}" for i in range(50)]) for k in (1, 2)]
     task = DistilledTask(Lines(pairs), ensemble, 1.0, members)
     expected = [Example(f"s{i}", t) for i in range(50) for t in (f"e{i}", f"m1-{i}", f"m2-{i}", f"t{i}")]
     assert list(task.stream("train", tmp_path)) == expected
@@ -123,8 +103,8 @@ def test_members_sets_follow_the_ensembles_and_the_originals_come_last(tmp_path:
 
 def test_a_members_set_of_other_sources_is_refused_naming_both(tmp_path: Path) -> None:
     pairs = [(f"s{i}", f"t{i}") for i in range(4)]
-    ensemble = made(tmp_path / "e", pairs, ["e"] * 4)
-    shorter = made(tmp_path / "short", pairs[:3], ["m"] * 3)
+    ensemble = made_by_hand(tmp_path / "e", pairs, ["e"] * 4)
+    shorter = made_by_hand(tmp_path / "short", pairs[:3], ["m"] * 3)
     with pytest.raises(UserError, match=r"short was made from other sources \(pairs\)"):
         DistilledTask(Lines(pairs), ensemble, 0.0, [shorter])
     unfinished = DistilledSet(tmp_path / "unfinished")
