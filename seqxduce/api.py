@@ -175,6 +175,13 @@ class Task(abc.ABC):
         """Turn decoded target text into the task's output format (e.g. a linearized tree into a tree)."""
         return Postprocessed(hypothesis)
 
+    def training_target(self, hypothesis: str, source: str) -> str:
+        """Decoded target text written as this task's training targets are (the `target` of its examples), so that
+        a model trains on it: the targets of a distillation and of `decode --as-targets`. The default is the text
+        itself; a task whose targets are not its outputs writes them back (parsing: the tree, linearized again
+        with the source's words where the target vocabulary has only their classes)."""
+        return hypothesis
+
     @abc.abstractmethod
     def score(self, hypotheses: list[str], references: list[str], sources: list[str] | None = None) -> Report:
         """Score outputs (postprocessed, or read from a file) against references."""

@@ -322,6 +322,10 @@ def import_command(ctx: click.Context, source: Path, importer: str, out: Path, o
 @click.option("--prefix-file", type=click.Path(path_type=Path),
               help="with --input: line N is target text that output N must start with, then searched freely (as "
                    "CTranslate2's target_prefix; an empty line for none); every decoder")
+@click.option("--as-targets", is_flag=True,
+              help="write each source's best output as the task's training targets are written, before the task's "
+                   "postprocess (parsing: the linearized tree, not the tree), to train a model on them (sequence-"
+                   "level distillation by hand); one line per source")
 @STREAM_OPTIONS[0]
 @STREAM_OPTIONS[1]
 @STREAM_OPTIONS[2]
@@ -330,7 +334,7 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
            checkpoint: str | None, beam: int | None, nbest: int | None, batch_tokens: int | None,
            device: str | None, precision: str | None, overrides: tuple[str, ...], examples: int,
            annotations: Path | None, allow_errors: bool, ensemble: tuple[Path, ...], alignments: Path | None,
-           engine_name: str, prefix_file: Path | None, resume: bool, buffer_size: int,
+           engine_name: str, prefix_file: Path | None, as_targets: bool, resume: bool, buffer_size: int,
            processes: int | None) -> None:
     """Decode sources with a trained run: RUN is a run directory (or one checkpoint file in it). A run trained
     with [train] members = N decodes with the ensemble of its members.
@@ -348,9 +352,12 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
     for option, path in (("--output", output), ("--annotations", annotations), ("--alignments", alignments)):
         if path is not None:  # before any work: a decode must not be lost for want of a place to write it
             engine.check_writable(path, f"{option} {path}")
+    if as_targets and nbest is not None and nbest > 1:
+        raise click.UsageError("--as-targets writes one line per source, its best output; --nbest lines already "
+                               "give each hypothesis before the task's postprocess: give one of the two")
     changes = flag_changes(beam=beam, nbest=nbest, batch_tokens=batch_tokens, device=device, precision=precision)
     _fit_threads()
-    done = engine.decode_file(run, input_file, output, split=split, prefix_file=prefix_file,
+    done = engine.decode_file(run, input_file, output, split=split, prefix_file=prefix_file, as_targets=as_targets,
                               annotations=annotations, alignments=alignments, overrides=overrides,
                               ensemble=ensemble, checkpoint=checkpoint, changes=changes, engine=engine_name,
                               resume=resume, buffer_size=buffer_size, processes=processes, examples=examples)

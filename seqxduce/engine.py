@@ -147,8 +147,10 @@ def distill(teacher: str | Path, recipe: str | Path, out: str | Path | None = No
 
     def decoding_with(one: Teacher) -> Callable[[Path, Path, bool], None]:
         def decode_with_teacher(sources: Path, targets: Path, resume: bool) -> None:
+            # the targets as the task's training targets are written (for parsing the linearized tree, which
+            # the student learns to write), not the task's postprocessed outputs
             decode_file(one.run, sources, targets, overrides=one.overrides, checkpoint=checkpoint, resume=resume,
-                        processes=processes)
+                        processes=processes, as_targets=True)
         return decode_with_teacher
 
     # under torchrun one process group for the decode and the training: joining a second time reads the first
@@ -344,15 +346,18 @@ def decode_file(run: str | Path, input: str | Path | None = None, output: str | 
                 annotations: str | Path | None = None, alignments: str | Path | None = None,
                 overrides: Sequence[str] = (), ensemble: Sequence[str | Path] = (), checkpoint: str | None = None,
                 changes: Sequence[Change] = (), engine: str = "seqxduce", resume: bool = False,
-                buffer_size: int | None = None, processes: int | None = None, examples: int = 0) -> StreamedFile:
+                buffer_size: int | None = None, processes: int | None = None, examples: int = 0,
+                as_targets: bool = False) -> StreamedFile:
     """Decode a file of any length ('-': stdin) or a task's split as `seqxduce decode` does, streamed: read in
     buffers (buffer_size sources once grown, seqxduce.decoding.streaming), outputs written in input order as
     each buffer finishes (output None: stdout), in bounded memory. With `output`, a stopped job keeps its lines in
     OUTPUT.partial and `resume` continues it; the finished file is the same, byte for byte. processes: worker
     processes of one thread each (None: with seqxduce's engine one per usable CPU for a CPU decode of at least
     AUTO_PROCESSES_FROM lines, else this process); under torchrun the ranks share the buffers. examples: with
-    split, print that many outputs beside their references on stderr. engine as in decode(). One typed request
-    (seqxduce.decoding.file_jobs.DecodeFile) handed to decoding/."""
+    split, print that many outputs beside their references on stderr. as_targets: each output line is the
+    source's best hypothesis as the task's training targets are written (before the task's postprocess: for
+    parsing the linearized tree), one line per source, as distillation trains on it. engine as in decode(). One
+    typed request (seqxduce.decoding.file_jobs.DecodeFile) handed to decoding/."""
     from seqxduce.decoding.file_jobs import DecodeFile
     from seqxduce.decoding.file_jobs import decode_file as run_request
     from seqxduce.export.engine_choice import engine_named
@@ -361,7 +366,7 @@ def decode_file(run: str | Path, input: str | Path | None = None, output: str | 
         run=_run_spec(run, overrides, ensemble, checkpoint, changes), engine=engine_named(engine),
         input=_path(input), output=_path(output), split=split, prefix_file=_path(prefix_file),
         annotations=_path(annotations), alignments=_path(alignments), resume=resume, buffer_size=buffer_size,
-        processes=processes, examples=examples))
+        processes=processes, examples=examples, as_targets=as_targets))
 
 
 def score_file(run: str | Path, source_file: str | Path, target_file: str | Path, output: str | Path | None = None,

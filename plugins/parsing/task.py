@@ -75,6 +75,13 @@ class PtbTask(Task):
         tree = expand_unary_chains(result.tree) if self.settings.collapse_unary else result.tree
         return Postprocessed(flat(tree), {"repairs": result.repairs})
 
+    def training_target(self, hypothesis: str, source: str) -> str:
+        """The decoded sequence as examples() writes a target: its tree (repaired if needed) linearized again, so
+        that the source's words stand where the target vocabulary has only their classes (<unk-Cap-s>)."""
+        tree = delinearize(hypothesis, source.split(), self.settings.words_in_target).tree
+        return linearize(tree, keep_pos_tags=self.settings.keep_pos_tags,
+                         words_in_target=self.settings.words_in_target)
+
     def score_outputs(self, outputs: Sequence[Postprocessed], references: list[str],
                       sources: list[str] | None = None) -> Report:
         """EVALB figures of postprocessed trees against gold trees, plus the repairs postprocess made."""

@@ -191,6 +191,9 @@ class DistilledTask(Task):
     def postprocess(self, hypothesis: str, source: str) -> Postprocessed:
         return self.task.postprocess(hypothesis, source)
 
+    def training_target(self, hypothesis: str, source: str) -> str:
+        return self.task.training_target(hypothesis, source)
+
     def score(self, hypotheses: list[str], references: list[str], sources: list[str] | None = None) -> Report:
         return self.task.score(hypotheses, references, sources)
 

@@ -342,6 +342,13 @@ def format_outputs(outputs: Sequence[Output], first: int = 0) -> list[str]:
     return lines
 
 
+def target_lines(task: Task, outputs: Sequence[Output]) -> list[str]:
+    """One line per source, n-best or not: its best hypothesis written as the task's training targets are
+    (Task.training_target: for parsing the linearized tree, not the tree), so that the lines train a model
+    (distillation) as the task's own targets do."""
+    return [task.training_target(o.nbest[0][0] if o.nbest else "", o.source) for o in outputs]
+
+
 def format_annotations(outputs: Sequence[Output], first: int = 0) -> list[str]:
     """One JSON object per output: its index (counted from `first`) and its annotations (tokens and
     per-position figures)."""

@@ -111,9 +111,10 @@ class Engine(abc.ABC):
 
     @abc.abstractmethod
     def decode_job(self, spec: RunSpec, *, annotate: bool = False, align: bool = False, split: bool = False,
-                   prefix_where: str = "prefix ") -> Any:
+                   prefix_where: str = "prefix ", as_targets: bool = False) -> Any:
         """A picklable job (streaming.BufferJob) decoding a streamed file's buffers; processor_for(loaded) gives
-        this process's work function over what open() loaded."""
+        this process's work function over what open() loaded. as_targets: its output lines are the best
+        hypotheses' target texts before the task's postprocess (seqxduce.decoding.decode.target_lines)."""
 
     @abc.abstractmethod
     def score_job(self, spec: RunSpec, normalize: bool = False) -> Any:
@@ -189,10 +190,11 @@ class SeqxduceEngine(Engine):
         return score_pairs(loaded, sources, targets)
 
     def decode_job(self, spec: RunSpec, *, annotate: bool = False, align: bool = False, split: bool = False,
-                   prefix_where: str = "prefix ") -> BufferJob:
+                   prefix_where: str = "prefix ", as_targets: bool = False) -> BufferJob:
         from seqxduce.decoding.jobs import DecodeJob
 
-        return DecodeJob(spec, annotate=annotate, align=align, split=split, prefix_where=prefix_where)
+        return DecodeJob(spec, annotate=annotate, align=align, split=split, prefix_where=prefix_where,
+                         as_targets=as_targets)
 
     def score_job(self, spec: RunSpec, normalize: bool = False) -> BufferJob:
         from seqxduce.decoding.jobs import ScoreJob

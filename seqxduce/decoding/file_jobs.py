@@ -66,7 +66,8 @@ class FileRequest:
 class DecodeFile(FileRequest):
     """`seqxduce decode`: exactly one of an input file ('-': stdin) and a task's split; per source a prefix
     (prefix_file, with input); annotations and alignments files beside the output; with split, `examples`
-    outputs printed beside their references."""
+    outputs printed beside their references; with as_targets, each output line is the best hypothesis's target
+    text before the task's postprocess (the form of the task's training targets: what distillation trains on)."""
 
     input: Path | None = None
     split: str | None = None
@@ -74,6 +75,7 @@ class DecodeFile(FileRequest):
     annotations: Path | None = None
     alignments: Path | None = None
     examples: int = 0
+    as_targets: bool = False
 
     def __post_init__(self) -> None:
         if (self.input is None) == (self.split is None):
@@ -108,7 +110,7 @@ def decode_file(request: DecodeFile) -> StreamedFile:
         _say(f"decoding with {engine.announced(loaded)}")
         job = engine.decode_job(request.run, annotate=request.annotations is not None,
                                 align=request.alignments is not None, split=request.split is not None,
-                                prefix_where=f"--prefix-file {request.prefix_file}:")
+                                prefix_where=f"--prefix-file {request.prefix_file}:", as_targets=request.as_targets)
         return _stream_decode(request, job, job.processor_for(loaded), loaded, total, stops)
 
 
@@ -176,6 +178,7 @@ def _decode_record(request: DecodeFile, described: str, model_files: list[Path],
     """What a streamed decode's resume record keys the job by (stream_files.OutputFiles: another is refused)."""
     return {"command": "decode", "input": _described_input(request.input, request.split),
             "prefix_file": _file_key(request.prefix_file), "checkpoint": described,
+            **({"as_targets": True} if request.as_targets else {}),
             "checkpoint_files": [_file_key(p) for p in model_files], **_decode_settings(recipe)}
 
 

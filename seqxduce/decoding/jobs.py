@@ -41,13 +41,15 @@ class RunSpec:
 class DecodeJob:
     """Decode buffers with a run: the one-best (or n-best) lines as `decode` prints them, with `annotate` the
     annotations' JSON lines, with `align` the alignments' Pharaoh lines; with `split`, the items are Examples,
-    the output lines are the task's outputs and each item keeps its postprocessed output for the metric."""
+    the output lines are the task's outputs and each item keeps its postprocessed output for the metric; with
+    `as_targets` the output lines are the best hypotheses' target texts instead (decode.target_lines)."""
 
     spec: RunSpec
     annotate: bool = False
     align: bool = False
     split: bool = False
     prefix_where: str = "prefix "
+    as_targets: bool = False
 
     def processor(self) -> Processor:
         return self.processor_for(self.spec.load())
@@ -79,9 +81,12 @@ def decode_piece(job: DecodeJob, run: LoadedRun, buffer: Buffer) -> Piece:
 
 
 def output_lines(job: DecodeJob, run: LoadedRun, outputs: Sequence[Output], first: int) -> dict[str, list[str]]:
-    from seqxduce.decoding.decode import format_annotations, format_outputs
+    from seqxduce.decoding.decode import format_annotations, format_outputs, target_lines
 
-    lines = {"output": [o.text for o in outputs] if job.split else format_outputs(outputs, first)}
+    if job.as_targets:
+        lines = {"output": target_lines(run.task, outputs)}
+    else:
+        lines = {"output": [o.text for o in outputs] if job.split else format_outputs(outputs, first)}
     if job.annotate:
         lines["annotations"] = format_annotations(outputs, first)
     if job.align:

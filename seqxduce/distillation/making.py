@@ -46,7 +46,11 @@ def find_sets(student: Recipe, teachers: Sequence[Teacher], root: Path | None = 
     if int(os.environ.get("RANK", "0")) == 0:
         task.prepare(data_dir)
     examples = Examples(task, data_dir)
-    shared = {"data": data_content(task, data_dir, examples), "task": student.compared()["task"]}
+    # "written": the targets are the teacher's target texts before the task's postprocess (decode_file's
+    # as_targets); sets written as postprocessed outputs, which the parsing task's student cannot train on, are
+    # other sets
+    shared = {"data": data_content(task, data_dir, examples), "task": student.compared()["task"],
+              "written": "targets"}
     planned = []
     for teacher in teachers:
         parts = {"teacher": teacher.key_parts(), **shared}

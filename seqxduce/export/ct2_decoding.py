@@ -27,7 +27,7 @@ import torch
 from seqxduce import components
 from seqxduce.api import Example, Hypothesis, Task, UserError
 from seqxduce.decoding.changes import Change, SearchShape, with_changes
-from seqxduce.decoding.decode import Output, encode_prefixes, format_outputs
+from seqxduce.decoding.decode import Output, encode_prefixes, format_outputs, target_lines
 from seqxduce.decoding.scoring import PairScore, format_scores, scores_of
 from seqxduce.decoding.search import length_penalty
 from seqxduce.decoding.streaming import Buffer, Piece, Processor
@@ -242,13 +242,15 @@ def _export_folder(path: str) -> str:
 @dataclass(frozen=True)
 class Ct2DecodeJob:
     """Decode buffers of a streamed input (seqxduce.decoding.streaming) with CTranslate2, as jobs.DecodeJob does
-    with seqxduce's search: the same lines, n-best numbering and a split's kept outputs."""
+    with seqxduce's search: the same lines, n-best numbering and a split's kept outputs (with `as_targets`, the
+    best hypotheses' target texts)."""
 
     path: str
     overrides: tuple[str, ...] = ()
     changes: tuple[Change, ...] = ()
     split: bool = False
     prefix_where: str = "prefix "
+    as_targets: bool = False
 
     def processor(self) -> Processor:
         """A worker process's own translator, loaded from an export folder."""
@@ -264,6 +266,9 @@ class Ct2DecodeJob:
                                        first=buffer.start + 1)
             items = [source for source, _ in items]
         outputs = decode_sources(run, items, prefixes)
-        lines = [o.text for o in outputs] if self.split else format_outputs(outputs, buffer.start)
+        if self.as_targets:
+            lines = target_lines(run.task, outputs)
+        else:
+            lines = [o.text for o in outputs] if self.split else format_outputs(outputs, buffer.start)
         kept = [{"text": o.text, "figures": o.figures} for o in outputs] if self.split else []
         return Piece(buffer.start, len(outputs), {"output": lines}, kept)

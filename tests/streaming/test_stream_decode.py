@@ -235,3 +235,21 @@ def test_a_decode_waiting_for_stdin_stops_on_a_signal(trained_copy_run: Path, tm
     process.stdin.close()
     assert process.returncode == 128 + signal.SIGTERM, log.read_text()
     assert "SIGTERM: decode stopped" in log.read_text()
+
+
+def test_as_targets_is_a_job_of_its_own_and_writes_one_line_per_source(trained_copy_run: Path, tmp_path: Path):
+    lines = sources(40, seed=7)
+    given, out = write(tmp_path / "in.txt", lines), tmp_path / "out.txt"
+    assert invoke("decode", trained_copy_run, "--input", given, "-o", out, "--resume").exit_code == 0
+    plain = out.read_bytes()
+    # the task's outputs (its postprocess) and its training targets are one form here: the copy task writes its
+    # targets as it prints them, so the lines agree; the job is still another one, and not taken as done
+    result = invoke("decode", trained_copy_run, "--input", given, "-o", out, "--resume", "--as-targets")
+    assert result.exit_code == 1 and "another job wrote it (as_targets: " in result.output
+    targets = tmp_path / "targets.txt"
+    result = invoke("decode", trained_copy_run, "--input", given, "-o", targets, "--as-targets", "--set",
+                    "decode.nbest=2")
+    assert result.exit_code == 0, result.output
+    assert targets.read_bytes() == plain  # the best of the recipe's two, one line per source
+    result = invoke("decode", trained_copy_run, "--input", given, "--as-targets", "--nbest", "2")
+    assert result.exit_code == 2 and "give one of the two" in result.output
