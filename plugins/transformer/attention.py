@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 
 def key_padding_mask(pad: torch.Tensor) -> torch.Tensor:
@@ -69,6 +70,20 @@ def one_query_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Ten
     return torch.matmul(scores.softmax(dim=-1), value)
 
 
+def trained_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
+                      is_causal: bool, dropout: float) -> torch.Tensor:
+    """SDPA for a training forward, which torch's backward will follow. With no dropout on the CPU in bf16, SDPA
+    picks its CPU flash kernel, whose backward took 1.5-3.5x the math kernel's on the shapes of the small recipes
+    (fwd + bwd, 64 x 4 heads x 30 x 30: 34.6 against 10.1 ms on one core; a Multi30k step with attention_dropout
+    0 1.3-1.6x slower; bench/log/2026-12-02-cpu-train-profile.md), so the math kernel is asked for there; it is
+    the kernel SDPA itself takes whenever dropout is on. In fp32 the two were within 10% and SDPA chooses, as it
+    does on a GPU and without gradients (the flash forward is the faster one)."""
+    if dropout == 0.0 and query.device.type == "cpu" and query.dtype == torch.bfloat16 and query.requires_grad:
+        with sdpa_kernel([SDPBackend.MATH]):
+            return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, is_causal=is_causal)
+    return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, is_causal=is_causal, dropout_p=dropout)
+
+
 class MultiHeadAttention(nn.Module):
     """Scaled dot-product attention with `heads` heads of query/key width d_k and value width d_v
     (paper, sec. 3.2.2; d_k = d_v = d_model / heads unless given, as Table 3 rows A and B vary them).
@@ -115,11 +130,11 @@ class MultiHeadAttention(nn.Module):
             out = self._attend_recording(query, key, value, mask, is_causal)
         elif length == 1 and mask is None and not self.training:
             out = one_query_attention(query, key, value)  # a decoding step's self-attention
+        elif self.training:
+            out = trained_attention(query, key, value, mask, is_causal, self.dropout)  # (B, H, Lq, d_v)
         else:
-            out = F.scaled_dot_product_attention(
-                query, key, value, attn_mask=mask, is_causal=is_causal,
-                dropout_p=self.dropout if self.training else 0.0,
-            )  # (B, H, Lq, d_v); scaled by 1 / sqrt(d_k)
+            out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, is_causal=is_causal)
+            # (B, H, Lq, d_v); scaled by 1 / sqrt(d_k)
         return self.out(out.transpose(1, 2).reshape(batch, length, self.heads * self.d_v))
 
     def attend_beams(self, x: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -146,7 +161,7 @@ class MultiHeadAttention(nn.Module):
         if self.recorded is not None:
             out = self._attend_recording(query, key, value, mask, False)
         elif self.training:
-            out = F.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=self.dropout)
+            out = trained_attention(query, key, value, mask, False, self.dropout)
         else:
             out = one_query_attention(query, key, value, bias)  # (M, H, g, d_v)
         return self.out(out.transpose(1, 2).reshape(rows, 1, self.heads * self.d_v))
