@@ -342,6 +342,15 @@ def format_outputs(outputs: Sequence[Output], first: int = 0) -> list[str]:
     return lines
 
 
+def stream_lines(task: Task, outputs: Sequence[Output], first: int, split: bool, as_targets: bool) -> list[str]:
+    """A streamed buffer's output lines, as both engines' decode jobs write them: the training targets
+    (as_targets), a split's task outputs (one per source), or decode's lines (format_outputs: n-best numbered from
+    `first`, the position of outputs[0] in the whole input)."""
+    if as_targets:
+        return target_lines(task, outputs)
+    return [o.text for o in outputs] if split else format_outputs(outputs, first)
+
+
 def target_lines(task: Task, outputs: Sequence[Output]) -> list[str]:
     """One line per source, n-best or not: its best hypothesis written as the task's training targets are
     (Task.training_target: for parsing the linearized tree, not the tree), so that the lines train a model

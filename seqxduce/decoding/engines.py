@@ -114,7 +114,7 @@ class Engine(abc.ABC):
                    prefix_where: str = "prefix ", as_targets: bool = False) -> Any:
         """A picklable job (streaming.BufferJob) decoding a streamed file's buffers; processor_for(loaded) gives
         this process's work function over what open() loaded. as_targets: its output lines are the best
-        hypotheses' target texts before the task's postprocess (seqxduce.decoding.decode.target_lines)."""
+        hypotheses written as the task's training targets are (seqxduce.decoding.decode.target_lines)."""
 
     @abc.abstractmethod
     def score_job(self, spec: RunSpec, normalize: bool = False) -> Any:

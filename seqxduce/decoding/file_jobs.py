@@ -66,8 +66,8 @@ class FileRequest:
 class DecodeFile(FileRequest):
     """`seqxduce decode`: exactly one of an input file ('-': stdin) and a task's split; per source a prefix
     (prefix_file, with input); annotations and alignments files beside the output; with split, `examples`
-    outputs printed beside their references; with as_targets, each output line is the best hypothesis's target
-    text before the task's postprocess (the form of the task's training targets: what distillation trains on)."""
+    outputs printed beside their references; with as_targets, each output line is the best hypothesis written as
+    the task's training targets are (Task.training_target: what distillation trains on)."""
 
     input: Path | None = None
     split: str | None = None

@@ -42,7 +42,7 @@ class DecodeJob:
     """Decode buffers with a run: the one-best (or n-best) lines as `decode` prints them, with `annotate` the
     annotations' JSON lines, with `align` the alignments' Pharaoh lines; with `split`, the items are Examples,
     the output lines are the task's outputs and each item keeps its postprocessed output for the metric; with
-    `as_targets` the output lines are the best hypotheses' target texts instead (decode.target_lines)."""
+    `as_targets` the output lines are the best hypotheses as training targets instead (decode.target_lines)."""
 
     spec: RunSpec
     annotate: bool = False
@@ -81,12 +81,9 @@ def decode_piece(job: DecodeJob, run: LoadedRun, buffer: Buffer) -> Piece:
 
 
 def output_lines(job: DecodeJob, run: LoadedRun, outputs: Sequence[Output], first: int) -> dict[str, list[str]]:
-    from seqxduce.decoding.decode import format_annotations, format_outputs, target_lines
+    from seqxduce.decoding.decode import format_annotations, stream_lines
 
-    if job.as_targets:
-        lines = {"output": target_lines(run.task, outputs)}
-    else:
-        lines = {"output": [o.text for o in outputs] if job.split else format_outputs(outputs, first)}
+    lines = {"output": stream_lines(run.task, outputs, first, job.split, job.as_targets)}
     if job.annotate:
         lines["annotations"] = format_annotations(outputs, first)
     if job.align:

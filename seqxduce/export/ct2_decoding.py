@@ -27,7 +27,7 @@ import torch
 from seqxduce import components
 from seqxduce.api import Example, Hypothesis, Task, UserError
 from seqxduce.decoding.changes import Change, SearchShape, with_changes
-from seqxduce.decoding.decode import Output, encode_prefixes, format_outputs, target_lines
+from seqxduce.decoding.decode import Output, encode_prefixes, stream_lines
 from seqxduce.decoding.scoring import PairScore, format_scores, scores_of
 from seqxduce.decoding.search import length_penalty
 from seqxduce.decoding.streaming import Buffer, Piece, Processor
@@ -266,9 +266,6 @@ class Ct2DecodeJob:
                                        first=buffer.start + 1)
             items = [source for source, _ in items]
         outputs = decode_sources(run, items, prefixes)
-        if self.as_targets:
-            lines = target_lines(run.task, outputs)
-        else:
-            lines = [o.text for o in outputs] if self.split else format_outputs(outputs, buffer.start)
+        lines = stream_lines(run.task, outputs, buffer.start, self.split, self.as_targets)
         kept = [{"text": o.text, "figures": o.figures} for o in outputs] if self.split else []
         return Piece(buffer.start, len(outputs), {"output": lines}, kept)
