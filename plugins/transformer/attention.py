@@ -14,6 +14,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from .dropout import dropout as drop
+
 
 def key_padding_mask(pad: torch.Tensor) -> torch.Tensor:
     """(B, S) True at padding -> SDPA mask (B, 1, 1, S) True at real keys.
@@ -78,10 +80,29 @@ def trained_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     0 1.3-1.6x slower; bench/log/2026-12-02-cpu-train-profile.md), so the math kernel is asked for there; it is
     the kernel SDPA itself takes whenever dropout is on. In fp32 the two were within 10% and SDPA chooses, as it
     does on a GPU and without gradients (the flash forward is the faster one)."""
+    if dropout > 0.0 and query.device.type == "cpu":
+        return dropped_attention(query, key, value, mask, is_causal, dropout)
     if dropout == 0.0 and query.device.type == "cpu" and query.dtype == torch.bfloat16 and query.requires_grad:
         with sdpa_kernel([SDPBackend.MATH]):
             return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, is_causal=is_causal)
     return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, is_causal=is_causal, dropout_p=dropout)
+
+
+def dropped_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
+                      is_causal: bool, dropout: float) -> torch.Tensor:
+    """SDPA's math kernel written out, with dropout.py's CPU dropout on the probabilities: SDPA's own dropout
+    draws its mask with torch's bernoulli_, one number at a time (bench/log/2026-12-02-cpu-dropout.md). The
+    products run in the inputs' dtype (bf16 under autocast, as autocast's matmul does) and softmax reduces in
+    fp32 inside its kernel. mask as SDPA's: boolean, True where a query may look, broadcastable to the scores;
+    every query's row must allow at least one key (key_padding_mask and encoder_self_mask see to it)."""
+    scores = torch.matmul(query, key.transpose(-2, -1)) * query.size(-1) ** -0.5  # (B, H, Lq, Lk)
+    if is_causal:
+        lq, lk = scores.shape[-2:]
+        causal = torch.ones(lq, lk, dtype=torch.bool, device=scores.device).tril_()  # SDPA's is_causal: top-left
+        mask = causal if mask is None else mask & causal
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.matmul(drop(scores.softmax(dim=-1), dropout, True), value)
 
 
 class MultiHeadAttention(nn.Module):

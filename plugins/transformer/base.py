@@ -12,6 +12,7 @@ from torch import nn
 
 from seqxduce.api import ExportRequest, Model, VocabInfo
 
+from .dropout import Dropout
 from .embedding import Embeddings, char_ngram_spec, init_xavier, make_positions
 from .settings import CommonSettings
 from .state import DecoderCache, Memory
@@ -34,7 +35,7 @@ class EncoderDecoderBase(nn.Module, Model):
                                      scale=s.scale_embeddings, output_bias=s.output_bias,
                                      share_source_target=s.share_source_target)
         self.positions = make_positions(s.positions, s.d_model, s.max_positions, s.sinusoid_layout)
-        self.embed_drop = nn.Dropout(s.dropout)
+        self.embed_drop = Dropout(s.dropout)
 
     def finish_init(self) -> None:
         """The final norms (after the layers, as the parameter order has always been) and the initialisation."""

@@ -15,6 +15,7 @@ from torch import nn
 
 from .attention import MultiHeadAttention, band_mask
 from .beam_cache import BeamLayerState
+from .dropout import Dropout
 from .settings import CommonSettings
 from .state import LayerState, Memory
 
@@ -25,7 +26,7 @@ class Residual(nn.Module):
     def __init__(self, d_model: int, dropout: float, pre_norm: bool):
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
         self.pre_norm = pre_norm
 
     def before(self, x: torch.Tensor) -> torch.Tensor:
@@ -53,7 +54,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.inner = nn.Linear(d_model, d_ff)
         self.outer = nn.Linear(d_ff, d_model)
-        self.drop = nn.Dropout(activation_dropout)
+        self.drop = Dropout(activation_dropout)
         self.activation = ACTIVATIONS[activation]
 
     def forward(self, x: torch.Tensor, pad: torch.Tensor | None = None, causal: bool = False) -> torch.Tensor:
