@@ -6,7 +6,8 @@ sharded) must leave them bit for bit as they were.
 Recorded from the code at 80e374f (before the binarized dataset), on this repository's CPU machine then (a Xeon
 with AMX). The Multi30k case was recorded again in fp32 at b4aeaea on a 2-core AVX2 EPYC (Zen 3), whose bf16 is
 emulated: its batches are those of the 80e374f record, its losses within 6e-5 and its gradient norms within 0.3% of
-that record's bf16 ones. Both with
+that record's bf16 ones. Both were recorded again on a 2-core Xeon with AMX when the CPU dropout's masks came
+from PCG64 instead of torch's bernoulli_ (the batches unchanged; the losses and norms those of other masks). Both with
     python -m tests.training.first_steps --write
 which writes tests/fixtures/first_steps/*.json, with the kind of CPU that made them (cpu_kind());
 tests/training/test_first_steps.py trains again and compares: the batches exactly and the losses within rounding on
