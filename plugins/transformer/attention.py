@@ -79,7 +79,8 @@ def trained_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     (fwd + bwd, 64 x 4 heads x 30 x 30: 34.6 against 10.1 ms on one core; a Multi30k step with attention_dropout
     0 1.3-1.6x slower; bench/log/2026-12-02-cpu-train-profile.md), so the math kernel is asked for there; it is
     the kernel SDPA itself takes whenever dropout is on. In fp32 the two were within 10% and SDPA chooses, as it
-    does on a GPU and without gradients (the flash forward is the faster one)."""
+    does on a GPU and without gradients (the flash forward is the faster one). With dropout on the CPU, that math
+    runs written out (dropped_attention), for dropout.py's faster masks."""
     if dropout > 0.0 and query.device.type == "cpu":
         return dropped_attention(query, key, value, mask, is_causal, dropout)
     if dropout == 0.0 and query.device.type == "cpu" and query.dtype == torch.bfloat16 and query.requires_grad:
@@ -95,14 +96,21 @@ def dropped_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     products run in the inputs' dtype (bf16 under autocast, as autocast's matmul does) and softmax reduces in
     fp32 inside its kernel. mask as SDPA's: boolean, True where a query may look, broadcastable to the scores;
     every query's row must allow at least one key (key_padding_mask and encoder_self_mask see to it)."""
-    scores = torch.matmul(query, key.transpose(-2, -1)) * query.size(-1) ** -0.5  # (B, H, Lq, Lk)
+    probabilities = masked_scores(query, key, mask, is_causal).softmax(dim=-1)
+    return torch.matmul(drop(probabilities, dropout, True), value)
+
+
+def masked_scores(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None,
+                  is_causal: bool) -> torch.Tensor:
+    """The scaled scores q k^T / sqrt(d_k) (B, H, Lq, Lk) of SDPA's math, -inf where SDPA's boolean mask is False
+    and, with is_causal, above the diagonal (SDPA's top-left causal mask)."""
+    scores = query @ key.transpose(-2, -1) / query.size(-1) ** 0.5  # (B, H, Lq, Lk)
     if is_causal:
-        lq, lk = scores.shape[-2:]
-        causal = torch.ones(lq, lk, dtype=torch.bool, device=scores.device).tril_()  # SDPA's is_causal: top-left
-        mask = causal if mask is None else mask & causal
+        future = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).triu(1)
+        scores = scores.masked_fill(future, float("-inf"))
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    return torch.matmul(drop(scores.softmax(dim=-1), dropout, True), value)
+    return scores
 
 
 class MultiHeadAttention(nn.Module):
@@ -190,13 +198,7 @@ class MultiHeadAttention(nn.Module):
     def _attend_recording(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                           mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor:
         """SDPA written out, keeping the probabilities (B, H, Lq, Lk) in self.recorded (eval mode: no dropout)."""
-        scores = query @ key.transpose(-2, -1) / query.size(-1) ** 0.5  # (B, H, Lq, Lk)
-        if is_causal:
-            future = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).triu(1)
-            scores = scores.masked_fill(future, float("-inf"))
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        weights = scores.float().softmax(dim=-1)
+        weights = masked_scores(query, key, mask, is_causal).float().softmax(dim=-1)
         self.recorded.append(weights.detach())
         return weights.to(value.dtype) @ value  # (B, H, Lq, d_v)
 

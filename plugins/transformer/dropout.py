@@ -14,6 +14,8 @@ as 58982 / 65536 = 0.899994); the kept values are scaled by 65536 / 58982, so th
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -26,9 +28,7 @@ def keep_mask(shape: torch.Size | tuple[int, ...], keep: float) -> tuple[torch.T
     """A boolean CPU tensor of `shape`, each element True with probability `keep` (to 2^-16), and the scale
     that makes the kept elements' expectation the input's: 65536 / (the number of 16-bit values kept)."""
     kept = round(keep * _LEVELS)
-    numel = 1
-    for size in shape:
-        numel *= size
+    numel = math.prod(shape)
     seed = int(torch.randint(0, 2 ** 62, ()).item())  # from torch's generator: manual_seed and checkpoints hold it
     words = np.random.PCG64(seed).random_raw((numel + 3) // 4)  # uint64: four 16-bit uniforms each
     uniforms = torch.from_numpy(words.view(np.int16)[:numel]).view(shape)
