@@ -6,7 +6,20 @@ from seqxduce.api import Decoder, DecodeRequest, Hypothesis, Model, Tokenizer
 from seqxduce.search import beam_search
 
 from .constraint import TreeConstraint
-from .settings import TreeBeamSettings
+from .linearize import PLACEHOLDER
+from .settings import PTB_POS_TAGS, TreeBeamSettings
+
+# the modes whose target vocabulary holds the words beside the tags
+WORDS_BESIDE_TAGS = ("after_leaf", "before_leaf", "ahead")
+
+
+def leaves(settings: TreeBeamSettings) -> list[str] | None:
+    """The entries a leaf may be: [decode] leaf_tokens; else, when the words share the target vocabulary with the
+    tags, the treebank's tags and XX (the constraint would otherwise take every word of that vocabulary as a
+    possible tag); else None, every entry that is no bracket or special."""
+    if settings.leaf_tokens:
+        return settings.leaf_tokens
+    return PTB_POS_TAGS + [PLACEHOLDER] if settings.words_in_target in WORDS_BESIDE_TAGS else None
 
 
 class TreeBeamDecoder(Decoder):
@@ -17,7 +30,7 @@ class TreeBeamDecoder(Decoder):
         self.settings = settings
         self.constraint: TreeConstraint | None = None
         if settings.constrained:
-            self.constraint = TreeConstraint(tokenizer, leaf_tokens=settings.leaf_tokens or None,
+            self.constraint = TreeConstraint(tokenizer, leaf_tokens=leaves(settings),
                                              max_len_a=settings.max_len_a, max_len_b=settings.max_len_b,
                                              words_in_target=settings.words_in_target,
                                              punctuation_tags=settings.punctuation_tags,

@@ -363,3 +363,31 @@ def test_beam_search_under_the_constraint_reads_the_device_at_most_once_per_step
         beam_search(model, request_for(sources), BeamSettings(beam=4, alpha=0.3, max_len_a=1.0, max_len_b=16),
                     constraint=constraint)
     assert len(reads.seen) <= model.steps, reads.seen
+
+
+TAGGED_VOCAB = VOCAB + ["NN", "VBD", "John", "left"]
+
+
+@pytest.mark.parametrize("mode", ["after_leaf", "before_leaf", "ahead"])
+def test_with_the_words_in_the_target_the_decoder_writes_no_word_as_a_tag(mode):
+    """The target vocabulary holds words and tags alike: the decoder's leaves are the treebank's tags (and XX)."""
+    tokenizer = ListTokenizer(TAGGED_VOCAB)
+    sources = ["John", "John left", "left John left", "left left John John left"]
+    decoder = build_tree_beam(TreeBeamSettings(beam=4, nbest=4, max_len_a=1.0, max_len_b=16,
+                                               words_in_target=mode), tokenizer)
+    hyps = decoder.decode(RandomModel(len(TAGGED_VOCAB), 7), request_for(sources))
+    for source, nbest in zip(sources, hyps):
+        assert len(nbest) == 4
+        for hyp in nbest:
+            tokens = [TAGGED_VOCAB[i] for i in hyp.tokens if i != tokenizer.eos_id]
+            leaves = [t for t in tokens if not t.startswith(("(", ")"))]
+            words, tags = (leaves[1::2], leaves[0::2]) if mode == "after_leaf" else (leaves[0::2], leaves[1::2])
+            assert words == source.split() and set(tags) <= {"NN", "VBD", "XX"}, tokens
+
+
+def test_leaf_tokens_given_are_the_decoders_leaves_with_the_words_in_the_target():
+    decoder = build_tree_beam(TreeBeamSettings(words_in_target="ahead", leaf_tokens=["VBD"]),
+                              ListTokenizer(TAGGED_VOCAB))
+    decoder.constraint.start(request_for(["John left"]), torch.tensor([0]))
+    feed_words(decoder.constraint, TAGGED_VOCAB, "John (S")
+    assert leaves_allowed(decoder.constraint, TAGGED_VOCAB) == {"VBD"}
