@@ -7,7 +7,8 @@
     python bench/decode_speed.py --compile                # and with its step compiled (decode.compile = true)
 
 Synthetic protocol, the one the peers were measured by: post-norm Transformer,
-shared vocabulary of 8,000, small = 3+3 layers d256 h4 ff1024, base = 6+6 d512 h8 ff2048; 64 sources of 25
+shared vocabulary of 8,000, small = 3+3 layers d256 h4 ff1024, base = 6+6 d512 h8 ff2048 (small-6+1 and
+small-6+2: small's width with the distillation students' layers, encoder + decoder); 64 sources of 25
 tokens (24 random words + eos, numpy RandomState(1235)); output forced to 30 tokens (eos banned for 29 steps,
 then forced); one warm-up call, then the median of --repeats calls (and, "by CPU time", the least process CPU
 time of a call: on a loaded machine, at --threads 1, the steadier figure). Every system decodes the same ids in the
@@ -55,7 +56,17 @@ SIZES = {
     "small": dict(d_model=256, heads=4, d_ff=1024, layers=3),
     "base": dict(d_model=512, heads=8, d_ff=2048, layers=6),
     "tiny": dict(d_model=32, heads=2, d_ff=64, layers=1),  # the smoke test's
+    # the Multi30k students' shapes (recipes/multi30k_en_de_student.toml: a deep encoder, a shallow decoder), beside
+    # "small", the teacher member's 3 + 3 (all post-norm here: pre-norm adds one layer norm a stack)
+    "small-6+1": dict(d_model=256, heads=4, d_ff=1024, layers=6, decoder_layers=1),
+    "small-6+2": dict(d_model=256, heads=4, d_ff=1024, layers=6, decoder_layers=2),
 }
+
+
+def layer_counts(dims: dict) -> tuple[int, int]:
+    """(encoder, decoder) layers of one of SIZES: `layers` for both unless `decoder_layers` says otherwise."""
+    return dims["layers"], dims.get("decoder_layers", dims["layers"])
+
 VOCAB = 8000
 PAD, BOS, EOS = 0, 1, 2  # seqxduce's specials; the synthetic words are ids 4 .. 7998, as the peers'
 FIRST_WORD, WORD_END = 4, VOCAB - 1
@@ -107,8 +118,10 @@ def build_seqxduce(size: str, device: torch.device):
     """The transformer plugin's model for one of SIZES, post-norm, tied embeddings, in eval mode."""
     dims = SIZES[size]
     component = registry().get("model", "transformer")
+    encoder, decoder = layer_counts(dims)
     settings = component.settings(d_model=dims["d_model"], heads=dims["heads"], d_ff=dims["d_ff"],
-                                  layers=dims["layers"], norm="post", share_embeddings=True, tie_output=True)
+                                  layers=encoder, encoder_layers=encoder, decoder_layers=decoder, norm="post",
+                                  share_embeddings=True, tie_output=True)
     model = component.build(settings, VocabInfo(VOCAB, VOCAB, PAD, BOS, EOS, shared=True))
     return model.to(device).eval()
 
@@ -151,7 +164,7 @@ def bench_synthetic(size: str, args, device: torch.device, results: dict) -> Non
     if not args.no_torch:  # first, so that the lines after it print their ratio to it
         dims = SIZES[size]
         baseline = torch_baseline.TorchSeq2Seq(VOCAB, PAD, dims["d_model"], dims["heads"], dims["d_ff"],
-                                               dims["layers"], dims["layers"]).to(device).eval()
+                                               *layer_counts(dims)).to(device).eval()
         systems.append(("torch", lambda beam: int(torch_baseline.generate(
             baseline, src, beam, args.out_len, BOS, [PAD, BOS, EOS]).numel())))
     for kind in ["none"] + ([args.quantize] if args.quantize != "none" else []):
@@ -192,9 +205,10 @@ def ct2_systems(size: str, src: torch.Tensor, args) -> list[tuple[str, Callable[
     dims = SIZES[size]
     work = Path(tempfile.mkdtemp(prefix="decode_speed_ct2_"))
     hf_pad = VOCAB - 1  # as in Marian and the peers harness: pad = decoder start = the last id, never a word
+    encoder, decoder = layer_counts(dims)
     config = transformers.MarianConfig(
-        vocab_size=VOCAB, decoder_vocab_size=VOCAB, d_model=dims["d_model"], encoder_layers=dims["layers"],
-        decoder_layers=dims["layers"], encoder_attention_heads=dims["heads"], decoder_attention_heads=dims["heads"],
+        vocab_size=VOCAB, decoder_vocab_size=VOCAB, d_model=dims["d_model"], encoder_layers=encoder,
+        decoder_layers=decoder, encoder_attention_heads=dims["heads"], decoder_attention_heads=dims["heads"],
         encoder_ffn_dim=dims["d_ff"], decoder_ffn_dim=dims["d_ff"], activation_function="relu",
         max_position_embeddings=1024, scale_embedding=True, share_encoder_decoder_embeddings=True,
         tie_word_embeddings=True, pad_token_id=hf_pad, eos_token_id=EOS, bos_token_id=0,
