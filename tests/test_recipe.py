@@ -217,3 +217,18 @@ def test_a_data_dir_is_compared_as_the_folder_it_names(tmp_path):
     assert differences(clone, saved) == []
     moved = build_recipe(recipe(task__data_dir="../other"), base_dir=tmp_path / "main")
     assert [line.split(":")[0] for line in differences(moved, saved)] == ["[task] data_dir"]
+
+
+def test_every_shipped_student_recipe_learns_its_teachers_task_with_its_tokenizer():
+    """A student recipe naming its teacher's recipe ([distill] teacher) has that recipe's [task] and [tokenizer]
+    key for key: the teacher's outputs are targets of the same task, and the student takes the teacher's tokenizer
+    files (distillation.teacher.same_tokenizer)."""
+    students = []
+    for path in sorted((ROOT / "recipes").glob("*.toml")):
+        student = load_recipe(path)
+        if student.distill.teacher:
+            teacher = load_recipe(student.path(student.distill.teacher)).resolved()
+            for section in ("task", "tokenizer"):
+                assert student.resolved()[section] == teacher[section], (path.name, section)
+            students.append(path.name)
+    assert students == ["multi30k_en_de_student.toml", "ptb_sample_student.toml"]

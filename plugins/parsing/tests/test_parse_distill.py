@@ -16,6 +16,7 @@ from seqxduce.decoding.decode import decode_lines, load_run
 from seqxduce.testing import repository_root
 
 RECIPE = repository_root(Path(__file__)) / "recipes" / "ptb_sample.toml"
+STUDENT = RECIPE.with_name("ptb_sample_student.toml")
 SETTINGS = ["task.train_files=0001-0003", "task.valid_files=0160", "task.test_files=0160", "model.layers=1",
             "model.d_model=32", "model.d_ff=64", "model.heads=2", "train.max_steps=20", "train.max_tokens=1024",
             "train.warmup_steps=4", "train.validate_every=0", "train.checkpoint_every=20", "train.average_last=1",
@@ -35,18 +36,17 @@ def with_settings(args: list[str], ptb_sample: Path, *more: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def distilled(tmp_path_factory, ptb_sample) -> tuple[Path, Path, Path]:
-    """A tiny parsing teacher, a student of one decoder layer distilled from it alone (no original pairs), and
-    the distilled set's folder."""
+    """A tiny parsing teacher, the shipped student recipe's student of one decoder layer distilled from it alone
+    (no original pairs), and the distilled set's folder."""
     root = tmp_path_factory.mktemp("parse_distill")
     teacher, student, cache = root / "teacher", root / "student", root / "cache"
     result = invoke(*with_settings(["train", str(RECIPE), "--out", str(teacher)], ptb_sample))
     assert result.exit_code == 0, result.output
-    # the parsing recipe with a [distill] table: any teacher (its files are cut to three here), distilled pairs only
-    recipe = root / "ptb_student.toml"
-    recipe.write_text('[distill]\nteacher = ""\noriginal_ratio = 0.0\n\n' + RECIPE.read_text(encoding="utf-8"),
-                      encoding="utf-8")
-    args = with_settings(["distill", str(teacher), str(recipe), "--out", str(student)], ptb_sample,
-                         "model.encoder_layers=2", "model.decoder_layers=1")
+    # any teacher (the recipe's own is refused: its files are cut to three here and its model made tiny), distilled
+    # pairs only
+    args = with_settings(["distill", str(teacher), str(STUDENT), "--out", str(student)], ptb_sample,
+                         "distill.teacher=", "distill.original_ratio=0.0", "model.encoder_layers=2",
+                         "model.decoder_layers=1")
     result = invoke(*args, env={"SEQXDUCE_CACHE": str(cache)})
     assert result.exit_code == 0, result.output
     (folder,) = cache.glob("distilled-*")
