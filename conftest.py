@@ -8,7 +8,7 @@ import shutil
 import sys
 import tempfile
 
-from seqxduce.cpus import usable_cpus
+from seqxduce.cpus import per_worker_threads
 
 if not os.environ.get("SEQXDUCE_CACHE"):
     _cache = tempfile.mkdtemp(prefix="seqxduce-test-cache-")
@@ -25,7 +25,7 @@ def _fit_worker_threads() -> None:
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
     if not workers.isdigit() or int(workers) < 1 or os.environ.get("OMP_NUM_THREADS"):
         return
-    threads = max(1, usable_cpus() // int(workers))
+    threads = per_worker_threads(int(workers))
     os.environ["OMP_NUM_THREADS"] = str(threads)
     if "torch" in sys.modules:  # a plugin of pytest's loaded torch before this file: its pool is already sized
         sys.modules["torch"].set_num_threads(threads)

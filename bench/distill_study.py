@@ -62,9 +62,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def device(args: argparse.Namespace) -> list[str]:
+    """The device setting every run and decode takes (none: the recipes' own)."""
+    return [f"train.device={args.device}"] if args.device else []
+
+
 def common(args: argparse.Namespace) -> list[str]:
-    """The settings every run and decode takes: --set's, and the device."""
-    return [*args.overrides, *([f"train.device={args.device}"] if args.device else [])]
+    """The settings every run takes: --set's, and the device."""
+    return [*args.overrides, *device(args)]
 
 
 def train_teacher(args: argparse.Namespace) -> tuple[Path, float]:
@@ -110,15 +115,16 @@ def table(rows: list[dict]) -> str:
 def write(args: argparse.Namespace, rows: list[dict]) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "figures.json").write_text(json.dumps(rows, indent=1) + "\n")
-    (args.out / "table.md").write_text(table(rows))
-    print(table(rows), flush=True)
+    text = table(rows)
+    (args.out / "table.md").write_text(text)
+    print(text, flush=True)
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
     args = parse_args(argv)
     rows: list[dict] = []
     teacher, seconds = train_teacher(args)
-    decode_with = [f"train.device={args.device}"] if args.device else []
+    decode_with = device(args)
     rows.append({"system": "teacher ensemble", "run": str(teacher), "train_s": seconds,
                  "figures": score(teacher, args.splits, decode_with)})
     write(args, rows)
