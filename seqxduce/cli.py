@@ -188,11 +188,26 @@ RUN_OPTIONS = (
 )
 
 
-def run_options(command: Callable) -> Callable:
-    """RUN_OPTIONS on a command, in their order."""
-    for option in reversed(RUN_OPTIONS):
-        command = option(command)
-    return command
+# a new run that starts from another's weights (train, distill: a student fine-tuned on its teacher's outputs)
+FINE_TUNE_OPTIONS = (
+    click.option("--init-from", type=click.Path(path_type=Path),
+                 help="fine-tune: start from this run's weights (RUN: the checkpoint decode uses; or a CHECKPOINT) "
+                      "and tokenizer files, with a fresh optimizer and schedule; [model] and [tokenizer] must match"),
+    click.option("--keep-optimizer", is_flag=True,
+                 help="with --init-from: keep that checkpoint's optimizer state (Adam's moments) too"),
+)
+
+
+def _with_options(options: tuple[Callable, ...]) -> Callable[[Callable], Callable]:
+    def decorate(command: Callable) -> Callable:
+        for option in reversed(options):
+            command = option(command)
+        return command
+    return decorate
+
+
+run_options = _with_options(RUN_OPTIONS)  # RUN_OPTIONS on a command, in their order
+fine_tune_options = _with_options(FINE_TUNE_OPTIONS)
 
 
 @cli.command()
@@ -201,11 +216,7 @@ def run_options(command: Callable) -> Callable:
 @click.option("--tokenizers-from", type=click.Path(path_type=Path, file_okay=False),
               help="a new run takes this run directory's tokenizer files instead of training its own, so that "
                    "the two can be ensembled (decode --ensemble)")
-@click.option("--init-from", type=click.Path(path_type=Path),
-              help="fine-tune: start from this run's weights (RUN: the checkpoint decode uses; or a CHECKPOINT) and "
-                   "tokenizer files, with a fresh optimizer and schedule; [model] and [tokenizer] must match")
-@click.option("--keep-optimizer", is_flag=True,
-              help="with --init-from: keep that checkpoint's optimizer state (Adam's moments) too")
+@fine_tune_options
 @click.option("--single", is_flag=True, hidden=True,
               help="train this directory alone even if the recipe names several members (the members' processes)")
 @click.pass_context
@@ -244,21 +255,24 @@ def _say_trained(result: engine.TrainResult) -> None:
               help="which of TEACHER_RUN's checkpoints teaches: best, average or last, for each of its members "
                    "alike; or a checkpoint file. Default: the average if any, else the newest")
 @STREAM_OPTIONS[2]
+@fine_tune_options
 @click.pass_context
 def distill(ctx: click.Context, teacher: Path, recipe_file: Path, out: Path | None, overrides: tuple[str, ...],
             resume: bool, auto_resume: bool, overwrite: bool, teacher_overrides: tuple[str, ...],
-            checkpoint: str | None, processes: int | None) -> None:
+            checkpoint: str | None, processes: int | None, init_from: Path | None, keep_optimizer: bool) -> None:
     """Train a student on its teacher's outputs (sequence-level knowledge distillation): TEACHER_RUN (its
     ensemble of members, or an imported model) decodes RECIPE's training sources with its own search, streamed
     and resumable on every core; the outputs are kept once, keyed by the teacher's checkpoints, search and the
     data, for every later student; then RECIPE trains on them into RUN as `train` does ([distill] original_ratio
     adds a share of the original pairs, [distill] member_outputs each member's own outputs beside the ensemble's;
     [distill] word_kd also has it learn the teacher's next-token distributions, computed once before the first
-    step). A stop keeps what was decoded, computed or trained; the
+    step). With --init-from the student starts from another run's weights, e.g. the same model trained on the
+    original pairs (fine-tuned on the teacher's outputs). A stop keeps what was decoded, computed or trained; the
     same command with --auto-resume continues."""
     _registry(ctx)
     _fit_threads()
-    start = engine.RunStart.from_flags(resume=resume, auto_resume=auto_resume, overwrite=overwrite)
+    start = engine.RunStart.from_flags(resume=resume, auto_resume=auto_resume, overwrite=overwrite,
+                                       init_from=init_from, keep_optimizer=keep_optimizer)
     result = engine.distill(teacher, recipe_file, out=out, start=start, overrides=overrides,
                             teacher_overrides=teacher_overrides, checkpoint=checkpoint, processes=processes)
     if not result.finished_before:

@@ -69,6 +69,26 @@ def test_the_student_trains_on_what_the_teacher_decodes(teacher: Path, cache: Pa
     assert "takes the teacher's tokenizer files" in result.output
 
 
+def test_a_student_fine_tuned_from_another_run_starts_from_its_weights(teacher: Path, cache: Path,
+                                                                      tmp_path: Path) -> None:
+    """--init-from: the student starts from a run's weights (here the teacher's own checkpoint; in a study, the
+    student's model trained on the original pairs) and trains on the distilled set; not with --resume."""
+    import torch
+
+    source = RunDir(teacher).step_checkpoints()[-1]
+    out = tmp_path / "student"
+    result = distill(teacher, TINY_RECIPE, "--out", out, "--init-from", source, "--set", "train.max_steps=0")
+    assert result.exit_code == 0, result.output
+    assert f"initialised from {source}" in result.output
+    given = torch.load(source, weights_only=True)["model"]
+    first = torch.load(out / "checkpoints" / "step_00000000.pt", weights_only=True)["model"]
+    assert given.keys() == first.keys() and all(torch.equal(given[k], first[k]) for k in given)
+    assert Path(RunDir(out).load_recipe().distill.targets) == only_set(cache).folder
+    refused = distill(teacher, TINY_RECIPE, "--out", out, "--init-from", source, "--resume")
+    assert refused.exit_code != 0 and "--init-from starts a new run" in refused.output, refused.output
+    assert "Traceback" not in refused.output
+
+
 def test_the_set_is_made_once_and_keyed_by_the_teachers_checkpoint_and_search(teacher: Path, cache: Path,
                                                                                tmp_path: Path) -> None:
     fewer_steps = ("--set", "train.max_steps=2")
