@@ -16,6 +16,7 @@ from seqxduce.export import command as export_command
 from seqxduce.inspection import commands as inspect_commands
 from seqxduce.registry import KINDS, PluginLoadError, Registry, registry
 from seqxduce.serving.command import serve as serve_command
+from seqxduce.torchrun import watch_launcher
 
 
 def set_help(example: str) -> str:
@@ -64,6 +65,9 @@ def cli(ctx: click.Context, debug: bool, strict_plugins: bool) -> None:
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
     ctx.obj["strict"] = strict_plugins
+    # under torchrun: a launcher that dies (SIGKILL, or a signal it does not handle) stops this process as its
+    # SIGTERM would, instead of leaving it training unattended
+    watch_launcher()
 
 
 def _fit_threads() -> None:

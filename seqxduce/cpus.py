@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from seqxduce.torchrun import omp_default_of_torchrun
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 SELF_CGROUP = Path("/proc/self/cgroup")
 
@@ -140,21 +142,27 @@ def _v1_quota(folder: Path) -> float | None:
 
 
 def threads_for(share: CpuShare, environ: Mapping[str, str] | None = None,
-                given: tuple[int, str] | None = None) -> tuple[int, str]:
+                given: tuple[int, str] | None = None, torchrun_default: bool | None = None) -> tuple[int, str]:
     """Torch's intra-op threads for this process and why: a count the user gave (given: (count, the option that
     gave it), e.g. serve's --threads), else OMP_NUM_THREADS, else the usable CPUs divided among torchrun's ranks on
-    this node (LOCAL_WORLD_SIZE), at least 1."""
+    this node (LOCAL_WORLD_SIZE), at least 1. torchrun_default: whether OMP_NUM_THREADS=1 is torchrun's default
+    rather than the user's (None: read from the launcher, seqxduce.torchrun); such a 1 is not obeyed, since torchrun
+    sets it for every node whatever its CPUs (8 processes of a 32-CPU task would each get one thread)."""
     environ = os.environ if environ is None else environ
     if given is not None:
         return given
+    if torchrun_default is None:
+        torchrun_default = omp_default_of_torchrun(environ)
     omp = environ.get("OMP_NUM_THREADS", "").strip()
-    if omp.isdigit() and int(omp) > 0:
+    if omp.isdigit() and int(omp) > 0 and not torchrun_default:
         return int(omp), "OMP_NUM_THREADS"
     ranks = int(environ.get("LOCAL_WORLD_SIZE", "1") or 1) if environ.get("WORLD_SIZE") else 1
-    why = share.describe()
+    count, why = share.cpus, share.describe()
     if ranks > 1:
-        return max(1, share.cpus // ranks), f"{why}, shared by {ranks} ranks on this node"
-    return share.cpus, why
+        count, why = max(1, share.cpus // ranks), f"{why}, shared by {ranks} ranks on this node"
+    if torchrun_default:
+        why += "; torchrun's default OMP_NUM_THREADS=1 overridden: export it to choose"
+    return count, why
 
 
 def per_worker_threads(processes: int, environ: Mapping[str, str] | None = None) -> int:

@@ -17,6 +17,7 @@ from seqxduce.testing import (  # noqa: F401  (fixtures and helpers the core's t
     train_tiny_run,
 )
 from tests.faults.cluster_tools import two_rank_run  # noqa: F401 (a fixture of the cluster tests)
+from tests.faults.slurm import slurm  # noqa: F401 (the SLURM tests' cluster)
 from tests.tiny import TINY_RECIPE
 from tests.tiny_teacher import cache, teacher  # noqa: F401 (the distillation tests' fixtures)
 

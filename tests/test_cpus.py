@@ -9,6 +9,7 @@ import pytest
 
 from seqxduce.api import UserError
 from seqxduce.cpus import CpuShare, cgroup_quota, cpu_share, threads_for
+from seqxduce.torchrun import omp_default_of_torchrun
 
 
 def _v2(tmp_path: Path, cpu_max: str | None, group: str = "/", parent_max: str | None = None) -> tuple[Path, Path]:
@@ -95,6 +96,19 @@ def test_threads_are_divided_among_the_ranks_of_the_node():
     env = {"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2"}
     assert threads_for(share, env) == (4, "all 8 CPUs, shared by 2 ranks on this node")
     assert threads_for(CpuShare(1, 8, "CPU affinity"), env)[0] == 1  # at least one
+
+
+def test_torchruns_default_of_one_thread_is_set_aside_and_an_exported_count_obeyed():
+    share = CpuShare(32, 32, "all CPUs")
+    env = {"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "8", "OMP_NUM_THREADS": "1", "RANK": "0",
+           "TORCHELASTIC_RUN_ID": "x"}
+    assert threads_for(share, env, torchrun_default=True) == (
+        4, "all 32 CPUs, shared by 8 ranks on this node; torchrun's default OMP_NUM_THREADS=1 overridden: export "
+           "it to choose")
+    assert threads_for(share, env, torchrun_default=False) == (1, "OMP_NUM_THREADS")
+    # outside torchrun, or a count other than torchrun's 1, is the user's whatever the launcher held
+    assert omp_default_of_torchrun({"OMP_NUM_THREADS": "1"}) is False
+    assert omp_default_of_torchrun({**env, "OMP_NUM_THREADS": "2"}) is False
 
 
 def _train_args(tiny_recipe, out):

@@ -166,7 +166,10 @@ def _join_ranks() -> tuple[int, int, Any, bool]:
 
     owned = not dist.is_initialized()
     if owned:
-        dist.init_process_group(backend="gloo")
+        from seqxduce.torchrun import join_process_group
+
+        # torch's default timeout, as before: a rank that waits for another's buffer waits as long as it takes
+        join_process_group("gloo", dist.default_pg_timeout)
         group = None
     else:  # a caller's group (e.g. NCCL): the outputs travel over a gloo group of the same ranks
         group = dist.new_group(backend="gloo")

@@ -13,6 +13,7 @@ import torch.distributed as dist
 
 from seqxduce.api import UserError
 from seqxduce.device import device_for
+from seqxduce.torchrun import join_process_group
 
 
 @dataclass
@@ -128,18 +129,9 @@ def setup(device_setting: str, timeout: float = 600.0) -> World:
 
 
 def _join(backend: str, timeout: float) -> None:
-    """init_process_group, a restart's known failure in one line: torchrun shares its rendezvous store with the
-    workers by default, and a restart's workers then read the addresses the last attempt's wrote there
-    (pytorch/pytorch#135712), so that connecting fails."""
-    try:
-        dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout))
-    except RuntimeError as err:
-        restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
-        if restart == 0 or not is_collective_failure(err):
-            raise
-        raise UserError(f"torchrun restart {restart}: the processes could not connect ({failure_text(err)}): "
-                        "torchrun's shared store holds the last attempt's addresses; start torchrun with "
-                        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in its environment (docs/cluster.md)") from None
+    """init_process_group through a store of this torchrun attempt's own (seqxduce.torchrun: a restart needs no
+    extra setting)."""
+    join_process_group(backend, datetime.timedelta(seconds=timeout))
 
 
 def is_collective_failure(err: BaseException) -> bool:

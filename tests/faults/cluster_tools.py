@@ -20,9 +20,9 @@ from tests.tiny import TINY_RECIPE as TINY
 SHORT = (*QUIET, "--set", "train.max_steps=6", "--set", "train.checkpoint_every=100", "--set", "train.log_every=1",
          "--set", 'train.device="cpu"', "--set", "train.collective_timeout=60")
 STOP_BOUND_S = 20  # the issue's bound: every process gone, the last step saved, this long after the signal
-# what docs/cluster.md tells a launcher: a restart's workers meet in a store of their own, not in the one the last
-# attempt wrote its addresses to (pytorch/pytorch#135712)
-LAUNCHER_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+# torchrun's restarts need no setting of the launcher's (seqxduce.torchrun): the launchers here run without
+# TORCH_DISABLE_SHARE_RDZV_TCP_STORE, whatever the environment the tests run in holds
+UNSET = ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE",)
 
 
 def free_port() -> int:
@@ -36,10 +36,11 @@ def train_args(out: Path, *extra: str) -> list[str]:
 
 
 def torchrun(args: list[str], log: Path, nproc: int = 2, nodes: tuple[int, int] | None = None, port: int = 0,
-             slowed: bool = False, max_restarts: int = 0, extra_env: dict[str, str] | None = None
-             ) -> subprocess.Popen:
+             slowed: bool = False, max_restarts: int = 0, extra_env: dict[str, str] | None = None,
+             omp: bool = True) -> subprocess.Popen:
     """A torchrun launcher of nproc workers running `seqxduce ARGS` (or `tests.faults.slowed step ARGS`); nodes =
-    (node_rank, nnodes) makes it one of several launchers meeting at a c10d rendezvous on 127.0.0.1:port."""
+    (node_rank, nnodes) makes it one of several launchers meeting at a c10d rendezvous on 127.0.0.1:port; without
+    omp the launcher's environment lacks OMP_NUM_THREADS (torchrun then sets its default for the workers)."""
     if nodes is None:
         where = ["--standalone"]
     else:
@@ -50,7 +51,14 @@ def torchrun(args: list[str], log: Path, nproc: int = 2, nodes: tuple[int, int] 
                "--max-restarts", str(max_restarts), "--monitor-interval", "0.1", "-m", *module, *args]
     handle = log.open("w")
     return subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, text=True, cwd=REPO,
-                            env={**env(), **LAUNCHER_ENV, **(extra_env or {})})
+                            env=launcher_env(extra_env, omp))
+
+
+def launcher_env(extra: dict[str, str] | None = None, omp: bool = True) -> dict[str, str]:
+    """A launcher's environment: the CLI's (env()), without the settings of UNSET (and without OMP_NUM_THREADS
+    unless omp: torchrun then sets its default of 1 for the workers), with extra added."""
+    base = {k: v for k, v in env().items() if k not in UNSET and (omp or k != "OMP_NUM_THREADS")}
+    return {**base, **(extra or {})}
 
 
 def descendants(pid: int) -> list[int]:

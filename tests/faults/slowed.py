@@ -1,5 +1,7 @@
 """`python -m tests.faults.slowed WHAT ARGS`: the seqxduce CLI with one long stretch of work made longer, so that a
-signal test arrives in the middle of it on any machine (the fault tests' injection; nothing else uses it):
+signal test arrives in the middle of it on any machine (the fault tests' injection; nothing else uses it). Where
+the command line is not the test's to write (a job script run by a real SLURM), tests/faults/inject on PYTHONPATH
+does the same to every torchrun worker when $SEQXDUCE_TEST_SLOWED names the stretch:
 - `encoding`: every encoded shard takes a second more, and prepare's shards are small (50 pairs, a pool of
   workers from 100 pairs on), so that a small corpus is encoded for many seconds;
 - `averaging`: the final checkpoint average prints "averaging (slowed)" and takes 60 s more, a signal ending the
@@ -64,8 +66,8 @@ def _steady_loss(*args: object, **kwargs: object) -> object:
     return _loss(*args, **kwargs)
 
 
-if __name__ == "__main__":
-    what = sys.argv.pop(1)
+def apply(what: str) -> None:
+    """Make the stretch `what` longer in this process (the module's docstring)."""
     if what == "encoding":
         prepare.SHARD, prepare.IN_PROCESS = 50, 100
         prepare._encode_shard = _slow_shard
@@ -79,4 +81,8 @@ if __name__ == "__main__":
         trainer.label_smoothed_nll = _steady_loss
     else:
         raise SystemExit(f"slowed: unknown stretch {what!r}")
+
+
+if __name__ == "__main__":
+    apply(sys.argv.pop(1))
     main()
