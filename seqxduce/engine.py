@@ -29,6 +29,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 T = TypeVar("T")
 
+# what a stop of distill's decode says continues it: its own command resumes the decode by itself (--auto-resume
+# too), while --resume asks for a student checkpoint that no run has before its set is made
+DISTILL_CONTINUED_BY = "the same command (or it with --auto-resume)"
+
 __all__ = ["load_recipe", "load_run_recipe", "prepare", "train", "RunStart", "decode", "decode_split", "evaluate",
            "distill", "average", "info", "plot", "attention", "recipe_cost", "last_checkpoints",
            "format_outputs", "format_annotations", "checkpoint_for", "load_run", "read_lines", "check_writable",
@@ -147,10 +151,16 @@ def distill(teacher: str | Path, recipe: str | Path, out: str | Path | None = No
 
     def decoding_with(one: Teacher) -> Callable[[Path, Path, bool], None]:
         def decode_with_teacher(sources: Path, targets: Path, resume: bool) -> None:
+            from seqxduce.decoding.file_jobs import DecodeFile
+            from seqxduce.decoding.file_jobs import decode_file as run_request
+            from seqxduce.export.engine_choice import engine_named
+
             # the targets as the task's training targets are written (for parsing the linearized tree, which
-            # the student learns to write), not the task's postprocessed outputs
-            decode_file(one.run, sources, targets, overrides=one.overrides, checkpoint=checkpoint, resume=resume,
-                        processes=processes, as_targets=True)
+            # the student learns to write), not the task's postprocessed outputs; a stopped decode is continued by
+            # distill's own command (make_set resumes it), which a stop's line says
+            run_request(DecodeFile(run=_run_spec(one.run, one.overrides, (), checkpoint),
+                                   engine=engine_named("seqxduce"), input=sources, output=targets, resume=resume,
+                                   processes=processes, as_targets=True, continued_by=DISTILL_CONTINUED_BY))
         return decode_with_teacher
 
     # under torchrun one process group for the decode and the training: joining a second time reads the first
@@ -181,14 +191,19 @@ def distill(teacher: str | Path, recipe: str | Path, out: str | Path | None = No
 
 
 def _check_student_run(out: Path, start: RunStart, folders: Sequence[Path]) -> None:
-    """Before anything is decoded: a new run where one is refused, or a run to continue that was trained on
-    other distilled sets (another teacher checkpoint, search, data or member_outputs), is one line."""
+    """Before anything is decoded: a new run where one is refused, a --resume of a student without a checkpoint, or
+    a run to continue that was trained on other distilled sets (another teacher checkpoint, search, data or
+    member_outputs), is one line."""
     from seqxduce.rundir import RunDir
 
     run_dir = RunDir(out)
     if start.mode == "new":
         run_dir.check_start(resume=False, overwrite=start.overwrite)
         return
+    if start.mode == "resume" and not run_dir.step_checkpoints():  # else refused only after the whole decode
+        raise UserError(f"distill --resume: {run_dir.checkpoint_dir} holds no student checkpoint to continue; drop "
+                        "--resume (the same command without it, or with --auto-resume, continues a stopped decode "
+                        "of the teacher's outputs and then trains the student)")
     if not run_dir.recipe_file.is_file():
         return
     saved = run_dir.load_recipe().distill
