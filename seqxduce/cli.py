@@ -186,7 +186,8 @@ RUN_OPTIONS = (
     click.option("--resume", is_flag=True, help="continue from the run directory's latest checkpoint"),
     click.option("--auto-resume", is_flag=True,
                  help="continue the run when the run directory holds a checkpoint of it, else start it: the one "
-                      "command line for a first start, a requeued job and torchrun's restarts"),
+                      "command line for a first start, a requeued job and torchrun's restarts (a raised "
+                      "train.max_steps or max_epochs takes the run further)"),
     click.option("--overwrite", is_flag=True, help="replace the run already in the run directory (its recipe, "
                  "tokenizers, checkpoints, average and metrics are removed first)"),
 )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -28,6 +29,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from seqxduce.training.trainer import TrainResult
 
 T = TypeVar("T")
+
+# what a stop of distill's decode says continues it: its own command resumes the decode by itself (--auto-resume
+# too), while --resume asks for a student checkpoint that no run has before its set is made
+DISTILL_CONTINUED_BY = "the same command (or it with --auto-resume)"
 
 __all__ = ["load_recipe", "load_run_recipe", "prepare", "train", "RunStart", "decode", "decode_split", "evaluate",
            "distill", "average", "info", "plot", "attention", "recipe_cost", "last_checkpoints",
@@ -64,15 +69,15 @@ def train(recipe: Recipe | str | Path, out: str | Path | None = None, start: Run
     """Train a recipe (a Recipe or a recipe file) into run directory `out` (default runs/<recipe name>), started as
     `start` says (seqxduce.run_start.RunStart; default: a new run).
 
-    A resumed run (start mode resume, or auto where `out` holds a checkpoint of this run) continues with the
-    recipe saved in `out` (plus overrides), the settings it was started with; auto refuses a directory that holds
-    another recipe's run. A directory holding another run's files is refused for a new run unless
-    start.overwrite (which removes that run's files first). start.tokenizers_from: a folder whose tokenizer files a
-    new run takes instead of training its own (a run to ensemble with). start.init_from (a run directory or
-    checkpoint): fine-tune, starting from its weights and tokenizer files with a fresh optimizer and schedule
-    (start.keep_optimizer: its optimizer state too); the recipe's [model] and [tokenizer] must be that run's. A
-    recipe with [train] members = N > 1 trains N seeds of it (seqxduce.members) unless single (how each member's
-    own process is started).
+    A resumed run (start mode resume, or auto where `out` holds a checkpoint of this run) continues with the recipe
+    saved in `out` (plus overrides), the settings it was started with; auto refuses a directory that holds another
+    recipe's run (a raised [train] max_steps or max_epochs is the same run, taken further). A directory holding another
+    run's files is refused for a new run unless start.overwrite (which removes that run's files first).
+    start.tokenizers_from: a folder whose tokenizer files a new run takes instead of training its own (a run to ensemble
+    with). start.init_from (a run directory or checkpoint): fine-tune, starting from its weights and tokenizer files
+    with a fresh optimizer and schedule (start.keep_optimizer: its optimizer state too); the recipe's [model] and
+    [tokenizer] must be that run's. A recipe with [train] members = N > 1 trains N seeds of it (seqxduce.members) unless
+    single (how each member's own process is started).
     """
     from seqxduce.corpus.distilled import check_student
     from seqxduce.rundir import RunDir
@@ -87,8 +92,12 @@ def train(recipe: Recipe | str | Path, out: str | Path | None = None, start: Run
     run_dir = RunDir(out)
     if start.mode == "auto":
         given = recipe if isinstance(recipe, Recipe) else load_recipe(recipe, overrides)
-        start = _auto_start(start, run_dir, given)
-        recipe = run_dir.load_recipe(overrides) if start.resume and not isinstance(recipe, Recipe) else given
+        start, further = _auto_start(start, run_dir, given)
+        if start.resume and not isinstance(recipe, Recipe):  # the run's recipe, as --resume takes it
+            overrides = (*overrides, *further)  # (a member's process reads them too)
+            recipe = run_dir.load_recipe(overrides)
+        else:
+            recipe = given
     elif not isinstance(recipe, Recipe):
         if start.resume and run_dir.recipe_file.is_file():
             saved = run_dir.load_recipe(overrides)
@@ -147,10 +156,16 @@ def distill(teacher: str | Path, recipe: str | Path, out: str | Path | None = No
 
     def decoding_with(one: Teacher) -> Callable[[Path, Path, bool], None]:
         def decode_with_teacher(sources: Path, targets: Path, resume: bool) -> None:
+            from seqxduce.decoding.file_jobs import DecodeFile
+            from seqxduce.decoding.file_jobs import decode_file as run_request
+            from seqxduce.export.engine_choice import engine_named
+
             # the targets as the task's training targets are written (for parsing the linearized tree, which
-            # the student learns to write), not the task's postprocessed outputs
-            decode_file(one.run, sources, targets, overrides=one.overrides, checkpoint=checkpoint, resume=resume,
-                        processes=processes, as_targets=True)
+            # the student learns to write), not the task's postprocessed outputs; a stopped decode is continued by
+            # distill's own command (make_set resumes it), which a stop's line says
+            run_request(DecodeFile(run=_run_spec(one.run, one.overrides, (), checkpoint),
+                                   engine=engine_named("seqxduce"), input=sources, output=targets, resume=resume,
+                                   processes=processes, as_targets=True, continued_by=DISTILL_CONTINUED_BY))
         return decode_with_teacher
 
     # under torchrun one process group for the decode and the training: joining a second time reads the first
@@ -181,14 +196,19 @@ def distill(teacher: str | Path, recipe: str | Path, out: str | Path | None = No
 
 
 def _check_student_run(out: Path, start: RunStart, folders: Sequence[Path]) -> None:
-    """Before anything is decoded: a new run where one is refused, or a run to continue that was trained on
-    other distilled sets (another teacher checkpoint, search, data or member_outputs), is one line."""
+    """Before anything is decoded: a new run where one is refused, a --resume of a student without a checkpoint, or
+    a run to continue that was trained on other distilled sets (another teacher checkpoint, search, data or
+    member_outputs), is one line."""
     from seqxduce.rundir import RunDir
 
     run_dir = RunDir(out)
     if start.mode == "new":
         run_dir.check_start(resume=False, overwrite=start.overwrite)
         return
+    if start.mode == "resume" and not run_dir.step_checkpoints():  # else refused only after the whole decode
+        raise UserError(f"distill --resume: {run_dir.checkpoint_dir} holds no student checkpoint to continue; drop "
+                        "--resume (the same command without it, or with --auto-resume, continues a stopped decode "
+                        "of the teacher's outputs and then trains the student)")
     if not run_dir.recipe_file.is_file():
         return
     saved = run_dir.load_recipe().distill
@@ -200,26 +220,47 @@ def _check_student_run(out: Path, start: RunStart, folders: Sequence[Path]) -> N
                         "another --out")
 
 
-def _auto_start(start: RunStart, run_dir: RunDir, recipe: Recipe) -> RunStart:
+def _auto_start(start: RunStart, run_dir: RunDir, recipe: Recipe) -> tuple[RunStart, tuple[str, ...]]:
     """--auto-resume resolved against the run directory, the same way on every rank of a world: each decides from
     the files alone, before any rank writes there but rank 0 removing what an earlier attempt of this run left
     before its first checkpoint (then a rank that looks later still decides "a new run, replacing leftovers", or
     "a new run" once they are gone: the same start; no rank writes a checkpoint before every rank has joined the
-    world). A directory holding another recipe's run is refused in one line."""
+    world). A directory holding another recipe's run is refused in one line; a run of this recipe that the file
+    (or --set) takes further, a raised [train] max_steps or max_epochs, is this run: with the start come the
+    overrides that take it there (as `--resume --set train.max_steps=N` does)."""
+    from dataclasses import replace
+
     from seqxduce.recipe import differences
 
     if run_dir.recipe_file.is_file():
-        found = differences(recipe, run_dir.load_recipe())
+        saved = run_dir.load_recipe()
+        raised = _raised_reach(recipe, saved)
+        same_reach = replace(recipe, train=replace(recipe.train, **{key: getattr(saved.train, key) for key in raised}))
+        found = differences(same_reach, saved)
         if found:
             more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
             raise UserError(f"--auto-resume: {run_dir.path} holds a run of another recipe ({found[0]}{more}); "
                             f"continue that run with `seqxduce train {run_dir.recipe_file} --out {run_dir.path} "
                             "--resume`, replace it with --overwrite, or train into another --out")
-        return start.resolved(has_checkpoint=bool(run_dir.step_checkpoints()), has_leftovers=True)
+        further = tuple(f"train.{key}={value}" for key, value in raised.items())
+        return start.resolved(has_checkpoint=bool(run_dir.step_checkpoints()), has_leftovers=True), further
     # no recipe: what an attempt killed before it saved its recipe left (metrics) is replaced, while checkpoints
     # without a recipe are no run this one can tell its own, and a new run refuses them (check_start)
     leftovers = run_dir.path.is_dir() and bool(run_dir.run_files()) and not run_dir.step_checkpoints()
-    return start.resolved(has_checkpoint=False, has_leftovers=leftovers)
+    return start.resolved(has_checkpoint=False, has_leftovers=leftovers), ()
+
+
+# [train] keys that say how far a run goes, not what it trains: raised, they take the same run further
+REACH_KEYS = ("max_steps", "max_epochs")
+
+
+def _raised_reach(given: Recipe, saved: Recipe) -> dict[str, int]:
+    """The reach keys whose value the given recipe raises over the run's saved one (max_epochs 0: no limit)."""
+    def reach(key: str, value: int) -> float:
+        return math.inf if key == "max_epochs" and value == 0 else value
+
+    return {key: getattr(given.train, key) for key in REACH_KEYS
+            if reach(key, getattr(given.train, key)) > reach(key, getattr(saved.train, key))}
 
 
 def _say_recipe_differs(given: Path, saved_file: Path, saved: Recipe, overrides: Sequence[str]) -> None:

@@ -2,12 +2,13 @@
 systemd) and SIGUSR1 (SLURM's `--signal=USR1@90`, sent ahead of a time limit) ask the trainer to save the last
 completed step and stop; work that can be dropped without losing a step (the step under way before its update,
 validation, the final average) is abandoned at once; a second signal stops at once. Preparing the training
-data, which keeps nothing until it is done, stops at once (stop_while_preparing)."""
+data, which keeps nothing until it is done, stops at once (stop_while_preparing), and so does the rest of a run's
+set-up before its first step (stop_setting_up)."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from seqxduce import stopping
 from seqxduce.errors import TrainingStopped
@@ -69,3 +70,17 @@ def preparing_stopped() -> None:
     """Raise Interrupted if a signal came while preparing (its own raise may have been dropped)."""
     if _PREPARING:
         raise Interrupted(_PREPARING[0])
+
+
+@contextlib.contextmanager
+def stop_setting_up(said: Callable[[int], str]) -> Iterator[None]:
+    """A run's set-up outside the data's preparation (the process group, the run folder, the model, its optimizer
+    and the checkpoint it resumes): it keeps nothing that a stop would lose, so a signal ends it where it lands, in
+    one line, said(signum) (empty on the ranks that leave the saying to rank 0), with 128 + the signal's number,
+    instead of the signal's default action, which ends the process without a word. The preparing stretches inside
+    it (stop_while_preparing) and the training loop handle their signals themselves."""
+    try:
+        with stopping.stop_at_once():
+            yield
+    except stopping.StoppedAtOnce as stop:
+        raise TrainingStopped(said(stop.signum), exit_code=128 + stop.signum) from None

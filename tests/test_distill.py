@@ -111,11 +111,12 @@ def test_the_set_is_made_once_and_keyed_by_the_teachers_checkpoint_and_search(te
 
 
 def test_a_stopped_distillation_resumes_to_the_set_of_one_never_stopped(teacher: Path, tmp_path: Path) -> None:
-    """SIGTERM while the teacher decodes (held after its first piece of two: 256 of 300 sources), then the same
-    command with --auto-resume: the decode continues where it stopped and the set is the one of a distillation
-    never stopped, byte for byte."""
+    """SIGTERM while the teacher decodes (held after its first piece of two: 256 of 300 sources): its line names the
+    same command (or --auto-resume), which continues the decode where it stopped, to the set of a distillation never
+    stopped, byte for byte; --resume, which continues a student's checkpoint, is refused before any decoding."""
     whole_cache, stopped_cache = tmp_path / "whole", tmp_path / "stopped"
-    args = ("distill", teacher, TINY_RECIPE, "--set", "train.max_steps=2", "--auto-resume")
+    given = ("distill", teacher, TINY_RECIPE, "--set", "train.max_steps=2")
+    args = (*given, "--auto-resume")
     whole = run(*args, "--out", tmp_path / "s1", extra_env={"SEQXDUCE_CACHE": str(whole_cache)})
     assert whole.returncode == 0, whole.stderr
     marker, log = tmp_path / "held", tmp_path / "held.log"
@@ -133,6 +134,13 @@ def test_a_stopped_distillation_resumes_to_the_set_of_one_never_stopped(teacher:
     kept = json.loads(record_path(stopped.targets).read_text())["done"]
     assert kept == 256 and len(partial_path(stopped.targets).read_text().splitlines()) == kept, said
     assert not (tmp_path / "s2" / "checkpoints").exists(), "no student step before the set is whole"
+    assert "kept in" in said and "run the same command (or it with --auto-resume) to continue" in said, said
+    assert "--resume to continue" not in said
+    refused = run(*given, "--resume", "--out", tmp_path / "s2", extra_env=stopped_env)
+    assert refused.returncode == 1, refused.stderr
+    assert "holds no student checkpoint to continue; drop --resume" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr and "decoding with" not in refused.stderr
+    assert json.loads(record_path(stopped.targets).read_text())["done"] == kept, "nothing decoded"
     resumed = run(*args, "--out", tmp_path / "s2", extra_env=stopped_env)
     assert resumed.returncode == 0, resumed.stderr
     assert only_set(stopped_cache).targets.read_bytes() == only_set(whole_cache).targets.read_bytes()

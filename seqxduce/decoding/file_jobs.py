@@ -48,7 +48,9 @@ class StreamedFile:
 @dataclass(frozen=True, kw_only=True)
 class FileRequest:
     """What a streamed decode and a streamed score share: what decodes, where the outputs go (None: stdout), and
-    how the job runs (resume a stopped one, buffer size, worker processes: None for the engine's default)."""
+    how the job runs (resume a stopped one, buffer size, worker processes: None for the engine's default);
+    continued_by: the command a stop's line says continues the job (distill's decode continues by its own command,
+    which resumes the decode itself, where a --resume would ask for a student checkpoint)."""
 
     run: RunSpec
     engine: Engine
@@ -56,6 +58,7 @@ class FileRequest:
     resume: bool = False
     buffer_size: int | None = None
     processes: int | None = None
+    continued_by: str = "the same command with --resume"
 
     def __post_init__(self) -> None:
         if self.resume and self.output is None:
@@ -259,7 +262,7 @@ def _run_stream(request: FileRequest, job: BufferJob, process: Processor | None,
     grid = _grid(request)
     files = OutputFiles(finals, {**record, "buffer_size": grid.size}, keep=keep) if finals else None
     threads = per_worker_threads(processes)
-    plan = Plan(grid, processes, threads, request.resume, what)
+    plan = Plan(grid, processes, threads, request.resume, what, request.continued_by)
     if processes > 1:
         _say(f"{what}: {processes} worker processes of {threads} thread(s) each")
         process = None  # each worker loads its own

@@ -55,13 +55,15 @@ class JobResult:
 @dataclass
 class Plan:
     """How the job runs: the buffers' grid, worker processes (1: this one) and their threads, and the resume
-    flag; `what` names the job in progress lines and messages."""
+    flag; `what` names the job in progress lines and messages, `continued_by` the command a stop's line says
+    continues it."""
 
     grid: BufferGrid = field(default_factory=BufferGrid)
     processes: int = 1
     threads: int = 1
     resume: bool = False
     what: str = "decode"
+    continued_by: str = "the same command with --resume"
 
 
 def under_torchrun() -> bool:
@@ -219,4 +221,4 @@ def _stopped_message(plan: Plan, request: StopRequest, result: JobResult, total:
     if files is None or to_stdout:
         return f"{said}{plan.what} stopped after {result.done:,}{of} lines (written to stdout)"
     return (f"{said}{plan.what} stopped after {result.done:,}{of} lines, kept in {partial_path(files.main)}; run "
-            "the same command with --resume to continue")
+            f"{plan.continued_by} to continue")

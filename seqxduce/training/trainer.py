@@ -24,7 +24,7 @@ from seqxduce.device import autocast_context
 from seqxduce.recipe import Recipe
 from seqxduce.run_start import RunStart
 from seqxduce.rundir import RunDir, prune
-from seqxduce.signals import stop_on_signals
+from seqxduce.signals import stop_on_signals, stop_setting_up
 from seqxduce.stopping import Abandoned, StopRequest, signal_name
 from seqxduce.training import distributed
 from seqxduce.training.backward import cuttable_backward
@@ -416,15 +416,32 @@ def train(recipe: Recipe, out: Path, start: RunStart | None = None) -> TrainResu
     """Train the recipe's model into run directory `out`, started as `start` says (resolved already: new or
     resume; see seqxduce.run_start and training.run.assemble)."""
     start = start or RunStart()
-    if start.resume:  # a run finished by max_steps is known from its newest checkpoint alone: no data to load
-        rundir = RunDir(out)
-        rundir.check_start(resume=True)
-        latest = int(rundir.newest_readable(mmap=True)[1].get("step", 0))
-        if latest >= recipe.train.max_steps:
-            return finished_already(rundir, recipe.train, latest, int(os.environ.get("RANK", "0")) == 0)
-    run = assemble(recipe, Path(out), start)
+    # from here to the loop's own handling of signals (Trainer.run), a stop ends the command in one line
+    with stop_setting_up(lambda signum: _stopped_setting_up(signum, RunDir(out), start)):
+        if start.resume:  # a run finished by max_steps is known from its newest checkpoint alone: no data to load
+            rundir = RunDir(out)
+            rundir.check_start(resume=True)
+            latest = int(rundir.newest_readable(mmap=True)[1].get("step", 0))
+            if latest >= recipe.train.max_steps:
+                return finished_already(rundir, recipe.train, latest, int(os.environ.get("RANK", "0")) == 0)
+        run = assemble(recipe, Path(out), start)
     try:
         return Trainer(run).run()
     finally:
         run.log.close()
         run.world.close()
+
+
+def _stopped_setting_up(signum: int, rundir: RunDir, start: RunStart) -> str:
+    """The line of a stop before a run's first step (rank 0's; the others say nothing): nothing was trained, and
+    how to start or go on. A new run whose recipe was saved already is started again by --overwrite (or
+    --auto-resume, which replaces a start that saved no checkpoint); one that saved nothing by the same command."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        return ""
+    name = signal_name(signum)
+    if start.resume:
+        return (f"{name}: stopped while setting up the run, before training went on; its checkpoints are as they "
+                "were: continue with --resume")
+    again = ("start it again with --overwrite or --auto-resume" if rundir.run_files()
+             else "run the same command again to start it")
+    return f"{name}: stopped while setting up the run, before its first step; nothing was trained: {again}"

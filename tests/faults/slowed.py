@@ -12,6 +12,8 @@ does the same to every torchrun worker when $SEQXDUCE_TEST_SLOWED names the stre
   rank $SLOW_RANK (default 0; "all": every rank) writes $SLOW_MARKER.rankR (holding the process id) and then sleeps
   $SLOW_SECONDS (default 600 s, far longer than a stop may take); once the marker is there (the run after a
   stop) no step is slowed, so that the same command line continues the run at full speed;
+- `building`: building a run's model, after its data are prepared and before its first step, prints "building the
+  model (slowed)" and takes 60 s more, a signal ending the wait where it is;
 - `steady`: every loss computed sleeps $STEADY_SECONDS more (bench/cluster_faults.py: a tiny run that lasts long
   enough for faults at random moments to land in every part of it)."""
 
@@ -22,11 +24,13 @@ import sys
 import time
 from pathlib import Path
 
+from seqxduce import components
 from seqxduce.cli import main
 from seqxduce.corpus import prepare
 from seqxduce.training import trainer, validation
 
 _encode_shard = prepare._encode_shard
+_build_components = components.build_components
 _settle_average = trainer.settle_average
 _scores = validation.Validator.scores
 _loss = trainer.label_smoothed_nll
@@ -42,6 +46,12 @@ def _slow_average(*args: object, **kwargs: object) -> object:
     print("averaging (slowed)", file=sys.stderr, flush=True)
     time.sleep(60.0)
     return _settle_average(*args, **kwargs)
+
+
+def _slow_build(*args: object, **kwargs: object) -> object:
+    print("building the model (slowed)", file=sys.stderr, flush=True)
+    time.sleep(60.0)
+    return _build_components(*args, **kwargs)
 
 
 def _slow_scores(self: validation.Validator, *args: object, **kwargs: object) -> object:
@@ -73,6 +83,8 @@ def apply(what: str) -> None:
         prepare._encode_shard = _slow_shard
     elif what == "averaging":
         trainer.settle_average = _slow_average
+    elif what == "building":
+        components.build_components = _slow_build
     elif what == "validation":
         validation.Validator.scores = _slow_scores
     elif what == "step":  # with update_freq = 1 the loss is computed once a step

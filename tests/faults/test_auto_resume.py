@@ -54,3 +54,25 @@ def test_auto_resume_refuses_another_recipes_run_and_replaces_a_start_that_saved
     assert "trained to step 6" in again.stdout
     contradiction = run("train", TINY, "--out", out, "--auto-resume", "--overwrite")
     assert contradiction.returncode == 1 and "not both" in contradiction.stderr
+
+
+def test_auto_resume_takes_a_finished_run_further_as_resume_does(tmp_path):
+    """The finished line's advice ("raise them with --set") works with --auto-resume: a raised max_steps continues
+    the run, to the weights `--resume` reaches with the same --set; a lowered one, or a limit of epochs where the run
+    had none, is another recipe and refused."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert run("train", TINY, "--out", first, "--auto-resume", *SETTINGS).returncode == 0
+    shutil.copytree(first, second)
+    further = ("--set", "train.max_steps=8")
+    auto = run("train", TINY, "--out", first, "--auto-resume", *SETTINGS, *further)
+    assert auto.returncode == 0, auto.stderr
+    assert "at step 6" in auto.stderr and "trained to step 8" in auto.stdout
+    resumed = run("train", TINY, "--out", second, "--resume", *further)
+    assert resumed.returncode == 0, resumed.stderr
+    mine, theirs = (torch.load(out / "checkpoints" / "step_00000008.pt", weights_only=True)["model"]
+                    for out in (first, second))
+    assert all(torch.equal(mine[name], theirs[name]) for name in theirs)
+    for lower in ("train.max_steps=7", "train.max_epochs=3"):
+        refused = run("train", TINY, "--out", first, "--auto-resume", *SETTINGS, *further, "--set", lower)
+        assert refused.returncode == 1, refused.stderr
+        assert f"holds a run of another recipe ([train] {lower.split('=')[0][6:]}" in refused.stderr, refused.stderr

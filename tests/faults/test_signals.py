@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import signal
 
+import pytest
 import torch
 
 from seqxduce import engine
-from tests.fault_tools import QUIET, run, start, train_lines, wait_for
+from tests.fault_tools import HANG_GUARD_S, QUIET, run, start, train_lines, wait_for
 from tests.tiny import TINY_RECIPE as TINY
 
 LONG = ("--set", "train.max_steps=100000", "--set", "train.checkpoint_every=100000", "--set", "train.log_every=1",
@@ -65,3 +66,30 @@ def test_a_killed_resume_of_a_finished_run_keeps_its_average(tmp_path):
     assert "the run already finished at step 4" in again.stderr and "nothing to train" in again.stderr
     assert (out / "average.pt").read_bytes() == average
     assert engine.checkpoint_for(out) == out / "average.pt"
+
+
+@pytest.mark.parametrize("resumed", [False, True], ids=["new", "resumed"])
+def test_a_stop_between_the_prepared_data_and_the_first_step_says_so_in_one_line(tmp_path, resumed):
+    """A signal while the model is built (held there by tests/faults/slowed.py, after the data are prepared) ends the
+    command at once in one line saying how to start or go on, not silently; nothing is trained or lost."""
+    out, log = tmp_path / "run", tmp_path / "log"
+    flags = ("--set", "train.max_steps=2")
+    if resumed:
+        assert run("train", TINY, "--out", out, *QUIET, *flags).returncode == 0
+        flags = ("--resume", "--set", "train.max_steps=4")
+    saved = sorted((out / "checkpoints").glob("step_*.pt")) if resumed else []
+    process = start("train", TINY, "--out", out, *QUIET, *flags, log=log, module=("tests.faults.slowed", "building"))
+    wait_for(lambda: "building the model (slowed)" in log.read_text(), process)
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=HANG_GUARD_S) == 143, log.read_text()[-1500:]
+    said = log.read_text()
+    assert "Traceback" not in said and "Error" not in said, said
+    if resumed:
+        assert ("SIGTERM: stopped while setting up the run, before training went on; its checkpoints are as they "
+                "were: continue with --resume") in said, said
+    else:
+        assert ("SIGTERM: stopped while setting up the run, before its first step; nothing was trained: run the same "
+                "command again to start it") in said, said
+    assert sorted((out / "checkpoints").glob("step_*.pt")) == saved
+    again = run("train", TINY, "--out", out, *QUIET, *flags)  # what the line says
+    assert again.returncode == 0, again.stderr
