@@ -12,6 +12,7 @@ import sentencepiece as spm
 
 from seqxduce.api import Tokenizer, UserError
 
+from .pieces import user_defined_pieces
 from .settings import SentencePieceSettings
 
 SPECIALS = {"pad": (0, "<pad>"), "bos": (1, "<s>"), "eos": (2, "</s>"), "unk": (3, "<unk>")}
@@ -36,6 +37,7 @@ class SentencePieceTokenizer(Tokenizer):
         self.settings = settings
         self.processor: spm.SentencePieceProcessor | None = None
         self.model_proto: bytes = b""
+        self.tags: dict[str, int] = {}  # the model's user-defined pieces (reserved symbols) and their ids
 
     def train(self, texts: Iterable[str], workdir: Path) -> None:
         """Train on texts (one sentence each), or take [tokenizer] model_file / target_model_file for this side;
@@ -44,11 +46,14 @@ class SentencePieceTokenizer(Tokenizer):
         given = s.target_model_file if self.side == "target" and s.target_model_file else s.model_file
         if given:
             self._take(Path(given), "target_model_file" if given == s.target_model_file else "model_file")
+            self._check_reserved("target_model_file" if given == s.target_model_file else "model_file", given)
             return
         model = io.BytesIO()
         spm.set_random_generator_seed(s.seed)
         options = {f"{name}_id": index for name, (index, _) in SPECIALS.items()}
         options.update({f"{name}_piece": piece for name, (_, piece) in SPECIALS.items()})
+        if self.reserved_symbols:  # one piece each, matched before any other segmentation (never split)
+            options["user_defined_symbols"] = list(self.reserved_symbols)
         try:
             spm.SentencePieceTrainer.train(
                 sentence_iterator=_nonempty(texts),
@@ -70,6 +75,14 @@ class SentencePieceTokenizer(Tokenizer):
             raise UserError(f"[tokenizer] sentencepiece training failed: {err}; lower "
                             "[tokenizer] vocab_size if it is too high for the corpus") from None
         self._use(model.getvalue())
+
+    def _check_reserved(self, key: str, given: str) -> None:
+        """A given model must hold the task's reserved symbols as pieces of their own."""
+        missing = [symbol for symbol in self.reserved_symbols if symbol not in self.tags]
+        if missing:
+            raise UserError(f"[tokenizer] {key} = {given!r} has no user-defined piece {missing[0]!r}, which the task "
+                            f"writes ({len(missing)} of {len(self.reserved_symbols)} missing): train the model with "
+                            "--user_defined_symbols, or let seqxduce train one")
 
     def _take(self, path: Path, key: str) -> None:
         """An existing model as this side's: its size must be [tokenizer] vocab_size, its specials defined."""
@@ -100,6 +113,7 @@ class SentencePieceTokenizer(Tokenizer):
                                 f"{ids['eos']}: they must differ")
         self.pad_id, self.bos_id, self.eos_id, self.unk_id = ids["pad"], ids["bos"], ids["eos"], ids["unk"]
         self.processor, self.model_proto = processor, proto
+        self.tags = user_defined_pieces(proto)
 
     def _ready(self) -> spm.SentencePieceProcessor:
         if self.processor is None:
@@ -123,13 +137,30 @@ class SentencePieceTokenizer(Tokenizer):
             raise UserError(f"{path}: no such file; it is written when the tokenizer is trained")
         self._use(path.read_bytes())
 
+    def _head(self, text: str) -> tuple[list[int], str]:
+        """A text that starts with a reserved symbol (a language tag) as that symbol's id and the rest: the tag is
+        then the first id, not the library's '▁' before it."""
+        if self.tags:
+            first, _, rest = text.partition(" ")
+            if first in self.tags:
+                return [self.tags[first]], rest
+        return [], text
+
+    def _heads(self, texts: list[str]) -> tuple[list[list[int]], list[str]]:
+        split = [self._head(text) for text in texts]
+        return [head for head, _ in split], [rest for _, rest in split]
+
     def encode(self, text: str) -> list[int]:
         """Text to subword ids, without bos/eos."""
-        return self._ready().encode(text, out_type=int)
+        head, rest = self._head(text)
+        return head + self._ready().encode(rest, out_type=int)
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """encode() of each text in one call into the library (one thread: preparing runs a process per core)."""
-        return self._ready().encode(list(texts), out_type=int, num_threads=1)
+        if not self.tags:
+            return self._ready().encode(list(texts), out_type=int, num_threads=1)
+        heads, rests = self._heads(list(texts))
+        return [head + ids for head, ids in zip(heads, self._ready().encode(rests, out_type=int, num_threads=1))]
 
     def encode_sampled(self, texts: list[str], seed: int) -> list[list[int]] | None:
         """Texts to subword ids with a sampled segmentation (BPE-dropout, or unigram sampling), without bos/eos;
@@ -141,10 +172,12 @@ class SentencePieceTokenizer(Tokenizer):
         # one thread: the samples then depend only on the seed and the list (measured with sentencepiece 0.2:
         # a unigram batch split over several threads samples differently, and each sentence's sample depends
         # on its place in the list, as one random stream runs through it)
+        heads, rests = self._heads(list(texts)) if self.tags else ([[]] * len(texts), list(texts))
         with _SAMPLING:
             spm.set_random_generator_seed(seed % _SEEDS)
-            return processor.encode(list(texts), out_type=int, enable_sampling=True, alpha=s.sample_alpha,
-                                    nbest_size=s.sample_nbest, num_threads=1)
+            sampled = processor.encode(rests, out_type=int, enable_sampling=True, alpha=s.sample_alpha,
+                                       nbest_size=s.sample_nbest, num_threads=1)
+        return [head + ids for head, ids in zip(heads, sampled)] if self.tags else sampled
 
     def decode(self, ids: Sequence[int]) -> str:
         """Subword ids to text; pad/bos/eos are dropped (unknown pieces read as ' ⁇ ')."""
