@@ -301,7 +301,8 @@ def _write(writer: binarized.DatasetWriter, results: Iterable[tuple], progress: 
     dropped = 0
     for result in results:
         preparing_stopped()
-        writer.add(*result[:4], corpus=result[6])
+        # a task of one corpus adds its chunks as it always did
+        writer.add(*result[:4], **({"corpus": result[6]} if result[6] else {}))
         dropped += result[4]
         progress.advance(result[5])
     return dropped
