@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import io
+import re
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -114,6 +115,9 @@ class SentencePieceTokenizer(Tokenizer):
         self.pad_id, self.bos_id, self.eos_id, self.unk_id = ids["pad"], ids["bos"], ids["eos"], ids["unk"]
         self.processor, self.model_proto = processor, proto
         self.tags = user_defined_pieces(proto)
+        # longest first: a tag that starts another (<2zh>, <2zh_Hant>) does not cut it
+        self._tag_pattern = re.compile("(" + "|".join(re.escape(t) for t in sorted(self.tags, key=len, reverse=True))
+                                       + ")") if self.tags else re.compile("(?!)")
 
     def _ready(self) -> spm.SentencePieceProcessor:
         if self.processor is None:
@@ -137,30 +141,40 @@ class SentencePieceTokenizer(Tokenizer):
             raise UserError(f"{path}: no such file; it is written when the tokenizer is trained")
         self._use(path.read_bytes())
 
-    def _head(self, text: str) -> tuple[list[int], str]:
-        """A text that starts with a reserved symbol (a language tag) as that symbol's id and the rest: the tag is
-        then the first id, not the library's '▁' before it."""
-        if self.tags:
-            first, _, rest = text.partition(" ")
-            if first in self.tags:
-                return [self.tags[first]], rest
-        return [], text
+    def _split(self, texts: list[str]) -> tuple[list[str], list[list[int | str]]]:
+        """Texts cut around every reserved symbol (a language tag): the pieces of text between them, for one call
+        into the library, and per text its layout (a tag's id, or a piece's place in that list as a str). The
+        library is then never given a tag to segment, so that no sampling can split one; a leading tag is the
+        text's first id, not the library's '▁' before it."""
+        pieces: list[str] = []
+        layouts: list[list[int | str]] = []
+        for text in texts:
+            layout: list[int | str] = []
+            for part in self._tag_pattern.split(text):
+                if part in self.tags:
+                    layout.append(self.tags[part])
+                elif part.strip() or not layout:
+                    layout.append(str(len(pieces)))
+                    pieces.append(part.lstrip(" ") if layout[:-1] else part)
+            layouts.append(layout)
+        return pieces, layouts
 
-    def _heads(self, texts: list[str]) -> tuple[list[list[int]], list[str]]:
-        split = [self._head(text) for text in texts]
-        return [head for head, _ in split], [rest for _, rest in split]
+    def _encoded(self, texts: list[str], encode) -> list[list[int]]:
+        """encode(list of texts) -> ids, with the reserved symbols as their own ids (see _split)."""
+        if not self.tags:
+            return encode(list(texts))
+        pieces, layouts = self._split(list(texts))
+        ids = encode(pieces)
+        return [[i for item in layout for i in ([item] if isinstance(item, int) else ids[int(item)])]
+                for layout in layouts]
 
     def encode(self, text: str) -> list[int]:
         """Text to subword ids, without bos/eos."""
-        head, rest = self._head(text)
-        return head + self._ready().encode(rest, out_type=int)
+        return self._encoded([text], lambda texts: self._ready().encode(texts, out_type=int))[0]
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """encode() of each text in one call into the library (one thread: preparing runs a process per core)."""
-        if not self.tags:
-            return self._ready().encode(list(texts), out_type=int, num_threads=1)
-        heads, rests = self._heads(list(texts))
-        return [head + ids for head, ids in zip(heads, self._ready().encode(rests, out_type=int, num_threads=1))]
+        return self._encoded(texts, lambda pieces: self._ready().encode(pieces, out_type=int, num_threads=1))
 
     def encode_sampled(self, texts: list[str], seed: int) -> list[list[int]] | None:
         """Texts to subword ids with a sampled segmentation (BPE-dropout, or unigram sampling), without bos/eos;
@@ -172,12 +186,11 @@ class SentencePieceTokenizer(Tokenizer):
         # one thread: the samples then depend only on the seed and the list (measured with sentencepiece 0.2:
         # a unigram batch split over several threads samples differently, and each sentence's sample depends
         # on its place in the list, as one random stream runs through it)
-        heads, rests = self._heads(list(texts)) if self.tags else ([[]] * len(texts), list(texts))
         with _SAMPLING:
             spm.set_random_generator_seed(seed % _SEEDS)
-            sampled = processor.encode(rests, out_type=int, enable_sampling=True, alpha=s.sample_alpha,
-                                       nbest_size=s.sample_nbest, num_threads=1)
-        return [head + ids for head, ids in zip(heads, sampled)] if self.tags else sampled
+            return self._encoded(texts, lambda pieces: processor.encode(
+                pieces, out_type=int, enable_sampling=True, alpha=s.sample_alpha, nbest_size=s.sample_nbest,
+                num_threads=1))
 
     def decode(self, ids: Sequence[int]) -> str:
         """Subword ids to text; pad/bos/eos are dropped (unknown pieces read as ' ⁇ ')."""
