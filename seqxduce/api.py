@@ -39,6 +39,12 @@ class Example:
     # further references of the same source (a test set translated several times), scored with ref by
     # Task.score_references; the same number in every example of a split
     more_references: tuple[str, ...] = ()
+    # the training corpus the example comes from, for a task with several (Task.corpus_weights): batches are
+    # drawn across them by temperature; "" for a task with one
+    corpus: str = ""
+    # target text the output is forced to start with (a language tag a multilingual task writes at the start of
+    # its targets); "" for none
+    prefix: str = ""
 
     @property
     def ref(self) -> str:
@@ -171,6 +177,18 @@ class Task(abc.ABC):
         known by their names, sizes and times without reading them (None: by the text of the examples)."""
         return None
 
+    def corpus_weights(self) -> dict[str, float]:
+        """The training corpora of a task that has several, by the name its training examples carry
+        (Example.corpus), in the order the training split streams them, each with its weight: batches are drawn
+        across them with p_i proportional to weight_i * n_i^(1/T) ([train] sampling_temperature). Empty (the
+        default): one corpus, batched as it always was."""
+        return {}
+
+    def reserved_symbols(self) -> tuple[str, ...]:
+        """Strings the task writes into its texts (a multilingual task's language tags) that a tokenizer which
+        learns its vocabulary must keep as one piece each, never split and never sampled apart."""
+        return ()
+
     def postprocess(self, hypothesis: str, source: str) -> Postprocessed:
         """Turn decoded target text into the task's output format (e.g. a linearized tree into a tree)."""
         return Postprocessed(hypothesis)
@@ -222,6 +240,9 @@ class Tokenizer(abc.ABC):
     # which side the core builds this tokenizer for, set before train(): "both" ([tokenizer] shared = true),
     # "source" or "target" (shared = false), for a tokenizer whose settings name a model per side
     side: str = "both"
+    # symbols the task reserves (Task.reserved_symbols), set before train(): a tokenizer that learns its
+    # vocabulary gives each one piece of its own, which encoding never splits
+    reserved_symbols: tuple[str, ...] = ()
 
     @abc.abstractmethod
     def train(self, texts: Iterable[str], workdir: Path) -> None:

@@ -48,16 +48,20 @@ def new_tokenizer(recipe: Recipe) -> Tokenizer:
     return recipe.tokenizer.component.build(recipe.tokenizer.settings)
 
 
-def train_tokenizers(recipe: Recipe, examples: Iterable[Example], work: Path) -> Tokenizers:
+def train_tokenizers(recipe: Recipe, examples: Iterable[Example], work: Path,
+                     reserved: tuple[str, ...] = ()) -> Tokenizers:
     """Train the recipe's tokenizer(s) on training text (one on both sides when the vocabulary is shared). The
     text reaches Tokenizer.train as a stream: examples is iterated once per tokenizer (a list, or a stream that
-    reads its files anew), and a tokenizer that needs the text twice keeps its own copy."""
+    reads its files anew), and a tokenizer that needs the text twice keeps its own copy. reserved: the task's
+    symbols that each tokenizer keeps whole (Task.reserved_symbols)."""
     src = new_tokenizer(recipe)
+    src.reserved_symbols = tuple(reserved)
     if recipe.tokenizer.core.shared:
         src.train((t for ex in examples for t in (ex.source, ex.target)), work)
         tokenizers = Tokenizers(src, src)
     else:
         tgt = new_tokenizer(recipe)
+        tgt.reserved_symbols = tuple(reserved)
         src.side, tgt.side = "source", "target"
         src.train((ex.source for ex in examples), work)
         tgt.train((ex.target for ex in examples), work)

@@ -160,7 +160,14 @@ def toml_value(value: Any) -> str:
         return f'"{escaped}"'
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):  # an inline table (a [[task.corpus]] of a resolved recipe)
+        return "{" + ", ".join(f"{toml_key(k)} = {toml_value(v)}" for k, v in value.items()) + "}"
     raise TypeError(f"cannot write {value!r} as TOML")
+
+
+def toml_key(key: str) -> str:
+    """A table's key as TOML writes it: bare when it can be, else quoted."""
+    return key if key and all(c.isalnum() or c in "_-" for c in key) else toml_value(key)
 
 
 def parse_override(text: str) -> tuple[str, str, Any]:

@@ -69,6 +69,13 @@ class TrainSettings(Settings):
                                         "groups sources in buckets N tokens wide and sorts by target within "
                                         "each, for less target padding in large batches (Multi30k, 16k tokens: "
                                         "12.9% -> 8.4% padding at N = 4)", min=0)
+    # Arivazhagan et al. 2019: T = 1 draws in proportion to size, T = 5 is their best balance for many languages,
+    # a large T (inf) draws uniformly; fairseq's --sampling-temperature
+    sampling_temperature: float = setting(1.0, help="a task with several training corpora: batches are drawn "
+                                                    "from corpus i with probability proportional to weight_i * "
+                                                    "n_i^(1/T), n_i its pairs (1 = in proportion to size, inf = "
+                                                    "the weights alone); its tokenizer is trained on the same "
+                                                    "balance", min=0.0, min_exclusive=True)
     update_freq: int = setting(1, help="batches accumulated per optimizer step (gradient accumulation)", min=1)
     # 0 steps is allowed: a run that only builds, saves and validates the initial model
     max_steps: int = setting(1000, help="optimizer steps to train for", min=0)

@@ -24,7 +24,8 @@ def setting(default: Any = dataclasses.MISSING, help: str = "", choices: Sequenc
             min: float | None = None, max: float | None = None,
             min_exclusive: bool = False, max_exclusive: bool = False, same_as: str | None = None,
             per_request: bool = False, ignored_when: Mapping[str, Sequence[Any]] | None = None,
-            read_when: Mapping[str, Sequence[Any]] | None = None, instead: str = "", file: bool = False) -> Any:
+            read_when: Mapping[str, Sequence[Any]] | None = None, instead: str = "", file: bool = False,
+            keyed_when_changed: bool = False) -> Any:
     """Declare one recipe setting as a dataclass field with its default, one-line help, allowed values and bounds.
 
     min/max bound a number (or each number of a list); *_exclusive makes one strict. same_as = "section.key":
@@ -38,16 +39,30 @@ def setting(default: Any = dataclasses.MISSING, help: str = "", choices: Sequenc
     that gives it on another road is refused (see unread_by), the message ending with `instead`: what to use.
     file = True: the value names a file whose bytes are the setting (a tokenizer's model_file): what is keyed by
     the settings (the prepared training data) is keyed by the file's content, not its path.
+    keyed_when_changed = True: a key added after data were keyed by their section (the prepared training data, a
+    distilled set) enters those keys only when it differs from its default, so that recipes without it keep
+    their data (see keyed_values).
     """
     metadata = {"help": help, "choices": tuple(choices) if choices else None,
                 "min": min, "max": max, "min_exclusive": min_exclusive, "max_exclusive": max_exclusive,
                 "same_as": same_as, "per_request": per_request,
                 "ignored_when": {k: tuple(v) for k, v in (ignored_when or {}).items()},
-                "read_when": {k: tuple(v) for k, v in (read_when or {}).items()}, "instead": instead, "file": file}
+                "read_when": {k: tuple(v) for k, v in (read_when or {}).items()}, "instead": instead, "file": file,
+                "keyed_when_changed": keyed_when_changed}
     if isinstance(default, (list, dict)):
         value = default
         return field(default_factory=lambda: type(value)(value), metadata=metadata)
     return field(default=default, metadata=metadata)
+
+
+def keyed_values(values: Mapping[str, Any], settings: Any) -> dict[str, Any]:
+    """A section's resolved values as data keys hold them: those of `settings` declared keyed_when_changed left
+    out while they hold their default."""
+    out = dict(values)
+    for f in dataclasses.fields(settings) if dataclasses.is_dataclass(settings) else ():
+        if f.metadata.get("keyed_when_changed") and out.get(f.name) == default_of(f):
+            out.pop(f.name, None)
+    return out
 
 
 def setting_like(cls: type, name: str, default: Any, help: str | None = None) -> Any:

@@ -48,7 +48,7 @@ class TokenizerFiles:
         prefixes = {*tokenizer_prefixes(True), *tokenizer_prefixes(False)}
         return [p for p in sorted(self.folder.iterdir()) if p.is_file() and p.name.startswith(tuple(prefixes))]
 
-    def train(self, recipe: Recipe, examples: Iterable[Example]) -> None:
+    def train(self, recipe: Recipe, examples: Iterable[Example], reserved: tuple[str, ...] = ()) -> None:
         """Train the tokenizer(s) on training text and save them here.
 
         The tokenizer plugin saves into a staging folder whose files are then renamed into this folder, so an
@@ -59,7 +59,7 @@ class TokenizerFiles:
         with tempfile.TemporaryDirectory(prefix=TOKENIZER_WORK_PREFIX, dir=self.folder) as work:
             staging = Path(work) / "saved"
             staging.mkdir()
-            tokenizers = components.train_tokenizers(recipe, examples, Path(work))
+            tokenizers = components.train_tokenizers(recipe, examples, Path(work), reserved)
             src_prefix, tgt_prefix = tokenizer_prefixes(tokenizers.shared)
             tokenizers.src.save(staging, src_prefix)
             if not tokenizers.shared:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import io
+import re
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -12,6 +13,7 @@ import sentencepiece as spm
 
 from seqxduce.api import Tokenizer, UserError
 
+from .pieces import user_defined_pieces
 from .settings import SentencePieceSettings
 
 SPECIALS = {"pad": (0, "<pad>"), "bos": (1, "<s>"), "eos": (2, "</s>"), "unk": (3, "<unk>")}
@@ -36,6 +38,7 @@ class SentencePieceTokenizer(Tokenizer):
         self.settings = settings
         self.processor: spm.SentencePieceProcessor | None = None
         self.model_proto: bytes = b""
+        self.tags: dict[str, int] = {}  # the model's user-defined pieces (reserved symbols) and their ids
 
     def train(self, texts: Iterable[str], workdir: Path) -> None:
         """Train on texts (one sentence each), or take [tokenizer] model_file / target_model_file for this side;
@@ -44,11 +47,14 @@ class SentencePieceTokenizer(Tokenizer):
         given = s.target_model_file if self.side == "target" and s.target_model_file else s.model_file
         if given:
             self._take(Path(given), "target_model_file" if given == s.target_model_file else "model_file")
+            self._check_reserved("target_model_file" if given == s.target_model_file else "model_file", given)
             return
         model = io.BytesIO()
         spm.set_random_generator_seed(s.seed)
         options = {f"{name}_id": index for name, (index, _) in SPECIALS.items()}
         options.update({f"{name}_piece": piece for name, (_, piece) in SPECIALS.items()})
+        if self.reserved_symbols:  # one piece each, matched before any other segmentation (never split)
+            options["user_defined_symbols"] = list(self.reserved_symbols)
         try:
             spm.SentencePieceTrainer.train(
                 sentence_iterator=_nonempty(texts),
@@ -70,6 +76,14 @@ class SentencePieceTokenizer(Tokenizer):
             raise UserError(f"[tokenizer] sentencepiece training failed: {err}; lower "
                             "[tokenizer] vocab_size if it is too high for the corpus") from None
         self._use(model.getvalue())
+
+    def _check_reserved(self, key: str, given: str) -> None:
+        """A given model must hold the task's reserved symbols as pieces of their own."""
+        missing = [symbol for symbol in self.reserved_symbols if symbol not in self.tags]
+        if missing:
+            raise UserError(f"[tokenizer] {key} = {given!r} has no user-defined piece {missing[0]!r}, which the task "
+                            f"writes ({len(missing)} of {len(self.reserved_symbols)} missing): train the model with "
+                            "--user_defined_symbols, or let seqxduce train one")
 
     def _take(self, path: Path, key: str) -> None:
         """An existing model as this side's: its size must be [tokenizer] vocab_size, its specials defined."""
@@ -100,6 +114,10 @@ class SentencePieceTokenizer(Tokenizer):
                                 f"{ids['eos']}: they must differ")
         self.pad_id, self.bos_id, self.eos_id, self.unk_id = ids["pad"], ids["bos"], ids["eos"], ids["unk"]
         self.processor, self.model_proto = processor, proto
+        self.tags = user_defined_pieces(proto)
+        # longest first: a tag that starts another (<2zh>, <2zh_Hant>) does not cut it
+        self._tag_pattern = re.compile("(" + "|".join(re.escape(t) for t in sorted(self.tags, key=len, reverse=True))
+                                       + ")") if self.tags else re.compile("(?!)")
 
     def _ready(self) -> spm.SentencePieceProcessor:
         if self.processor is None:
@@ -123,13 +141,40 @@ class SentencePieceTokenizer(Tokenizer):
             raise UserError(f"{path}: no such file; it is written when the tokenizer is trained")
         self._use(path.read_bytes())
 
+    def _split(self, texts: list[str]) -> tuple[list[str], list[list[int | str]]]:
+        """Texts cut around every reserved symbol (a language tag): the pieces of text between them, for one call
+        into the library, and per text its layout (a tag's id, or a piece's place in that list as a str). The
+        library is then never given a tag to segment, so that no sampling can split one; a leading tag is the
+        text's first id, not the library's '▁' before it."""
+        pieces: list[str] = []
+        layouts: list[list[int | str]] = []
+        for text in texts:
+            layout: list[int | str] = []
+            for part in self._tag_pattern.split(text):
+                if part in self.tags:
+                    layout.append(self.tags[part])
+                elif part.strip() or not layout:
+                    layout.append(str(len(pieces)))
+                    pieces.append(part.lstrip(" ") if layout[:-1] else part)
+            layouts.append(layout)
+        return pieces, layouts
+
+    def _encoded(self, texts: list[str], encode) -> list[list[int]]:
+        """encode(list of texts) -> ids, with the reserved symbols as their own ids (see _split)."""
+        if not self.tags:
+            return encode(list(texts))
+        pieces, layouts = self._split(list(texts))
+        ids = encode(pieces)
+        return [[i for item in layout for i in ([item] if isinstance(item, int) else ids[int(item)])]
+                for layout in layouts]
+
     def encode(self, text: str) -> list[int]:
         """Text to subword ids, without bos/eos."""
-        return self._ready().encode(text, out_type=int)
+        return self._encoded([text], lambda texts: self._ready().encode(texts, out_type=int))[0]
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """encode() of each text in one call into the library (one thread: preparing runs a process per core)."""
-        return self._ready().encode(list(texts), out_type=int, num_threads=1)
+        return self._encoded(texts, lambda pieces: self._ready().encode(pieces, out_type=int, num_threads=1))
 
     def encode_sampled(self, texts: list[str], seed: int) -> list[list[int]] | None:
         """Texts to subword ids with a sampled segmentation (BPE-dropout, or unigram sampling), without bos/eos;
@@ -143,8 +188,9 @@ class SentencePieceTokenizer(Tokenizer):
         # on its place in the list, as one random stream runs through it)
         with _SAMPLING:
             spm.set_random_generator_seed(seed % _SEEDS)
-            return processor.encode(list(texts), out_type=int, enable_sampling=True, alpha=s.sample_alpha,
-                                    nbest_size=s.sample_nbest, num_threads=1)
+            return self._encoded(texts, lambda pieces: processor.encode(
+                pieces, out_type=int, enable_sampling=True, alpha=s.sample_alpha, nbest_size=s.sample_nbest,
+                num_threads=1))
 
     def decode(self, ids: Sequence[int]) -> str:
         """Subword ids to text; pad/bos/eos are dropped (unknown pieces read as ' ⁇ ')."""

@@ -54,8 +54,23 @@ class TranslationSettings(Settings):
                                                 "tokenize none (bleu_moses_lc); not comparable to sacreBLEU. "
                                                 "With evaluate: --set task.literature_bleu=true")
 
+    # several corpora and language pairs in one model (issue #77): docs/multilingual.md
+    corpus: list[dict] = setting([], help="several training corpora, each a [[task.corpus]] table: src_lang, "
+                                          "tgt_lang, and optionally dataset, data_dir (relative to [task] "
+                                          "data_dir), train_prefix, valid_prefix, test_prefix, valid_set, "
+                                          "test_set, weight (default 1; see [train] sampling_temperature); a key "
+                                          "left out is [task]'s own. Empty: the one pair src_lang -> tgt_lang",
+                                 keyed_when_changed=True)
+    lang_tag: str = setting("none", help="the target language as a token <2xx> (Johnson et al. 2017): source = at "
+                                         "the start of the source, target = the decoder's first token (M2M-100, "
+                                         "NLLB), none = no tag", choices=("none", "source", "target"),
+                            keyed_when_changed=True)
+
     def validate(self) -> None:
         """Checks the recipe loader runs before any data is read."""
+        from .corpora import check_corpora
+
+        check_corpora(self)
         # the ratio is longer side / shorter side, never below 1: a limit in (0, 1) would drop every pair
         if 0.0 < self.max_ratio < 1.0:
             raise UserError(f"[task] max_ratio = {self.max_ratio}: use 0 (off) or a ratio of at least 1, e.g. 1.5")

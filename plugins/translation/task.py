@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from seqxduce.api import Example, Report, Task, UserError, read_lines
+from seqxduce.api import Example, Postprocessed, Report, Task, UserError, read_lines
 
+from .corpora import Corpus, corpora_of, tag
 from .corpus import CleanRules, CorpusStats, load_parallel, stream_parallel
 from .datasets import make_dataset
 from .download import log
@@ -23,13 +24,54 @@ class TranslationTask(Task):
         self.settings = settings
         self.dataset = make_dataset(settings)
         self.stats: dict[str, CorpusStats] = {}
+        # several corpora and language pairs ([[task.corpus]]; none: the one pair of src_lang, tgt_lang)
+        self.corpora: list[Corpus] = corpora_of(settings)
+        self.tasks = [TranslationTask(corpus.settings) for corpus in self.corpora]
+
+    def corpus_weights(self) -> dict[str, float]:
+        """Each [[task.corpus]]'s weight by its name (en-de, en-de.2, ...); none for one pair."""
+        return {corpus.name: corpus.weight for corpus in self.corpora}
+
+    def reserved_symbols(self) -> tuple[str, ...]:
+        """The tag of every language of the corpora (lang_tag), so that a tokenizer keeps each whole."""
+        if self.settings.lang_tag == "none":
+            return ()
+        langs = sorted({lang for corpus in self.corpora for lang in corpus.direction})
+        return tuple(tag(lang) for lang in langs)
+
+    def _several(self, split: str, data_dir: Path) -> Iterator[Example]:
+        """A split of several corpora: for training every corpus in turn, each example naming its corpus; for
+        validation and test each direction once (its first corpus's), as one set. The target language's tag at
+        the start of the source (lang_tag = "source") or of the target (a prefix decoding forces: "target");
+        references stay untagged."""
+        directions = set()
+        for corpus, task in zip(self.corpora, self.tasks):
+            if split != "train" and corpus.direction in directions:
+                continue
+            directions.add(corpus.direction)
+            label = tag(corpus.settings.tgt_lang)
+            for ex in task.stream(split, corpus.folder(data_dir)):
+                source, target, prefix = ex.source, ex.target, ""
+                if self.settings.lang_tag == "source":
+                    source = f"{label} {source}"
+                elif self.settings.lang_tag == "target":
+                    target, prefix = f"{label} {target}", label
+                yield Example(source, target, reference=ex.ref, more_references=ex.more_references,
+                              corpus=corpus.name if split == "train" else "", prefix=prefix)
+            self.stats[split] = task.stats[split]
 
     def prepare(self, data_dir: Path) -> None:
-        """Download, unpack and extract whatever the data set lacks under data_dir."""
+        """Download, unpack and extract whatever the data set (each corpus's) lacks under data_dir."""
+        if self.corpora:
+            for corpus, task in zip(self.corpora, self.tasks):
+                task.prepare(corpus.folder(Path(data_dir)))
+            return
         self.dataset.prepare(Path(data_dir))
 
     def examples(self, split: str, data_dir: Path) -> list[Example]:
         """The split's pairs; training pairs are cleaned (empty, too long, length ratio), others kept whole."""
+        if self.corpora:
+            return list(self._several(split, Path(data_dir)))
         source, target = self._files(split, Path(data_dir))
         pairs, self.stats[split] = load_parallel(source, target, self._rules(split))
         self._check_read(split, source)
@@ -40,6 +82,9 @@ class TranslationTask(Task):
     def stream(self, split: str, data_dir: Path) -> Iterator[Example]:
         """The split's pairs as examples() gives them, read line by line (preparing millions of training pairs);
         the counts are logged when the files are read to their end."""
+        if self.corpora:
+            yield from self._several(split, Path(data_dir))
+            return
         if split == "test" and self.settings.more_references:
             yield from self.examples(split, data_dir)  # a test set is small; its extra references are aligned
             return
@@ -90,8 +135,19 @@ class TranslationTask(Task):
 
     def data_files(self, split: str, data_dir: Path) -> list[Path] | None:
         """The split's source and target files: a prepared training set is known by them without reading them."""
+        if self.corpora:
+            return [path for corpus, task in zip(self.corpora, self.tasks)
+                    for path in (task.data_files(split, corpus.folder(Path(data_dir))) or [])]
         self.prepare(data_dir)
         return list(self.dataset.files(split, Path(data_dir)))
+
+    def postprocess(self, hypothesis: str, source: str) -> Postprocessed:
+        """An output as the task writes it: without the language tag a forced target prefix starts it with."""
+        if self.settings.lang_tag == "target":
+            first, _, rest = hypothesis.partition(" ")
+            if first in self.reserved_symbols():
+                return Postprocessed(rest)
+        return Postprocessed(hypothesis)
 
     def score(self, hypotheses: list[str], references: list[str], sources: list[str] | None = None) -> Report:
         """sacreBLEU (primary) and chrF, plus tokenized BLEU when [task] tokenized_bleu = true and the Multi30k

@@ -206,8 +206,12 @@ class PairArrays(Sequence[Pair]):
     a Pair, for code and tests that read a few."""
 
     def __init__(self, src_ids: np.ndarray, src_offsets: np.ndarray, tgt_ids: np.ndarray, tgt_offsets: np.ndarray,
-                 src_lengths: np.ndarray | None = None, tgt_lengths: np.ndarray | None = None):
+                 src_lengths: np.ndarray | None = None, tgt_lengths: np.ndarray | None = None,
+                 parts: Sequence[tuple[str, int]] = ()):
         self.src_ids, self.src_offsets = src_ids, src_offsets
+        # the training corpora of a task that has several (Task.corpus_weights), end to end in this order: each
+        # one's name and how many pairs it holds here (after the length limits); empty for one corpus
+        self.parts: tuple[tuple[str, int], ...] = tuple((str(name), int(count)) for name, count in parts)
         self.tgt_ids, self.tgt_offsets = tgt_ids, tgt_offsets
         # the lengths are what batching reads for every pair: a prepared dataset maps its own (shared by the
         # ranks), else they are computed here (4 bytes a side a pair)
@@ -215,11 +219,11 @@ class PairArrays(Sequence[Pair]):
         self.tgt_lengths = np.diff(tgt_offsets).astype(np.int32) if tgt_lengths is None else tgt_lengths
 
     @classmethod
-    def from_pairs(cls, pairs: Sequence[Pair]) -> PairArrays:
-        """The arrays of a list of Pair objects (a small split, or ids encoded in memory)."""
+    def from_pairs(cls, pairs: Sequence[Pair], parts: Sequence[tuple[str, int]] = ()) -> PairArrays:
+        """The arrays of a list of Pair objects (a small split, or ids encoded in memory); parts: see __init__."""
         src_ids, src_offsets = flat_ids([p.src for p in pairs])
         tgt_ids, tgt_offsets = flat_ids([p.tgt for p in pairs])
-        return cls(src_ids, src_offsets, tgt_ids, tgt_offsets)
+        return cls(src_ids, src_offsets, tgt_ids, tgt_offsets, parts=parts)
 
     def __len__(self) -> int:
         return len(self.src_lengths)

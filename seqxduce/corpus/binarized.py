@@ -36,6 +36,7 @@ FORMAT = "binarized-v2"  # a change of the layout changes this (v2: the lengths 
 META = "meta.json"
 OWNER = ".owner"  # in a work folder: "HOST PID" of the process writing it
 SIDES = ("src", "tgt")
+CORPORA = "corpora"  # meta.json: [name, pairs] of each training corpus, end to end (a task with several)
 VERIFIED = ".verified"  # the files whose digests were checked, with their state then (open_dataset)
 
 
@@ -74,9 +75,15 @@ class DatasetWriter:
         self.work = work_folder(self.folder)
         self.sides = {side: _Side((self.work / f"{side}.ids").open("wb")) for side in SIDES}
         self.pairs = 0
+        self.parts: list[list[Any]] = []  # [corpus name, pairs] in the order they came (Example.corpus)
 
-    def add(self, src_ids: np.ndarray, src_lengths: np.ndarray, tgt_ids: np.ndarray, tgt_lengths: np.ndarray) -> None:
-        """Append a chunk of pairs: each side's ids end to end and the pairs' lengths."""
+    def add(self, src_ids: np.ndarray, src_lengths: np.ndarray, tgt_ids: np.ndarray, tgt_lengths: np.ndarray,
+            corpus: str = "") -> None:
+        """Append a chunk of pairs of one corpus (Example.corpus; "" for a task with one): each side's ids end to
+        end and the pairs' lengths."""
+        if not self.parts or self.parts[-1][0] != corpus:
+            self.parts.append([corpus, 0])
+        self.parts[-1][1] += len(src_lengths)
         for side, ids, lengths in (("src", src_ids, src_lengths), ("tgt", tgt_ids, tgt_lengths)):
             data = np.ascontiguousarray(ids, dtype=self.dtype).tobytes()
             part = self.sides[side]
@@ -106,6 +113,8 @@ class DatasetWriter:
                 files[name] = {"bytes": path.stat().st_size, "blake2b": _digest(path)}
         meta = {"format": FORMAT, "pairs": self.pairs, "dtype": self.dtype.name, "vocab_size": self.vocab_size,
                 "files": files, **self.extra}
+        if any(name for name, _ in self.parts):  # several corpora: where each lies (a one-corpus meta is unchanged)
+            meta[CORPORA] = self.parts
         (self.work / META).write_text(json.dumps(meta, indent=1) + "\n")
         for path in self.work.rglob("*"):
             if path.is_file():
@@ -234,7 +243,10 @@ def open_dataset(folder: Path, verify: bool = True) -> tuple[PairArrays, dict[st
             raise damaged(folder, f"{side}.lengths does not fit {side}.offsets")
         arrays[side] = (ids, offsets, lengths)
     (src_ids, src_offsets, src_lengths), (tgt_ids, tgt_offsets, tgt_lengths) = arrays["src"], arrays["tgt"]
-    return PairArrays(src_ids, src_offsets, tgt_ids, tgt_offsets, src_lengths, tgt_lengths), meta
+    parts = [(str(name), int(count)) for name, count in meta.get(CORPORA, [])]
+    if sum(count for _, count in parts) not in (0, meta["pairs"]):
+        raise damaged(folder, f"meta.json's {CORPORA} do not add up to its {meta['pairs']} pairs")
+    return PairArrays(src_ids, src_offsets, tgt_ids, tgt_offsets, src_lengths, tgt_lengths, parts), meta
 
 
 def _state(stat: os.stat_result, digest: str) -> list[Any]:

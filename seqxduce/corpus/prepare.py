@@ -36,9 +36,11 @@ from seqxduce.api import Example, Task, Tokenizer, UserError, count_lines
 from seqxduce.console import PairsProgress, console
 from seqxduce.corpus import binarized
 from seqxduce.corpus.arrays import PairArrays
+from seqxduce.corpus.mixture import Balanced
 from seqxduce.corpus.token_cache import cache_root
 from seqxduce.cpus import usable_cpus
 from seqxduce.recipe import Recipe
+from seqxduce.settings_check import keyed_values
 from seqxduce.signals import preparing_stopped, stop_while_preparing
 from seqxduce.stopping import signals_held, worker_defaults
 from seqxduce.tokenizer_files import TokenizerFiles
@@ -124,7 +126,8 @@ def prepared_folder(recipe: Recipe, fingerprint: str, root: Path | None = None) 
 def _task(recipe: Recipe) -> dict:
     """[task] as a key holds it: the data directory as the folder it names, so that the recipe a run saved (its
     paths made absolute) keys the same datasets as the recipe file it was started from."""
-    return {**recipe.resolved()["task"], "data_dir": str(components.data_dir(recipe).resolve())}
+    return {**keyed_values(recipe.resolved()["task"], recipe.task.settings),
+            "data_dir": str(components.data_dir(recipe).resolve())}
 
 
 def _file_digests(recipe: Recipe) -> dict[str, str]:
@@ -186,7 +189,9 @@ def _tokens_key(folder: Path) -> str | None:
 
 # ---------------------------------------------------------------- encoding on every core
 
-Shard = tuple[int, list[str], list[str]]  # a shard's place in the corpus (0, 1, ...) and its pairs' texts
+# a shard's place in the corpus (0, 1, ...), its pairs' texts and the corpus they come from (Example.corpus: a
+# shard holds one corpus's pairs, so that the dataset knows where each corpus lies)
+Shard = tuple[int, list[str], list[str], str]
 # a shard's ids by another encoding than the tokenizers' encode_batch (corpus.sampled_epochs: one epoch's sample)
 ShardEncoding = Callable[[int, list[str], list[str]], tuple[list[list[int]], list[list[int]]]]
 
@@ -204,12 +209,12 @@ class _Job:
 _JOB: _Job | None = None  # what forked workers inherit: the tokenizers are not pickled to them
 
 
-def _encode_shard(shard: Shard) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int]:
+def _encode_shard(shard: Shard) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, int, str]:
     """Encode a shard's pairs as data.encode_pairs does (source + eos, pairs over the limits dropped): each side's
-    ids end to end and the lengths, how many pairs were dropped and how many were read."""
+    ids end to end and the lengths, how many pairs were dropped and how many were read, and their corpus."""
     job = _JOB
     assert job is not None
-    index, source_texts, target_texts = shard
+    index, source_texts, target_texts, corpus = shard
     if job.encoding is not None:
         sources, targets = job.encoding(index, source_texts, target_texts)
     else:
@@ -225,7 +230,8 @@ def _encode_shard(shard: Shard) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
                           count=int(src_lengths[keep].sum()))
     tgt_ids = np.fromiter(chain.from_iterable(targets[i] for i in kept), dtype=job.dtype,
                           count=int(tgt_lengths[keep].sum()))
-    return src_ids, src_lengths[keep], tgt_ids, tgt_lengths[keep], len(sources) - len(kept), len(sources)
+    return (src_ids, src_lengths[keep], tgt_ids, tgt_lengths[keep], len(sources) - len(kept), len(sources),
+            corpus)
 
 
 def encode_batch(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
@@ -237,15 +243,19 @@ def encode_batch(tok: Tokenizer, texts: list[str]) -> list[list[int]]:
 def _shards(examples: Iterable[Example]) -> Iterator[Shard]:
     sources: list[str] = []
     targets: list[str] = []
-    index = 0
+    index, corpus = 0, ""
     for ex in examples:
+        if sources and ex.corpus != corpus:  # a new corpus starts a new shard
+            yield index, sources, targets, corpus
+            sources, targets, index = [], [], index + 1
+        corpus = ex.corpus
         sources.append(ex.source)
         targets.append(ex.target)
         if len(sources) == SHARD:
-            yield index, sources, targets
+            yield index, sources, targets, corpus
             sources, targets, index = [], [], index + 1
     if sources:
-        yield index, sources, targets
+        yield index, sources, targets, corpus
 
 
 def _in_order(pool: Pool, shards: Iterable[Shard], window: int) -> Iterator[tuple]:
@@ -291,7 +301,8 @@ def _write(writer: binarized.DatasetWriter, results: Iterable[tuple], progress: 
     dropped = 0
     for result in results:
         preparing_stopped()
-        writer.add(*result[:4])
+        # a task of one corpus adds its chunks as it always did
+        writer.add(*result[:4], **({"corpus": result[6]} if result[6] else {}))
         dropped += result[4]
         progress.advance(result[5])
     return dropped
@@ -355,11 +366,18 @@ def prepare_new(recipe: Recipe, folder: Path, examples: Iterable[Example], finge
 
 
 def train_tokenizers_shown(files: TokenizerFiles, recipe: Recipe, examples: Iterable[Example], total: int | None = None,
-                           show: bool = True) -> None:
+                           show: bool = True, task: Task | None = None) -> None:
     """files.train with what a log file needs, for a tokenizer that trains for minutes on a large
     corpus: a first line, the pairs it has read (a bar on a terminal, else a plain line at a steady pace), a line
     when the text is read and the tokenizer trains on it (SentencePiece says nothing while it does), and the
-    time it took. total: the pairs the examples hold, when known (for the ETA)."""
+    time it took. total: the pairs the examples hold, when known (for the ETA). The task's (default: an Examples'
+    own) reserved symbols are kept whole, and a task with several corpora has its text balanced by temperature
+    (corpus.mixture.Balanced)."""
+    task = task if task is not None else getattr(examples, "task", None)
+    reserved = task.reserved_symbols() if task is not None else ()
+    weights = task.corpus_weights() if task is not None else {}
+    if len(weights) > 1:
+        examples = Balanced(examples, weights, recipe.train.sampling_temperature)
     started = time.perf_counter()
     name = recipe.tokenizer.component.name
     if show:
@@ -368,7 +386,7 @@ def train_tokenizers_shown(files: TokenizerFiles, recipe: Recipe, examples: Iter
     passes = 1 if recipe.tokenizer.core.shared else 2  # a tokenizer per side reads the text once for each
     with PairsProgress("tokenizer: reading the text", total * passes if total is not None else None,
                        enabled=show) as progress:
-        files.train(recipe, _Reading(examples, progress, started, name))
+        files.train(recipe, _Reading(examples, progress, started, name), reserved)
     if show:
         console.print(f"trained the tokenizer in {time.perf_counter() - started:.1f} s", markup=False,
                       highlight=False)

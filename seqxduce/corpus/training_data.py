@@ -19,12 +19,13 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
+from itertools import groupby
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
-from seqxduce.api import Task, UserError
+from seqxduce.api import Example, Task, UserError
 from seqxduce.components import Tokenizers
 from seqxduce.console import console
 from seqxduce.corpus import binarized
@@ -108,10 +109,9 @@ class TrainingCorpus:
             case Road.MEMORY:
                 _tokenizers_in(files, recipe, ranks, examples, start)
                 tokenizers = files.load(recipe)
-                listed, skipped = encode_pairs(list(nonempty(recipe, examples)), tokenizers.src, tokenizers.tgt,
-                                               s.max_source_len, s.max_target_len)
-                _report_kept(len(listed), skipped, ranks.writes)
-                pairs = PairArrays.from_pairs(listed)
+                pairs, skipped = _in_memory(list(nonempty(recipe, examples)), tokenizers, s.max_source_len,
+                                            s.max_target_len)
+                _report_kept(len(pairs), skipped, ranks.writes)
                 key = _digest(pairs)
             case Road.PREPARED | Road.TOKENS:
                 pairs, key = _mapped(road, recipe, task, data_dir, start, files, ranks, examples)
@@ -199,6 +199,18 @@ def _own_copy(recipe: Recipe, files: TokenizerFiles, fingerprint: str, examples:
         console.print(f"process {rank}: this node's cache folder is not process 0's; it maps its own copy "
                       f"of the training data, {own}")
     return own
+
+
+def _in_memory(examples: list[Example], tokenizers: Tokenizers, max_src: int, max_tgt: int) -> tuple[PairArrays, int]:
+    """The examples encoded in memory, pairs over the limits skipped (how many: the second value), with the
+    corpora they come from (Example.corpus) as the parts of the arrays, as a prepared dataset has them."""
+    listed, skipped, parts = [], 0, []
+    for corpus, group in groupby(examples, key=lambda ex: ex.corpus):
+        kept, dropped = encode_pairs(list(group), tokenizers.src, tokenizers.tgt, max_src, max_tgt)
+        listed.extend(kept)
+        skipped += dropped
+        parts.append((corpus, len(kept)))
+    return PairArrays.from_pairs(listed, parts if any(name for name, _ in parts) else ()), skipped
 
 
 def _digest(pairs: PairArrays) -> str:

@@ -89,6 +89,10 @@ def decode_sources(run: DecodeParts, examples: Sequence[Example] | Sequence[str]
     decoder = decoder if decoder is not None else run.decoder
     sources = [ex.source if isinstance(ex, Example) else ex for ex in examples]
     tgt = tokenizers.tgt
+    if prefixes is None and any(isinstance(ex, Example) and ex.prefix for ex in examples):
+        # the task's own prefixes (a multilingual target's language tag), forced as a --prefix-file's are
+        prefixes = encode_prefixes(tgt, [ex.prefix if isinstance(ex, Example) else "" for ex in examples],
+                                   "the task's target prefix of example ")
     encoded = [encode_source(tokenizers.src, s) for s in sources]
     order = sorted(range(len(sources)), key=lambda i: len(encoded[i]))
     results: list[Output | None] = [None] * len(sources)

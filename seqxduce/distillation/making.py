@@ -21,6 +21,7 @@ from seqxduce.decoding.stream_files import partial_path, record_path
 from seqxduce.distillation.teacher import Teacher
 from seqxduce.files import file_digest
 from seqxduce.recipe import Recipe
+from seqxduce.settings_check import keyed_values
 
 # decode(sources, targets, resume): the teacher's outputs for a file of sources, streamed into targets
 # (seqxduce.decode_file with the teacher's run, search and processes; made by the caller)
@@ -49,8 +50,8 @@ def find_sets(student: Recipe, teachers: Sequence[Teacher], root: Path | None = 
     # "written": the targets are the teacher's target texts before the task's postprocess (decode_file's
     # as_targets); sets written as postprocessed outputs, which the parsing task's student cannot train on, are
     # other sets
-    shared = {"data": data_content(task, data_dir, examples), "task": student.compared()["task"],
-              "written": "targets"}
+    shared = {"data": data_content(task, data_dir, examples),
+              "task": keyed_values(student.compared()["task"], student.task.settings), "written": "targets"}
     planned = []
     for teacher in teachers:
         parts = {"teacher": teacher.key_parts(), **shared}

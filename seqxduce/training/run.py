@@ -170,7 +170,7 @@ def assemble(recipe: Recipe, run_dir: Path, start: RunStart | None = None) -> Tr
     run = TrainingRun(
         recipe=recipe, world=world, device=device, task=task, tokenizers=tokenizers, model=model, wrapped=wrapped,
         optimizer=optimizer, fused=fused, scaler=scaler,
-        plan=StepPlan(s, corpus.pairs, corpus.epochs, world.rank, world.world_size),
+        plan=StepPlan(s, corpus.pairs, corpus.epochs, world.rank, world.world_size, task.corpus_weights()),
         validator=Validator(recipe, task, tokenizers, valid_examples, valid_pairs, device) if valid_pairs else None,
         rundir=rundir, log=log, soft_targets=soft)
     if resume_from is not None:

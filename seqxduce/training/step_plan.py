@@ -4,13 +4,14 @@ position in training alone, so that a --resume and every rank plan the same step
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from seqxduce.api import UserError, VocabInfo
 from seqxduce.corpus.arrays import EpochBatches, PairArrays, length_batches, release_freed_memory
+from seqxduce.corpus.mixture import mixture_batches
 from seqxduce.corpus.sampled_epochs import EpochEncoder
 from seqxduce.data import Batch, Pair
 from seqxduce.settings import TrainSettings
@@ -119,8 +120,10 @@ class StepPlan:
     """The batches of every step from a training position on, for one rank of a world."""
 
     def __init__(self, settings: TrainSettings, train_pairs: PairArrays | Sequence[Pair], sampler: EpochEncoder | None,
-                 rank: int = 0, world_size: int = 1):
+                 rank: int = 0, world_size: int = 1, corpus_weights: Mapping[str, float] | None = None):
         self.settings = settings
+        # a task with several training corpora (Task.corpus_weights): an epoch's batches are drawn across them
+        self.corpus_weights = dict(corpus_weights or {})
         # arrays, whatever the caller holds: the plan works on lengths and indices, a batch gathers its rows
         self.train_pairs = train_pairs if isinstance(train_pairs, PairArrays) else PairArrays.from_pairs(train_pairs)
         self.sampler = sampler
@@ -152,8 +155,7 @@ class StepPlan:
         # the run's checks and its plan both start from it
         if self._last_batches[0] != (epoch, cap):
             pairs = self.epoch_pairs(epoch)
-            batches = length_batches(pairs.src_lengths, pairs.tgt_lengths, self.settings.max_tokens,
-                                     self.settings.seed, epoch, max_source=cap, bucket_width=self.settings.bucket_width)
+            batches = self._batches(pairs, epoch, cap)
             share = RankEpoch(batches, pairs.tgt_lengths, self.rank, self.world_size, self.settings.update_freq)
             if len(batches.order) >= 100_000:  # the batching's transient lists and the epoch's whole order: pages back
                 del batches
@@ -162,6 +164,16 @@ class StepPlan:
         pairs, share = self._last_batches[1], self._last_batches[2]
         assert pairs is not None and share is not None
         return pairs, share
+
+    def _batches(self, pairs: PairArrays, epoch: int, cap: int | None) -> EpochBatches:
+        """The epoch's batching by length: of the one corpus, or drawn across several by temperature."""
+        s = self.settings
+        if len(pairs.parts) > 1:
+            return mixture_batches(pairs.parts, self.corpus_weights, s.sampling_temperature, pairs.src_lengths,
+                                   pairs.tgt_lengths, s.max_tokens, s.seed, epoch, max_source=cap,
+                                   bucket_width=s.bucket_width)
+        return length_batches(pairs.src_lengths, pairs.tgt_lengths, s.max_tokens, s.seed, epoch, max_source=cap,
+                              bucket_width=s.bucket_width)
 
     def steps_per_epoch(self, state: TrainState) -> int:
         """Optimizer steps in the current epoch; a plan that holds none is refused in one line."""

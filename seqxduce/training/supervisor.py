@@ -102,7 +102,7 @@ def _set_up_members(recipe: Recipe, run: Path, resume: bool, overwrite: bool) ->
     task = build_task(recipe)
     where = data_dir(recipe)
     task.prepare(where)
-    train_tokenizers_shown(tokenizers, recipe, task.examples("train", where))
+    train_tokenizers_shown(tokenizers, recipe, task.examples("train", where), task=task)
 
 
 @dataclass
