@@ -43,8 +43,9 @@ def _free_port() -> int:
 
 
 def _env(cache: Path) -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "SEQXDUCE_CACHE": str(cache), "STEADY_SECONDS": "0.15",
-            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    # no TORCH_DISABLE_SHARE_RDZV_TCP_STORE: a restart needs no setting of torchrun's (seqxduce.torchrun)
+    environ = {k: v for k, v in os.environ.items() if k != "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"}
+    return {**environ, "OMP_NUM_THREADS": "1", "SEQXDUCE_CACHE": str(cache), "STEADY_SECONDS": "0.15"}
 
 
 def _launchers(out: Path, cache: Path, logs: Path) -> list[subprocess.Popen]:

@@ -148,6 +148,6 @@ def test_the_job_script_saves_the_last_completed_step_and_its_next_run_ends_as_a
         last = job.submit()  # the user submits the same script again
     fields = slurm.wait_state(last, "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
     text = job.text()
-    assert fields["JobState"] == "COMPLETED", text
+    assert fields["JobState"] == "COMPLETED", f"{fields}\n{text[-4000:]}"
     assert "resumed from" in text and "step_00000003.pt" in text, text
     assert equal(weights(tmp_path / "run"), weights(two_rank_run)), text
