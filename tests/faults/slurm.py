@@ -34,7 +34,9 @@ SlurmdPort={slurmd_port}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-AuthInfo=socket={folder}/munge.socket
+# cred_expire: how long a node refuses a killed job's credential, and so how long a requeued job waits before it
+# may start again (SLURM's default 120 s; a requeued job started sooner is killed, 'Job credential revoked')
+AuthInfo=socket={folder}/munge.socket,cred_expire=10
 CredType=cred/munge
 StateSaveLocation={folder}/state
 SlurmdSpoolDir={folder}/spool
@@ -144,9 +146,16 @@ class Slurm:
                                      f"{guard} s: {fields}")
             time.sleep(0.2)
 
-    def start_now(self, job: int) -> None:
-        """A requeued job waits two minutes (SLURM's BeginTime for a requeue); the test does not wait them out."""
-        self.wait_state(job, "PENDING")
+    def start_when_eligible(self, job: int) -> None:
+        """A requeued job may start once its node has forgotten the killed run's credential (cred_expire): SLURM
+        sets its EligibleTime so. Once that time has come, the job is scheduled at once rather than at the
+        scheduler's next periodic pass."""
+        eligible = self.wait_state(job, "PENDING").get("EligibleTime", "")
+        while True:
+            now = self.run("date", "+%Y-%m-%dT%H:%M:%S").strip()
+            if not eligible or eligible in ("Unknown", "None") or now > eligible:
+                break
+            time.sleep(0.5)
         self.run("scontrol", "update", f"JobId={job}", "StartTime=now")
 
     def idle(self) -> bool:

@@ -140,7 +140,7 @@ def test_the_job_script_saves_the_last_completed_step_and_its_next_run_ends_as_a
         assert int(fields["Restarts"]) == 1
         job.stopped_with_step_3_saved()
         slurm.run("scontrol", "update", f"JobId={first}", "TimeLimit=UNLIMITED")  # the time limit's test
-        slurm.start_now(first)
+        slurm.start_when_eligible(first)
         last = first
     else:
         slurm.wait_state(first, "COMPLETED", "CANCELLED", "FAILED")
