@@ -341,7 +341,7 @@ def decode(run: str | Path | LoadedRun, sources: Sequence[str], overrides: Seque
             return chosen.decode(loaded, sources, prefixes, prefix_where, annotate)
         directions, where = _directions(loaded, src_lang), _lang_where(tgt_lang)
         read, forced = directions.decode_inputs(sources, prefixes, _per_input(tgt_lang, sources), where)
-        outputs = chosen.decode(loaded, read, forced, prefix_where, annotate)
+        outputs = chosen.decode(loaded, read, forced if any(forced) else None, prefix_where, annotate)
         for output, source in zip(outputs, sources):
             output.source = source  # as given, not as the model read it
         return outputs
