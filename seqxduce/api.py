@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 __all__ = ["UserError", "TrainingStopped", "Settings", "setting", "setting_like", "check_settings", "Example",
+           "Direction", "Directed",
            "Hypothesis", "Postprocessed", "Report", "VocabInfo", "ModelOutput", "Task", "Tokenizer", "Model",
            "StepConstraint", "DecodeRequest", "Decoder", "TaskFactory", "TokenizerFactory", "ModelFactory",
            "DecoderFactory", "read_lines", "Importer", "ImportedModel", "ImporterFactory"]
@@ -49,6 +50,25 @@ class Example:
     @property
     def ref(self) -> str:
         return self.target if self.reference is None else self.reference
+
+
+@dataclass(frozen=True)
+class Direction:
+    """What a user chooses of a model that writes several kinds of output, where the model is used: a multilingual
+    translation's target language (`decode --tgt-lang`, a file's column, a serve request's "tgt_lang"). The core
+    passes it through as text; the task interprets it (Task.directed)."""
+
+    target: str
+    source: str = ""  # the kind of the source where the user states it (`--src-lang`); "" for unknown
+
+
+@dataclass(frozen=True)
+class Directed:
+    """An example as the model reads it for a Direction (Task.directed), and a notice for the user: one line the
+    command says once (a direction the model was never trained on); "" for none."""
+
+    example: Example
+    notice: str = ""
 
 
 @dataclass
@@ -188,6 +208,16 @@ class Task(abc.ABC):
         """Strings the task writes into its texts (a multilingual task's language tags) that a tokenizer which
         learns its vocabulary must keep as one piece each, never split and never sampled apart."""
         return ()
+
+    def directed(self, example: Example, direction: Direction) -> Directed:
+        """The example (a source, with a target when scoring and a prefix when given one) as the model reads it
+        when the user chooses the kind of its output (a multilingual model's target language), written as the
+        task's own examples of that direction are written (a tag in the source, or a target prefix that decoding
+        forces and postprocess drops). A direction the task does not know: a UserError saying which it knows (the
+        caller puts where it was given in front). The default: a task whose outputs are of one kind, which has
+        nothing to choose."""
+        raise UserError(f"the {direction.target!r} chosen: task {type(self).__name__} writes one kind of output and "
+                        "has no direction to choose; leave the language out")
 
     def postprocess(self, hypothesis: str, source: str) -> Postprocessed:
         """Turn decoded target text into the task's output format (e.g. a linearized tree into a tree)."""

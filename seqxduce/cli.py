@@ -109,6 +109,20 @@ STREAM_OPTIONS = (
                       "input file of at least 20,000 lines decoded on the CPU, else this process alone)"),
 )
 
+# the direction of a multilingual run's outputs (the task's Direction: docs/multilingual.md), for decode and score
+LANG_OPTIONS = (
+    click.option("--tgt-lang", metavar="LANG",
+                 help="the language to write (a multilingual run's target; for one language pair its own target "
+                      "only): the task tags every input as training tagged its own; a language the run never saw is "
+                      "refused listing those it knows"),
+    click.option("--src-lang", metavar="LANG",
+                 help="with --tgt-lang or --tgt-lang-column: the sources' language, so that a direction the run "
+                      "was never trained on is named in a notice (zero-shot)"),
+    click.option("--tgt-lang-column", is_flag=True,
+                 help="each line of the input (score: of --source) is LANG<TAB>SOURCE: its own language (an empty "
+                      "LANG: --tgt-lang's, or none)"),
+)
+
 CHECKPOINT_OPTION = click.option(
     "--checkpoint", metavar="best|average|last|PATH",
     help="which of RUN's checkpoints: best (best.pt, the best validation), average (average.pt), last (the newest "
@@ -345,6 +359,9 @@ def import_command(ctx: click.Context, source: Path, importer: str, out: Path, o
               help="write each source's best output as the task's training targets are written, before the task's "
                    "postprocess (parsing: the linearized tree, not the tree), to train a model on them (sequence-"
                    "level distillation by hand); one line per source")
+@LANG_OPTIONS[0]
+@LANG_OPTIONS[1]
+@LANG_OPTIONS[2]
 @STREAM_OPTIONS[0]
 @STREAM_OPTIONS[1]
 @STREAM_OPTIONS[2]
@@ -353,7 +370,8 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
            checkpoint: str | None, beam: int | None, nbest: int | None, batch_tokens: int | None,
            device: str | None, precision: str | None, overrides: tuple[str, ...], examples: int,
            annotations: Path | None, allow_errors: bool, ensemble: tuple[Path, ...], alignments: Path | None,
-           engine_name: str, prefix_file: Path | None, as_targets: bool, resume: bool, buffer_size: int,
+           engine_name: str, prefix_file: Path | None, as_targets: bool, tgt_lang: str | None,
+           src_lang: str | None, tgt_lang_column: bool, resume: bool, buffer_size: int,
            processes: int | None) -> None:
     """Decode sources with a trained run: RUN is a run directory (or one checkpoint file in it). A run trained
     with [train] members = N decodes with the ensemble of its members.
@@ -379,7 +397,8 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
     done = engine.decode_file(run, input_file, output, split=split, prefix_file=prefix_file, as_targets=as_targets,
                               annotations=annotations, alignments=alignments, overrides=overrides,
                               ensemble=ensemble, checkpoint=checkpoint, changes=changes, engine=engine_name,
-                              resume=resume, buffer_size=buffer_size, processes=processes, examples=examples)
+                              resume=resume, buffer_size=buffer_size, processes=processes, examples=examples,
+                              tgt_lang=tgt_lang, src_lang=src_lang, tgt_lang_column=tgt_lang_column)
     if done.report is not None:
         # with outputs on stdout the report goes to stderr, so that stdout stays one output per line
         click.echo(done.report.text or _metric_line(done.report.metrics), err=output is None)
@@ -403,24 +422,30 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
 @CHECKPOINT_OPTION
 @click.option("--engine", "engine_name", type=click.Choice(export_command.ENGINE_CHOICES), default="seqxduce",
               show_default=True, help=export_command.ENGINE_HELP)
+@LANG_OPTIONS[0]
+@LANG_OPTIONS[1]
+@LANG_OPTIONS[2]
 @STREAM_OPTIONS[0]
 @STREAM_OPTIONS[1]
 @STREAM_OPTIONS[2]
 @click.pass_context
 def score(ctx: click.Context, run: Path, source_file: Path, target_file: Path, normalize: bool,
           output: Path | None, overrides: tuple[str, ...], ensemble: tuple[Path, ...], checkpoint: str | None,
-          engine_name: str, resume: bool, buffer_size: int, processes: int | None) -> None:
+          engine_name: str, tgt_lang: str | None, src_lang: str | None, tgt_lang_column: bool, resume: bool,
+          buffer_size: int, processes: int | None) -> None:
     """Score given pairs with a trained run, as decode loads it (a multi-member run: its ensemble): one line per
     pair, tab-separated, the target's total log-probability and its log-probability per token, both over its
     tokens and eos (natural log), for filtering and reranking. Streamed, resumable and shared among processes
-    as decode is."""
+    as decode is. With --tgt-lang each pair is written as training wrote its pairs (a target's tag is scored,
+    as decode's log-probability counts a forced prefix)."""
     _registry(ctx)
     if output is not None:
         engine.check_writable(output, f"--output {output}")
     _fit_threads()
     engine.score_file(run, source_file, target_file, output, normalize=normalize, overrides=overrides,
                       ensemble=ensemble, checkpoint=checkpoint, resume=resume, buffer_size=buffer_size,
-                      processes=processes, engine=engine_name)
+                      processes=processes, engine=engine_name, tgt_lang=tgt_lang, src_lang=src_lang,
+                      tgt_lang_column=tgt_lang_column)
 
 
 def _check_unscored(ctx: click.Context, report: Report, allow_errors: bool) -> None:

@@ -313,7 +313,8 @@ def load_run(run: str | Path, overrides: Sequence[str] = (), ensemble: Sequence[
 def decode(run: str | Path | LoadedRun, sources: Sequence[str], overrides: Sequence[str] = (),
            annotate: bool = False, ensemble: Sequence[Path] = (), checkpoint: str | None = None,
            prefixes: Sequence[str] | None = None, prefix_where: str = "prefix ", engine: str = "seqxduce",
-           changes: Sequence[Change] = ()) -> list[Output]:
+           changes: Sequence[Change] = (), tgt_lang: str | Sequence[str] | None = None,
+           src_lang: str | None = None) -> list[Output]:
     """Decode source lines with a run directory or checkpoint (or a run load_run loaded); outputs come back in
     input order.
 
@@ -324,10 +325,48 @@ def decode(run: str | Path | LoadedRun, sources: Sequence[str], overrides: Seque
     one the target vocabulary cannot spell is refused, named as `prefix_where` and its number.
     engine: "seqxduce" (its own search) or "ctranslate2" (an export folder, or the run exported first;
     seqxduce.decoding.engines): a feature the engine lacks is refused in one line naming both.
-    changes: decode settings as flags give them, as load_run takes them."""
+    changes: decode settings as flags give them, as load_run takes them.
+    tgt_lang: the output's language (of a multilingual run; the task's Direction), one for all sources or one per
+    source ("" for none): the task writes it as its training wrote it (a tag in the source, or a target prefix
+    forced and left out of the output); one the run does not know is refused listing those it knows, a direction
+    it was never trained on decodes with a notice. src_lang: the sources' language, where known (with tgt_lang)."""
+    from seqxduce.decoding.directions import check_source_alone
+
+    check_source_alone(tgt_lang, src_lang, "decode src_lang")
+    if tgt_lang is not None and prefixes is not None and len(prefixes) != len(sources):
+        raise UserError(f"decode: {len(prefixes)} prefixes for {len(sources)} sources; give one per source")
+
+    def work(chosen: Any, loaded: Any) -> list[Output]:
+        if tgt_lang is None:
+            return chosen.decode(loaded, sources, prefixes, prefix_where, annotate)
+        directions, where = _directions(loaded, src_lang), _lang_where(tgt_lang)
+        read, forced = directions.decode_inputs(sources, prefixes, _per_input(tgt_lang, sources), where)
+        outputs = chosen.decode(loaded, read, forced if any(forced) else None, prefix_where, annotate)
+        for output, source in zip(outputs, sources):
+            output.source = source  # as given, not as the model read it
+        return outputs
+
     return _with_engine(engine, _run_spec(run, overrides, ensemble, checkpoint, changes), "decode",
-                        ["annotations"] if annotate else [],
-                        lambda chosen, loaded: chosen.decode(loaded, sources, prefixes, prefix_where, annotate))
+                        ["annotations"] if annotate else [], work)
+
+
+def _directions(loaded: Any, src_lang: str | None) -> Any:
+    """The Directions of a Python call over what an engine loaded (its task), its notices said on stderr."""
+    from seqxduce.console import console
+    from seqxduce.decoding.directions import Directions
+
+    return Directions(loaded.task, src_lang or "", lambda line: console.print(line, markup=False, highlight=False))
+
+
+def _per_input(tgt_lang: str | Sequence[str], inputs: Sequence[str]) -> list[str]:
+    from seqxduce.decoding.directions import per_input
+
+    return per_input(tgt_lang, len(inputs), "tgt_lang")
+
+
+def _lang_where(tgt_lang: str | Sequence[str]) -> Callable[[int], str]:
+    """How a refusal names the language of input i: tgt_lang, or tgt_lang[i] for one per input."""
+    return (lambda i: "tgt_lang") if isinstance(tgt_lang, str) else (lambda i: f"tgt_lang[{i}]")
 
 
 def decode_split(run: str | Path | LoadedRun, split: str, overrides: Sequence[str] = (), annotate: bool = False,
@@ -341,12 +380,27 @@ def decode_split(run: str | Path | LoadedRun, split: str, overrides: Sequence[st
 
 def score(run: str | Path | LoadedRun, sources: Sequence[str], targets: Sequence[str],
           overrides: Sequence[str] = (), ensemble: Sequence[Path] = (), checkpoint: str | None = None,
-          engine: str = "seqxduce", changes: Sequence[Change] = ()) -> list[PairScore]:
+          engine: str = "seqxduce", changes: Sequence[Change] = (), tgt_lang: str | Sequence[str] | None = None,
+          src_lang: str | None = None) -> list[PairScore]:
     """Score given (source, target) pairs with a run as decode() loads it (its checkpoint, a multi-member run's
     ensemble, and ensemble as in decode(); engine as in decode()): each target's total log-probability, eos
-    counted (seqxduce.decoding.scoring)."""
-    return _with_engine(engine, _run_spec(run, overrides, ensemble, checkpoint, changes), "score", ["scoring"],
-                        lambda chosen, loaded: chosen.score(loaded, sources, targets))
+    counted (seqxduce.decoding.scoring). tgt_lang and src_lang as in decode(): each pair is written as training
+    wrote its pairs (with lang_tag = "target" the tag starts the target, and its log-probability is counted, as
+    decode's log-probability counts a forced prefix)."""
+    from seqxduce.decoding.directions import check_source_alone
+
+    check_source_alone(tgt_lang, src_lang, "score src_lang")
+
+    def work(chosen: Any, loaded: Any) -> list[PairScore]:
+        if tgt_lang is None:
+            return chosen.score(loaded, sources, targets)
+        if len(sources) != len(targets):
+            raise UserError(f"score: {len(sources)} sources for {len(targets)} targets; give one target per source")
+        read, scored = _directions(loaded, src_lang).score_inputs(sources, targets, _per_input(tgt_lang, sources),
+                                                                  _lang_where(tgt_lang))
+        return chosen.score(loaded, read, scored)
+
+    return _with_engine(engine, _run_spec(run, overrides, ensemble, checkpoint, changes), "score", ["scoring"], work)
 
 
 def _with_engine(engine: str, spec: RunSpec | LoadedRun, where: str, features: Sequence[str],
@@ -388,7 +442,8 @@ def decode_file(run: str | Path, input: str | Path | None = None, output: str | 
                 overrides: Sequence[str] = (), ensemble: Sequence[str | Path] = (), checkpoint: str | None = None,
                 changes: Sequence[Change] = (), engine: str = "seqxduce", resume: bool = False,
                 buffer_size: int | None = None, processes: int | None = None, examples: int = 0,
-                as_targets: bool = False) -> StreamedFile:
+                as_targets: bool = False, tgt_lang: str | None = None, src_lang: str | None = None,
+                tgt_lang_column: bool = False) -> StreamedFile:
     """Decode a file of any length ('-': stdin) or a task's split as `seqxduce decode` does, streamed: read in
     buffers (buffer_size sources once grown, seqxduce.decoding.streaming), outputs written in input order as
     each buffer finishes (output None: stdout), in bounded memory. With `output`, a stopped job keeps its lines in
@@ -397,8 +452,11 @@ def decode_file(run: str | Path, input: str | Path | None = None, output: str | 
     AUTO_PROCESSES_FROM lines, else this process); under torchrun the ranks share the buffers. examples: with
     split, print that many outputs beside their references on stderr. as_targets: each output line is the
     source's best hypothesis as the task's training targets are written (before the task's postprocess: for
-    parsing the linearized tree), one line per source, as distillation trains on it. engine as in decode(). One
-    typed request (seqxduce.decoding.file_jobs.DecodeFile) handed to decoding/."""
+    parsing the linearized tree), one line per source, as distillation trains on it. engine as in decode().
+    tgt_lang and src_lang: every line's language as in decode(); tgt_lang_column: each input line is
+    LANG<TAB>SOURCE, its own language (an empty LANG: tgt_lang's, or none), carried through worker processes,
+    torchrun's ranks and a resume (a resume with other languages is refused). One typed request
+    (seqxduce.decoding.file_jobs.DecodeFile) handed to decoding/."""
     from seqxduce.decoding.file_jobs import DecodeFile
     from seqxduce.decoding.file_jobs import decode_file as run_request
     from seqxduce.export.engine_choice import engine_named
@@ -407,16 +465,19 @@ def decode_file(run: str | Path, input: str | Path | None = None, output: str | 
         run=_run_spec(run, overrides, ensemble, checkpoint, changes), engine=engine_named(engine),
         input=_path(input), output=_path(output), split=split, prefix_file=_path(prefix_file),
         annotations=_path(annotations), alignments=_path(alignments), resume=resume, buffer_size=buffer_size,
-        processes=processes, examples=examples, as_targets=as_targets))
+        processes=processes, examples=examples, as_targets=as_targets, tgt_lang=tgt_lang or "",
+        src_lang=src_lang or "", tgt_lang_column=tgt_lang_column))
 
 
 def score_file(run: str | Path, source_file: str | Path, target_file: str | Path, output: str | Path | None = None,
                *, normalize: bool = False, overrides: Sequence[str] = (), ensemble: Sequence[str | Path] = (),
                checkpoint: str | None = None, resume: bool = False, buffer_size: int | None = None,
-               processes: int | None = None, engine: str = "seqxduce") -> StreamedFile:
+               processes: int | None = None, engine: str = "seqxduce", tgt_lang: str | None = None,
+               src_lang: str | None = None, tgt_lang_column: bool = False) -> StreamedFile:
     """Score the pairs of two files of any length as `seqxduce score` does, streamed as decode_file streams
     (read in step, written in input order as each buffer finishes, resumable with an output file, shared by
-    worker processes or torchrun's ranks); engine as in decode()."""
+    worker processes or torchrun's ranks); engine as in decode(); tgt_lang, src_lang and tgt_lang_column (a
+    column of the source file) as in decode_file(), each pair written as score() writes it."""
     from seqxduce.decoding.file_jobs import ScoreFile
     from seqxduce.decoding.file_jobs import score_file as run_request
     from seqxduce.export.engine_choice import engine_named
@@ -424,7 +485,8 @@ def score_file(run: str | Path, source_file: str | Path, target_file: str | Path
     return run_request(ScoreFile(
         run=_run_spec(run, overrides, ensemble, checkpoint), engine=engine_named(engine), source=Path(source_file),
         target=Path(target_file), output=_path(output), normalize=normalize, resume=resume,
-        buffer_size=buffer_size, processes=processes))
+        buffer_size=buffer_size, processes=processes, tgt_lang=tgt_lang or "", src_lang=src_lang or "",
+        tgt_lang_column=tgt_lang_column))
 
 
 def _path(given: str | Path | None) -> Path | None:
@@ -470,14 +532,16 @@ def serve(run: str | Path, host: str = "127.0.0.1", port: int = 8000, overrides:
 
 def score_files(run: str | Path | LoadedRun, source_file: str | Path, target_file: str | Path,
                 overrides: Sequence[str] = (), ensemble: Sequence[Path] = (), checkpoint: str | None = None,
-                engine: str = "seqxduce", changes: Sequence[Change] = ()) -> list[PairScore]:
+                engine: str = "seqxduce", changes: Sequence[Change] = (), tgt_lang: str | None = None,
+                src_lang: str | None = None) -> list[PairScore]:
     """score() of the pairs of two files of one sentence per line (`seqxduce score`), refused in one line unless
-    there are as many of each."""
+    there are as many of each; tgt_lang and src_lang as in score()."""
     sources, targets = read_lines(Path(source_file)), read_lines(Path(target_file))
     if len(sources) != len(targets):
         raise UserError(f"--source {source_file} has {len(sources)} lines but --target {target_file} has "
                         f"{len(targets)}: give one target line per source line")
-    return score(run, sources, targets, overrides=overrides, ensemble=ensemble, checkpoint=checkpoint, engine=engine)
+    return score(run, sources, targets, overrides=overrides, ensemble=ensemble, checkpoint=checkpoint, engine=engine,
+                 tgt_lang=tgt_lang, src_lang=src_lang)
 
 
 def format_scores(scores: Sequence[PairScore], normalize: bool = False) -> list[str]:

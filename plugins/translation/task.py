@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from seqxduce.api import Example, Postprocessed, Report, Task, UserError, read_lines
+from seqxduce.api import Directed, Direction, Example, Postprocessed, Report, Task, UserError, read_lines
 
 from .corpora import Corpus, corpora_of, tag
 from .corpus import CleanRules, CorpusStats, load_parallel, stream_parallel
 from .datasets import make_dataset
+from .directions import directed, tagged
 from .download import log
 from .metrics import score_translations
 from .settings import TranslationSettings
@@ -49,15 +50,10 @@ class TranslationTask(Task):
             if split != "train" and corpus.direction in directions:
                 continue
             directions.add(corpus.direction)
-            label = tag(corpus.settings.tgt_lang)
             for ex in task.stream(split, corpus.folder(data_dir)):
-                source, target, prefix = ex.source, ex.target, ""
-                if self.settings.lang_tag == "source":
-                    source = f"{label} {source}"
-                elif self.settings.lang_tag == "target":
-                    target, prefix = f"{label} {target}", label
-                yield Example(source, target, reference=ex.ref, more_references=ex.more_references,
-                              corpus=corpus.name if split == "train" else "", prefix=prefix)
+                yield tagged(self.settings.lang_tag, corpus.settings.tgt_lang,
+                             Example(ex.source, ex.target, reference=ex.ref, more_references=ex.more_references,
+                                     corpus=corpus.name if split == "train" else ""))
             self.stats[split] = task.stats[split]
 
     def prepare(self, data_dir: Path) -> None:
@@ -140,6 +136,10 @@ class TranslationTask(Task):
                     for path in (task.data_files(split, corpus.folder(Path(data_dir))) or [])]
         self.prepare(data_dir)
         return list(self.dataset.files(split, Path(data_dir)))
+
+    def directed(self, example: Example, direction: Direction) -> Directed:
+        """The example for the language chosen where the model is used, tagged as training tagged its own."""
+        return directed(self.settings, self.corpora, example, direction)
 
     def postprocess(self, hypothesis: str, source: str) -> Postprocessed:
         """An output as the task writes it: without the language tag a forced target prefix starts it with."""

@@ -59,10 +59,24 @@ class FileRequest:
     buffer_size: int | None = None
     processes: int | None = None
     continued_by: str = "the same command with --resume"
+    # the direction of every line (a multilingual run's target language; decoding/directions.py), or each line's
+    # own, in a first column LANG<TAB> (tgt_lang then stands for an empty one); the sources' language, where known
+    tgt_lang: str = ""
+    src_lang: str = ""
+    tgt_lang_column: bool = False
 
     def __post_init__(self) -> None:
+        from seqxduce.decoding.directions import check_source_alone
+
         if self.resume and self.output is None:
             raise UserError("--resume continues a stopped job's --output file; give --output")
+        check_source_alone(self.tgt_lang or self.tgt_lang_column, self.src_lang,
+                           f"--src-lang {self.src_lang}")
+
+    @property
+    def directed(self) -> bool:
+        """Whether a direction is chosen for some line."""
+        return bool(self.tgt_lang) or self.tgt_lang_column
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,6 +99,9 @@ class DecodeFile(FileRequest):
             raise UserError("decode: give exactly one of --input FILE (or -) and --split NAME")
         if self.prefix_file is not None and self.input is None:
             raise UserError("decode --prefix-file: give it with --input (one prefix per source line)")
+        if self.split is not None and self.directed:
+            raise UserError("decode --split: a split's examples carry their own languages; give --tgt-lang and "
+                            "--tgt-lang-column with --input")
         super().__post_init__()
 
 
@@ -104,17 +121,20 @@ def decode_file(request: DecodeFile) -> StreamedFile:
                                          ("prefixes", request.prefix_file)) if used is not None]
     engine.check(request.run, "decode", features)
     engine.check_processes(request.run, request.processes)
-    total = _input_lines(request)
+    total, languages = _input_lines(request)
     finished = _finished_already(request, "decode", _decode_finals(request), request.split is not None,
                                  lambda plan: _decode_record(request, plan.described, plan.model_files, plan.recipe))
     if finished is not None:
         return finished
+    early = _planned_directions(request, languages)
     with _Stops("decode", request.output) as stops, engine.open(request.run) as loaded:
         _say(f"decoding with {engine.announced(loaded)}")
+        prefix_where = f"--prefix-file {request.prefix_file}:" if request.prefix_file is not None else "line "
         job = engine.decode_job(request.run, annotate=request.annotations is not None,
                                 align=request.alignments is not None, split=request.split is not None,
-                                prefix_where=f"--prefix-file {request.prefix_file}:", as_targets=request.as_targets)
-        return _stream_decode(request, job, job.processor_for(loaded), loaded, total, stops)
+                                prefix_where=prefix_where, as_targets=request.as_targets)
+        directions = early or _directions(request, loaded.task, languages)
+        return _stream_decode(request, job, job.processor_for(loaded), loaded, total, stops, directions)
 
 
 def score_file(request: ScoreFile) -> StreamedFile:
@@ -122,7 +142,12 @@ def score_file(request: ScoreFile) -> StreamedFile:
     engine = request.engine
     engine.check(request.run, "score", ["scoring"])
     engine.check_processes(request.run, request.processes)
-    sources, targets = count_lines(request.source), count_lines(request.target)
+    languages: set[str] = set()
+    if request.tgt_lang_column:
+        sources, languages = _column_languages(request.source)
+    else:
+        sources = count_lines(request.source)
+    targets = count_lines(request.target)
     if sources != targets:
         raise UserError(f"--source {request.source} has {sources} lines but --target {request.target} has "
                         f"{targets}: give one target line per source line")
@@ -131,14 +156,18 @@ def score_file(request: ScoreFile) -> StreamedFile:
                                  lambda plan: _score_record(request, plan.described, plan.model_files, plan.recipe))
     if finished is not None:
         return finished
+    early = _planned_directions(request, languages)
     with _Stops("score", request.output) as stops, engine.open(request.run) as loaded:
         _say(f"scoring with {engine.announced(loaded)}")
         job = engine.score_job(request.run, request.normalize)
         described = engine.described(loaded, request.run)
         record = _score_record(request, described, engine.model_files(loaded, request.run), loaded.recipe)
-        done = _run_stream(request, job, job.processor_for(loaded), _processes(request, sources, loaded),
-                           zip(iter_lines(request.source), iter_lines(request.target)), sources, finals, record,
-                           "score", stops)
+        directions = early or _directions(request, loaded.task, languages)
+        items: Iterable = zip(iter_lines(request.source), iter_lines(request.target))
+        if directions is not None:
+            items = _directed(request, items, directions, request.source, scoring=True)
+        done = _run_stream(request, job, job.processor_for(loaded), _processes(request, sources, loaded), items,
+                           sources, finals, record, "score", stops)
         done.described = described
         return done
 
@@ -174,39 +203,97 @@ def _score_record(request: ScoreFile, described: str, model_files: list[Path], r
     """What a streamed score's resume record keys the job by (as _decode_record)."""
     return {"command": "score", "source": _file_key(request.source), "target": _file_key(request.target),
             "checkpoint": described, "checkpoint_files": [_file_key(p) for p in model_files],
-            "normalize": request.normalize, **_decode_settings(recipe)}
+            "normalize": request.normalize, **_lang_record(request), **_decode_settings(recipe)}
 
 
 def _decode_record(request: DecodeFile, described: str, model_files: list[Path], recipe: Recipe) -> dict:
     """What a streamed decode's resume record keys the job by (stream_files.OutputFiles: another is refused)."""
     return {"command": "decode", "input": _described_input(request.input, request.split),
             "prefix_file": _file_key(request.prefix_file), "checkpoint": described,
-            **({"as_targets": True} if request.as_targets else {}),
+            **({"as_targets": True} if request.as_targets else {}), **_lang_record(request),
             "checkpoint_files": [_file_key(p) for p in model_files], **_decode_settings(recipe)}
 
 
-def _input_lines(request: DecodeFile) -> int | None:
-    """The input's line count (None for stdin or a split), refused before any model loads when the prefix file
-    does not match it, or when torchrun's ranks cannot all read stdin."""
+def _lang_record(request: FileRequest) -> dict:
+    """The directions chosen, as a resume record keys them (a job of another language is another job); absent
+    when none is chosen, so that the records of jobs before them read the same."""
+    return {key: value for key, value in (("tgt_lang", request.tgt_lang), ("src_lang", request.src_lang),
+                                          ("tgt_lang_column", request.tgt_lang_column)) if value}
+
+
+def _input_lines(request: DecodeFile) -> tuple[int | None, set[str]]:
+    """The input's line count (None for stdin or a split) and, with --tgt-lang-column, the languages of its
+    column, refused before any model loads when the prefix file does not match it, or when torchrun's ranks
+    cannot all read stdin."""
     from seqxduce.decoding.stream_job import under_torchrun
 
     if request.input is None:
-        return None
+        return None, set()
     if str(request.input) == "-":
         if under_torchrun():
             raise UserError("--input -: under torchrun every rank reads the input; give a file")
-        return None
-    total = count_lines(request.input)
+        return None, set()
+    languages: set[str] = set()
+    if request.tgt_lang_column:
+        total, languages = _column_languages(request.input)
+    else:
+        total = count_lines(request.input)
     if request.prefix_file is not None:
         prefixes = count_lines(request.prefix_file)
         if prefixes != total:
             raise UserError(f"--prefix-file {request.prefix_file}: {prefixes} prefixes for {total} sources; give one "
                             "prefix line per source line (an empty line for none)")
-    return total
+    return total, languages
+
+
+def _column_languages(path: Path) -> tuple[int, set[str]]:
+    """A --tgt-lang-column file's line count and languages, read once before any model loads."""
+    from seqxduce.decoding.directions import column_languages
+
+    return column_languages(iter_lines(path), lambda number: f"--tgt-lang-column {path}:{number}")
+
+
+def _planned_directions(request: FileRequest, languages: set[str]) -> Any:
+    """_directions before any model loads, over the task of the recipe the engine will load (Engine.planned),
+    so that a language the run does not know is refused at once; None where the engine knows it only once
+    loaded (then _directions over the loaded task), or when no direction is chosen."""
+    if not request.directed:
+        return None
+    planned = request.engine.planned(request.run)
+    if planned is None:
+        return None
+    from seqxduce.components import build_task
+
+    return _directions(request, build_task(planned.recipe), languages)
+
+
+def _directions(request: FileRequest, task: Any, languages: set[str]) -> Any:
+    """The Directions of a file's job over the run's task, every language it names checked before any line is
+    decoded (a column read from stdin is checked line by line); None when none is chosen."""
+    from seqxduce.decoding.directions import Directions
+
+    if not request.directed:
+        return None
+    directions = Directions(task, request.src_lang, _say)
+    given = f" --src-lang {request.src_lang}" if request.src_lang else ""
+    if request.tgt_lang:
+        directions.check([request.tgt_lang], lambda lang: f"--tgt-lang{given}")
+    source = getattr(request, "input", None) or getattr(request, "source", None)
+    directions.check(sorted(languages - {""}), lambda lang: f"--tgt-lang-column {source}{given}")
+    return directions
+
+
+def _directed(request: FileRequest, items: Iterable, directions: Any, path: Path | None,
+              scoring: bool = False) -> Iterator:
+    """A file's items as the model reads them for each line's direction (decoding/directions.py)."""
+    from seqxduce.decoding.directions import directed_items
+
+    return directed_items(items, directions, request.tgt_lang, request.tgt_lang_column, scoring,
+                          lambda number: f"{path}:{number}")
 
 
 def _stream_decode(request: DecodeFile, job: BufferJob, process: Processor, loaded: Any, total: int | None,
-                   stops: _Stops) -> StreamedFile:
+                   stops: _Stops, directions: Any = None) -> StreamedFile:
     """The streamed job of decode_file, whichever engine's `process` does the buffers."""
     from seqxduce.api import Postprocessed
     from seqxduce.decoding.decode import score_outputs, split_examples
@@ -220,6 +307,8 @@ def _stream_decode(request: DecodeFile, job: BufferJob, process: Processor, load
         items = _in_step(request.input, request.prefix_file)
     else:
         items = iter_lines(request.input)
+    if directions is not None:
+        items = _directed(request, items, directions, request.input)
     finals = _decode_finals(request)
     described = engine.described(loaded, request.run)
     record = _decode_record(request, described, engine.model_files(loaded, request.run), loaded.recipe)

@@ -237,15 +237,16 @@ def create_app(service: Service, batcher: Batcher, limits: Limits, info: dict[st
         deadline = time.monotonic() + limits.max_request_seconds
         data = parse_json(await read_body(request, limits))
         ask = parse_decode(data, limits, decode_keys, service.default_nbest())
-        tokens = [checked_source(source_text(s), f"inputs[{i}]")[1] for i, s in enumerate(ask.inputs)]
+        inputs, notices = service.directed(ask)  # as the model reads them: a language's tag counted below
+        tokens = [checked_source(source_text(s), f"inputs[{i}]")[1] for i, s in enumerate(inputs)]
         key = service.key_for(ask)
-        prefixes = [service.target_tokens(s.prefix) - 1 if isinstance(s, Prefixed) else 0 for s in ask.inputs]
+        prefixes = [service.target_tokens(s.prefix) - 1 if isinstance(s, Prefixed) else 0 for s in inputs]
         check_cost_and_time(key, tokens, ask.changes, prefixes)
-        future = batcher.submit(ask.inputs, tokens, key, client_of(request))
+        future = batcher.submit(inputs, tokens, key, client_of(request))
         answers = await until_answered(request, batcher, future, deadline, limits)
         if answers is None:
             return Response(status_code=499)  # nobody reads it: the client has gone
-        return JSONResponse({"outputs": [a[:ask.nbest] for a in answers]})
+        return JSONResponse({"outputs": [a[:ask.nbest] for a in answers], **({"notices": notices} if notices else {})})
 
     @handler
     async def attention(request: Request) -> Response:
@@ -263,6 +264,9 @@ def create_app(service: Service, batcher: Batcher, limits: Limits, info: dict[st
         if "inputs" in rest:  # else it would stand in for the checked source below
             raise RequestError(400, "inputs: not a key of /v1/attention; send one source as input")
         ask = parse_decode({"inputs": [source], **rest}, limits, decode_keys, service.default_nbest())
+        if ask.tgt_lang or ask.src_lang:  # else it would be dropped: the maps are of the input as sent
+            raise RequestError(400, "tgt_lang: not a key of /v1/attention; write the language as the model reads "
+                                    "it (a multilingual run's tag) into input or target")
         key = service.key_for(ask)
         if target is None:  # the output is decoded: it costs what a decode of the source does
             check_cost_and_time(key, [tokens], ask.changes)

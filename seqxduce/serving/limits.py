@@ -90,6 +90,11 @@ class Prefixed:
 
     text: str
     prefix: str
+    tgt_lang: str = ""  # the input's own language to write ("" : the request's tgt_lang, or none)
+
+
+# a language a request names ("tgt_lang", "src_lang"): a code, never a text, so that a refusal repeats it whole
+MAX_LANG_CHARS = 32
 
 
 def source_text(source: str | Prefixed) -> str:
@@ -104,6 +109,9 @@ class DecodeAsk:
     inputs: list[str | Prefixed]
     nbest: int
     changes: dict[str, Any] = field(default_factory=dict)
+    # the language to write and the sources' (a multilingual run's; the task's Direction), "" for none
+    tgt_lang: str = ""
+    src_lang: str = ""
 
 
 class LongInteger:
@@ -180,14 +188,29 @@ def check_input(value: Any, where: str) -> str | Prefixed:
     """One input: a source string, or {"source": ..., "prefix": ...} to force the start of its output."""
     if not isinstance(value, dict):
         return check_source(value, where)
-    unknown = sorted(set(value) - {"source", "prefix"})
+    unknown = sorted(set(value) - {"source", "prefix", "tgt_lang"})
     if unknown or "source" not in value:
-        raise RequestError(400, f"{where}: an object takes \"source\" and \"prefix\" (target text the output "
-                                f"starts with){'; not ' + repr(unknown[0]) if unknown else ''}")
+        raise RequestError(400, f"{where}: an object takes \"source\", \"prefix\" (target text the output "
+                                f"starts with) and \"tgt_lang\" (its language)"
+                                f"{'; not ' + repr(shown(unknown[0])) if unknown else ''}")
     prefix = value.get("prefix", "")
     if not isinstance(prefix, str) or "\n" in prefix or "\r" in prefix:
         raise RequestError(400, f"{where}.prefix: one line of text is expected")
-    return Prefixed(check_source(value["source"], f"{where}.source"), prefix)
+    return Prefixed(check_source(value["source"], f"{where}.source"), prefix,
+                    check_lang(value.get("tgt_lang", ""), f"{where}.tgt_lang"))
+
+
+def check_lang(value: Any, where: str) -> str:
+    """A language a request names: a short string on one line ("" for none)."""
+    if not isinstance(value, str):
+        raise RequestError(400, f"{where}: a string is expected, not {_type_name(value)}")
+    if len(value) > MAX_LANG_CHARS or not value.isprintable():
+        raise RequestError(422, f"{where}: {shown(value)!r} is no language code; give one such as \"de\"")
+    return value.strip()
+
+
+# a request's fields choosing the direction of a multilingual run (decoding/directions.py)
+LANG_KEYS = ("tgt_lang", "src_lang")
 
 
 def parse_decode(data: dict[str, Any], limits: Limits, decode_keys: dict[str, Any], default_nbest: int) -> DecodeAsk:
@@ -213,16 +236,17 @@ def parse_decode(data: dict[str, Any], limits: Limits, decode_keys: dict[str, An
         raise RequestError(422, f"nbest: {nbest} is out of range; give 1..{MAX_NBEST}")
     changes = {}
     for key, value in data.items():
-        if key in ("inputs", "nbest"):
+        if key in ("inputs", "nbest", *LANG_KEYS):
             continue
         if key not in decode_keys:
-            allowed = ", ".join(["inputs", "nbest", *sorted(decode_keys)])
+            allowed = ", ".join(["inputs", "nbest", *LANG_KEYS, *sorted(decode_keys)])
             raise RequestError(400, f"{shown(key)}: not a key this server takes; the keys are: {allowed}")
         changes[key] = check_value(key, value, decode_keys[key])
     if changes.get("beam", 0) > SERVE_MAX_BEAM:
         raise RequestError(422, f"beam: {changes['beam']} is out of range for this server; give at most "
                                 f"{SERVE_MAX_BEAM}")
-    return DecodeAsk(sources, nbest, changes)
+    tgt_lang, src_lang = (check_lang(data.get(key, ""), key) for key in LANG_KEYS)
+    return DecodeAsk(sources, nbest, changes, tgt_lang, src_lang)
 
 
 def check_value(key: str, value: Any, current: Any) -> Any:

@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from seqxduce.api import Decoder, UserError
+from seqxduce.api import Decoder, Example, UserError
 from seqxduce.components import build_decoder
 from seqxduce.data import encode_source
 from seqxduce.decoding.changes import Change, SearchShape, changed_settings, nbest_changes
 from seqxduce.decoding.decode import LoadedRun, Output, decode_sources, encode_prefixes
+from seqxduce.decoding.directions import Directions
 from seqxduce.decoding.search import stop_when
 from seqxduce.decoding.search_settings import SearchSettings
 from seqxduce.serving.batching import StopCheck
@@ -111,6 +112,28 @@ class Service:
         key = Asked(tuple(sorted({c.key: c.value for c in [*changes, *widened]}.items())), settings)
         self.decoder(key)
         return key
+
+    def directed(self, ask: DecodeAsk) -> tuple[list[str | Prefixed], list[str]]:
+        """Each input as the model reads it for the language the request ("tgt_lang") or the input chose
+        (decoding/directions.py: the task's tag in the source, or a target prefix the search forces and the
+        request's cost counts as any prefix), and the task's notices; one the run does not know is a 422 naming
+        the field and the languages it knows."""
+        own = [s.tgt_lang if isinstance(s, Prefixed) else "" for s in ask.inputs]
+        if not ask.tgt_lang and not any(own):
+            if ask.src_lang:
+                raise RequestError(422, "src_lang: the source language is stated with a target language; send "
+                                        "tgt_lang too")
+            return list(ask.inputs), []
+        directions = Directions(self.run.task, ask.src_lang)
+        inputs: list[str | Prefixed] = []
+        for i, (given, lang) in enumerate(zip(ask.inputs, own)):
+            example = Example(source_text(given), "", prefix=given.prefix if isinstance(given, Prefixed) else "")
+            try:
+                read = directions.apply(example, lang or ask.tgt_lang, f"inputs[{i}].tgt_lang" if lang else "tgt_lang")
+            except UserError as err:
+                raise RequestError(422, str(err)) from None
+            inputs.append(Prefixed(read.source, read.prefix) if read.prefix else read.source)
+        return inputs, directions.notices
 
     def forced(self, steps: int) -> Asked:
         """The settings that force every output to `steps` tokens (serving.pace's probe): a RequestError when the

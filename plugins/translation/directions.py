@@ -1,0 +1,64 @@
+"""The language a user chooses where a model is used (`decode --tgt-lang`, a file's column, a request's
+"tgt_lang"; seqxduce.api.Direction): checked against the directions the run was trained on, and written into the
+example as training wrote its examples (tagged), so that decoding reads what the model learned
+(docs/multilingual.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from seqxduce.api import Directed, Direction, Example, UserError
+
+from .corpora import Corpus, tag
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .settings import TranslationSettings
+
+
+def tagged(lang_tag: str, tgt_lang: str, example: Example) -> Example:
+    """The example with its target language's tag where lang_tag puts it: at the start of the source ("source"),
+    or at the start of the target and of the prefix decoding forces ("target"); references stay untagged. The one
+    convention of training's examples and of a language chosen at decode time."""
+    label = tag(tgt_lang)
+    if lang_tag == "source":
+        return dataclasses.replace(example, source=f"{label} {example.source}")
+    if lang_tag == "target":
+        return dataclasses.replace(example, target=f"{label} {example.target}", prefix=_joined(label, example.prefix))
+    return example
+
+
+def directed(settings: TranslationSettings, corpora: list[Corpus], example: Example,
+             direction: Direction) -> Directed:
+    """The example for the target language (and the source language, where the user states it) chosen: a target
+    the run never wrote is refused listing those it writes (its tag never trained as one), a source it never saw
+    listing the languages it knows; a direction between known languages that it was never trained on (a source
+    it saw only as a target: en→de and en→fr asked fr→de) decodes with a notice (zero-shot)."""
+    target, source = direction.target, direction.source
+    trained = [c.direction for c in corpora] or [(settings.src_lang, settings.tgt_lang)]
+    writes = sorted({tgt for _, tgt in trained})
+    reads = sorted({src for src, _ in trained})
+    if target not in writes:
+        if not corpora:
+            raise UserError(f"target language {target!r}: this run translates {_arrow(trained[0])} only (one "
+                            f"language pair); choose {settings.tgt_lang} or leave the language out")
+        seen = "saw it only as a source" if target in reads else "never saw it"
+        raise UserError(f"target language {target!r}: the run {seen}; it writes {', '.join(writes)}")
+    if source and source not in reads and source not in writes:  # a target's text was seen: it may translate
+        known = ", ".join(sorted({*reads, *writes}))
+        raise UserError(f"source language {source!r}: the run never saw it; it knows {known}")
+    notice = ""
+    if source and (source, target) not in trained:
+        notice = (f"{_arrow((source, target))} was never trained (the run's directions: "
+                  f"{', '.join(_arrow(d) for d in dict.fromkeys(trained))}): decoded zero-shot, of unknown quality")
+    if not corpora or settings.lang_tag == "none":
+        return Directed(example, notice)  # one target language: nothing to write
+    return Directed(tagged(settings.lang_tag, target, example), notice)
+
+
+def _arrow(direction: tuple[str, str]) -> str:
+    return f"{direction[0]}→{direction[1]}"
+
+
+def _joined(label: str, prefix: str) -> str:
+    return f"{label} {prefix}" if prefix else label
