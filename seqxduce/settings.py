@@ -133,7 +133,9 @@ class TrainSettings(Settings):
     log_every: int = setting(50, help="steps between progress lines in the metrics log", min=1)
     validate_every: int = setting(500, help="steps between validations (loss, ppl, task metric); 0 = only at end",
                                   min=0)
-    valid_decode_examples: int = setting(200, help="valid examples decoded for the task metric", min=0)
+    valid_decode_examples: int = setting(200, help="valid examples decoded for the task metric (of each group, "
+                                                   "for a task that scores its valid split in groups: a "
+                                                   "multilingual translation's directions)", min=0)
     valid_search: str = setting("recipe", help="how validation decodes for the task metric: recipe = with the "
                                                "recipe's [decode] decoder, as `seqxduce decode` does; greedy = "
                                                "greedy search (faster when the recipe's beam is wide)",
