@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from seqxduce.api import Example, Postprocessed, Report, Task
+from seqxduce.api import Example, Postprocessed, Report, Task, UserError
 from seqxduce.decoding.decode import score_outputs
 from seqxduce.decoding.groups import combine_groups, compact_line, sample_per_group
 from seqxduce.training.early_stopping import EarlyStopping
@@ -63,6 +63,12 @@ def test_a_split_without_groups_is_scored_as_one_set():
     assert report == Exact().score(["x", "q"], ["x", "y"])
     assert compact_line({"loss": 1.5, "valid_acc": 50.0}, "valid_acc") == {"loss": 1.5, "valid_acc": 50.0}
     assert sample_per_group(examples, 1) == examples[:1]
+
+
+def test_a_split_that_groups_some_examples_only_is_refused_in_one_line():
+    with pytest.raises(UserError) as err:
+        score_outputs(Exact(), outputs_of(["x", "y"]), [Example("s", "x", group="a"), Example("s", "y")])
+    assert "1 of the split's 2 examples name no group" in str(err.value) and "\n" not in str(err.value)
 
 
 def test_the_same_signature_is_said_once_and_invalid_outputs_add_up():

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from seqxduce.api import Example, Report, Task
+from seqxduce.api import Example, Report, Task, UserError
 
 T = TypeVar("T")
 
@@ -46,6 +46,11 @@ def score_by_group(task: Task, outputs: Sequence[T], examples: Sequence[Example]
                    score: Callable[[Task, Sequence[T], Sequence[Example]], Report]) -> Report:
     """`score` (the metric of one set: task, its outputs, its examples) of each group with the group's task
     (Task.for_group), combined by combine_groups."""
+    ungrouped = sum(not ex.group for ex in examples)
+    if ungrouped:  # a task's mistake, said rather than left out of every figure
+        raise UserError(f"{ungrouped} of the split's {len(examples)} examples name no group (Example.group) beside "
+                        f"examples that do: the task {type(task).__name__} must give every example of a split its "
+                        "group, or none")
     reports: dict[str, Report] = {}
     sizes: dict[str, int] = {}
     for group in group_names(examples):
@@ -68,9 +73,9 @@ def combine_groups(reports: dict[str, Report], sizes: dict[str, int], group_name
     signature = signatures[0] if len(signatures) == 1 else "; ".join(f"{g}: {r.signature}" for g, r in reports.items())
     texts = [f"{group}:\n" + "\n".join(f"  {line}" for line in r.text.splitlines())
              for group, r in reports.items() if r.text]
-    return Report(metrics=metrics, primary=first.primary, text="\n".join([table(reports, sizes, metrics, group_name),
-                                                                          *texts]),
-                  signature=signature, invalid=sum(r.invalid for r in reports.values()),
+    text = "\n".join([table(reports, sizes, metrics, group_name), *texts])
+    return Report(metrics=metrics, primary=first.primary, text=text, signature=signature,
+                  invalid=sum(r.invalid for r in reports.values()),
                   warning="; ".join(f"{g}: {r.warning}" for g, r in reports.items() if r.warning),
                   higher_is_better=first.higher_is_better, table=dict(first.table))
 

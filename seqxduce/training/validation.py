@@ -51,7 +51,8 @@ class Validator:
         return {"primary": self.primary_metric} if self.primary_metric in metrics else {}
 
     def watched(self, metrics: dict[str, float | str]) -> tuple[str, float, bool]:
-        """The figure early stopping and best.pt follow: the task's primary metric when the sample was decoded,
+        """The figure early stopping and best.pt follow: the task's primary metric when the sample was decoded
+        (over the whole split: the mean of its groups; with [train] best_group that group's, valid_bleu[en-de]),
         else the valid loss; with its name and whether higher is better."""
         if self.primary_metric in metrics:
             name = (grouped_figure(self.primary_metric, self.best_group) if self.best_group
