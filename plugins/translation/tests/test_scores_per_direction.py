@@ -51,6 +51,8 @@ def test_validation_logs_each_direction_and_their_mean(trained):
     mean, de, fr = (records[-1][k] for k in ("valid_bleu", "valid_bleu[en-de]", "valid_bleu[en-fr]"))
     assert f"valid_bleu {mean:.2f} (en-de {de:.2f}, en-fr {fr:.2f})" in line and "[" not in line
     assert f"valid_bleu={mean:.2f} (en-de {de:.2f}, en-fr {fr:.2f})" in output.splitlines()[-1]  # trained to step
+    folded = f"valid_bleu {mean:.2f} (en-de {de:.2f}, en-fr {fr:.2f})"
+    assert folded in (run / "README.md").read_text() and folded in cli("info", run)  # the run's README, info
 
 
 def test_decode_split_test_prints_a_table_per_direction(trained):
