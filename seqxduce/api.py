@@ -46,6 +46,9 @@ class Example:
     # target text the output is forced to start with (a language tag a multilingual task writes at the start of
     # its targets); "" for none
     prefix: str = ""
+    # the part of a valid or test split the example is scored in (a multilingual task's direction, en-de): the
+    # task's metric is reported per group and as their mean (decoding/groups.py); "" for a split scored as one
+    group: str = ""
 
     @property
     def ref(self) -> str:
@@ -106,6 +109,9 @@ class Report:
     invalid: int = 0
     warning: str = ""
     higher_is_better: bool = True  # the primary metric's direction: early stopping and best.pt follow it
+    # the figures a table of scores per group shows, by their label ({"bleu": "BLEU", "chrf": "chrF"}); empty:
+    # the primary alone
+    table: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -178,6 +184,8 @@ class Task(abc.ABC):
     """Where data comes from, how raw examples become text and back, and how outputs are scored."""
 
     splits: tuple[str, ...] = ("train", "valid", "test")
+    # what a group of a split (Example.group) is, as a table of scores per group heads its first column
+    group_name: str = "group"
 
     def prepare(self, data_dir: Path) -> None:  # noqa: B027 - optional hook
         """Download or build the task's data under data_dir; a second call does nothing."""
@@ -218,6 +226,11 @@ class Task(abc.ABC):
         nothing to choose."""
         raise UserError(f"the {direction.target!r} chosen: task {type(self).__name__} writes one kind of output and "
                         "has no direction to choose; leave the language out")
+
+    def for_group(self, group: str) -> Task:
+        """The task that scores the outputs of one group of a split (Example.group), e.g. a multilingual task's
+        one-direction task, whose metric knows its target language; the default scores every group as itself."""
+        return self
 
     def postprocess(self, hypothesis: str, source: str) -> Postprocessed:
         """Turn decoded target text into the task's output format (e.g. a linearized tree into a tree)."""

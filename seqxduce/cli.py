@@ -259,7 +259,10 @@ def train(ctx: click.Context, recipe_file: Path, out: Path | None, overrides: tu
 
 
 def _say_trained(result: engine.TrainResult) -> None:
-    figures = " ".join(f"{k}={v}" if isinstance(v, str) else f"{k}={v:.4g}" for k, v in result.metrics.items())
+    from seqxduce.decoding.groups import compact_line  # a task's groups folded beside their mean, as validation's
+
+    figures = " ".join(f"{k}={v}" if isinstance(v, str) else f"{k}={v:.4g}"
+                       for k, v in compact_line(result.metrics).items())
     click.echo(f"trained to step {result.step} in {result.run_dir} {figures}".rstrip())
 
 

@@ -133,7 +133,9 @@ class TrainSettings(Settings):
     log_every: int = setting(50, help="steps between progress lines in the metrics log", min=1)
     validate_every: int = setting(500, help="steps between validations (loss, ppl, task metric); 0 = only at end",
                                   min=0)
-    valid_decode_examples: int = setting(200, help="valid examples decoded for the task metric", min=0)
+    valid_decode_examples: int = setting(200, help="valid examples decoded for the task metric (of each group, "
+                                                   "for a task that scores its valid split in groups: a "
+                                                   "multilingual translation's directions)", min=0)
     valid_search: str = setting("recipe", help="how validation decodes for the task metric: recipe = with the "
                                                "recipe's [decode] decoder, as `seqxduce decode` does; greedy = "
                                                "greedy search (faster when the recipe's beam is wide)",
@@ -144,6 +146,12 @@ class TrainSettings(Settings):
                                     "better as the task says; the valid loss when valid_decode_examples = 0); "
                                     "0 = train to max_steps. best.pt always holds the best validation so far",
                             min=0)
+    # a core key of groups, not languages: the translation task's groups are its directions (docs/multilingual.md)
+    best_group: str = setting("", help="a task that scores its valid split in groups (a multilingual "
+                                       "translation's directions, e.g. en-de): early stopping and best.pt follow "
+                                       "the task's metric on this group alone; empty = on the whole split (the mean "
+                                       "of its groups)", ignored_when={"valid_decode_examples": (0,)},
+                              instead="set valid_decode_examples > 0: groups are scored on the decoded sample")
     checkpoint_every: int = setting(500, help="steps between checkpoints (one is always written at the end)", min=1)
     keep_checkpoints: int = setting(5, help="step checkpoints kept on disk (the oldest are removed)", min=1)
     collective_timeout: float = setting(600.0, help="with several processes: seconds one waits for the others in "

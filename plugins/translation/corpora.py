@@ -28,6 +28,11 @@ def tag(lang: str) -> str:
     return f"<2{lang}>"
 
 
+def direction_name(corpus: Corpus) -> str:
+    """A direction as validation and test name its scores (en-de): its first corpus's name without a place."""
+    return "-".join(corpus.direction)
+
+
 @dataclass(frozen=True)
 class Corpus:
     """One training corpus: its name (the direction, and its place when a direction has several), the task's

@@ -72,4 +72,5 @@ def score_translations(hypotheses: list[str], references: list[str], tgt_lang: s
         metrics["bleu_moses_lc"] = lit_score.score
         lines.append(f"literature BLEU (lowercased, Moses-tokenized with sacremoses -l {tgt_lang or 'en'}, "
                      f"then sacreBLEU tokenize=none: Multi30k papers' figure, NOT sacreBLEU) = {lit_score.score:.2f}")
-    return Report(metrics=metrics, primary="bleu", text="\n".join(lines), signature=bleu_signature)
+    return Report(metrics=metrics, primary="bleu", text="\n".join(lines), signature=bleu_signature,
+                  table={"bleu": "BLEU", "chrf": "chrF"})

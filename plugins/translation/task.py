@@ -7,7 +7,7 @@ from pathlib import Path
 
 from seqxduce.api import Directed, Direction, Example, Postprocessed, Report, Task, UserError, read_lines
 
-from .corpora import Corpus, corpora_of, tag
+from .corpora import Corpus, corpora_of, direction_name, tag
 from .corpus import CleanRules, CorpusStats, load_parallel, stream_parallel
 from .datasets import make_dataset
 from .directions import directed, tagged
@@ -20,6 +20,7 @@ class TranslationTask(Task):
     """Translate src_lang to tgt_lang; the reference of an example is its raw target line."""
 
     splits = ("train", "valid", "test")
+    group_name = "direction"  # a split of several directions is scored per direction (Example.group: en-de)
 
     def __init__(self, settings: TranslationSettings):
         self.settings = settings
@@ -33,6 +34,13 @@ class TranslationTask(Task):
         """Each [[task.corpus]]'s weight by its name (en-de, en-de.2, ...); none for one pair."""
         return {corpus.name: corpus.weight for corpus in self.corpora}
 
+    def for_group(self, group: str) -> Task:
+        """The one-direction task of a direction (en-de): its BLEU tokenizes as its target language asks."""
+        for corpus, task in zip(self.corpora, self.tasks):
+            if direction_name(corpus) == group:
+                return task
+        return self
+
     def reserved_symbols(self) -> tuple[str, ...]:
         """The tag of every language of the corpora (lang_tag), so that a tokenizer keeps each whole."""
         if self.settings.lang_tag == "none":
@@ -42,10 +50,12 @@ class TranslationTask(Task):
 
     def _several(self, split: str, data_dir: Path) -> Iterator[Example]:
         """A split of several corpora: for training every corpus in turn, each example naming its corpus; for
-        validation and test each direction once (its first corpus's), as one set. The target language's tag at
-        the start of the source (lang_tag = "source") or of the target (a prefix decoding forces: "target");
+        validation and test each direction once (its first corpus's), each example naming its direction as its
+        group when there are several (scored per direction and as their mean). The target language's tag at the
+        start of the source (lang_tag = "source") or of the target (a prefix decoding forces: "target");
         references stay untagged."""
         directions = set()
+        several = len({corpus.direction for corpus in self.corpora}) > 1
         for corpus, task in zip(self.corpora, self.tasks):
             if split != "train" and corpus.direction in directions:
                 continue
@@ -53,7 +63,8 @@ class TranslationTask(Task):
             for ex in task.stream(split, corpus.folder(data_dir)):
                 yield tagged(self.settings.lang_tag, corpus.settings.tgt_lang,
                              Example(ex.source, ex.target, reference=ex.ref, more_references=ex.more_references,
-                                     corpus=corpus.name if split == "train" else ""))
+                                     corpus=corpus.name if split == "train" else "",
+                                     group=direction_name(corpus) if split != "train" and several else ""))
             self.stats[split] = task.stats[split]
 
     def prepare(self, data_dir: Path) -> None:

@@ -158,6 +158,7 @@ class DistilledTask(Task):
         for member in self.members:
             _check_same_sources(member, distilled, record)
         self.splits = task.splits
+        self.group_name = task.group_name
 
     def prepare(self, data_dir: Path) -> None:
         self.task.prepare(data_dir)
@@ -196,6 +197,9 @@ class DistilledTask(Task):
 
     def score(self, hypotheses: list[str], references: list[str], sources: list[str] | None = None) -> Report:
         return self.task.score(hypotheses, references, sources)
+
+    def for_group(self, group: str) -> Task:
+        return self.task.for_group(group)
 
     def score_outputs(self, outputs: Sequence[Postprocessed], references: list[str],
                       sources: list[str] | None = None) -> Report:

@@ -26,6 +26,7 @@ from seqxduce.api import (
 from seqxduce.console import console
 from seqxduce.data import encode_source, pad_sources
 from seqxduce.decoding.changes import Change, with_changes
+from seqxduce.decoding.groups import group_names, score_by_group
 from seqxduce.decoding.options import (
     check_precision,
     compile_step,
@@ -314,8 +315,18 @@ def decode_split(run: LoadedRun, split: str, annotate: bool = False) -> tuple[li
     return outputs, score_outputs(run.task, outputs, examples)
 
 
-def score_outputs(task: Task, outputs: Sequence[Output], examples: Sequence[Example]) -> Report:
-    """The task's metric of decoded outputs (with the figures its postprocess gave) against the examples."""
+def score_outputs(task: Task, outputs: Sequence[Output] | Sequence[Postprocessed],
+                  examples: Sequence[Example]) -> Report:
+    """The task's metric of decoded outputs (with the figures its postprocess gave) against the examples; a split
+    whose examples name groups (Example.group) per group and as their mean (decoding.groups)."""
+    if group_names(examples):
+        return score_by_group(task, outputs, examples, _score_set)
+    return _score_set(task, outputs, examples)
+
+
+def _score_set(task: Task, outputs: Sequence[Output] | Sequence[Postprocessed],
+               examples: Sequence[Example]) -> Report:
+    """score_outputs of one set: the task's metric over all its outputs at once."""
     done = [Postprocessed(o.text, o.figures) for o in outputs]
     sources = [ex.source for ex in examples]
     counts = {len(ex.more_references) for ex in examples}

@@ -14,6 +14,7 @@ from typing import Any
 
 from seqxduce import components, rundir
 from seqxduce.api import UserError
+from seqxduce.decoding.groups import compact_line
 from seqxduce.inspection.curves import RunLog, read_run_log
 from seqxduce.members import member_of, members_to_decode
 from seqxduce.recipe import Recipe, toml_value
@@ -248,7 +249,8 @@ def format_info(info: RunInfo) -> str:
     if info.last_train:
         lines.append(("last train", figure_text(info.last_train)))
     if info.last_valid:
-        lines.append(("last valid", figure_text(info.last_valid)))
+        # a task's groups folded beside their mean, as the progress line has them (metrics.jsonl holds them all)
+        lines.append(("last valid", figure_text(compact_line(info.last_valid))))
     lines.append(("checkpoints", _checkpoint_text(info.checkpoints)))
     lines.append(("software", ", ".join(f"{k} {v}" for k, v in info.versions.items())))
     lines.extend(("note", note) for note in info.notes)
@@ -291,7 +293,7 @@ def count_text(n: int) -> str:
     return str(n)
 
 
-def figure_text(figures: dict[str, float]) -> str:
+def figure_text(figures: dict[str, float | str]) -> str:
     """'name value name value' with floats to four significant digits."""
     return " ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in figures.items())
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from seqxduce.api import UserError
 from seqxduce.atomic import atomic_write_text
+from seqxduce.decoding.groups import compact_line
 from seqxduce.inspection.run_info import Best, RunInfo, count_text, figure_text, run_info, short_value
 
 README_FILE = "README.md"
@@ -54,7 +55,7 @@ def run_readme(info: RunInfo, run: Path) -> str:
     if info.last_train:
         lines.append(_row("last training log line", info.last_train))
     if info.last_valid:
-        lines.append(_row("last validation", info.last_valid))
+        lines.append(_row("last validation", compact_line(info.last_valid)))  # groups beside their mean
     for best in (info.best_metric, info.best_valid_loss):
         if best is not None:
             lines.append(_best_row(best))
@@ -83,7 +84,7 @@ def _keys(changed: dict) -> str:
     return ", ".join(shown) if shown else "defaults"
 
 
-def _row(title: str, figures: dict[str, float]) -> str:
+def _row(title: str, figures: dict[str, float | str]) -> str:
     rest = {k: v for k, v in figures.items() if k != "step"}
     return f"| {title} | {figures.get('step', '')} | {figure_text(rest)} |"
 

@@ -346,7 +346,7 @@ class Trainer:
                 return {}
             self.parts.log.write("valid", step=self.state.step, **metrics, **self.parts.validator.primary(metrics))
             if progress is not None:
-                progress.print(f"valid step {self.state.step} | " + format_figures(metrics))
+                progress.print(f"valid step {self.state.step} | " + self.parts.validator.line(metrics))
             self.parts.early_stopping.record(self.state, *self.parts.validator.watched(metrics), model)
         self.parts.early_stopping.share(self.state, self.parts.world)
         return metrics

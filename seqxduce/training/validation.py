@@ -1,5 +1,6 @@
 """Validation during training: loss and perplexity on the valid split, and the task's metric on a sample decoded
-as [train] valid_search says (the trainer's only tie to decoding)."""
+as [train] valid_search says (the trainer's only tie to decoding): a split of groups (Example.group) samples and
+scores each group, and early stopping follows their mean or the group [train] best_group names."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import math
 import torch
 
 from seqxduce import components
-from seqxduce.api import Example, Task
+from seqxduce.api import Example, Task, UserError
 from seqxduce.components import Tokenizers
+from seqxduce.console import format_figures
 from seqxduce.corpus.arrays import collate_indices, token_batches
 from seqxduce.data import Pair
+from seqxduce.decoding.groups import compact_line, group_names, grouped_figure, sample_per_group
 from seqxduce.device import autocast_context
 from seqxduce.recipe import Recipe
 from seqxduce.training.loss import label_smoothed_nll
@@ -28,6 +31,13 @@ class Validator:
         self.device = device
         self.primary_metric: str | None = None  # e.g. valid_bleu, once a validation has scored
         self.higher_is_better = True  # the primary metric's direction, as the task's report gives it
+        self.best_group = self.settings.best_group
+        groups = group_names(examples)
+        if self.best_group and self.best_group not in groups:
+            known = (f"the valid split's groups are {', '.join(groups)}" if groups
+                     else "the task scores its valid split as one set")
+            raise UserError(f"[train] best_group = {self.best_group!r}: {known}; name one of them, or leave "
+                            "best_group empty to follow the whole split's metric (the mean of its groups)")
 
     @torch.no_grad()
     def scores(self, model: torch.nn.Module) -> dict[str, float | str]:
@@ -41,11 +51,18 @@ class Validator:
         return {"primary": self.primary_metric} if self.primary_metric in metrics else {}
 
     def watched(self, metrics: dict[str, float | str]) -> tuple[str, float, bool]:
-        """The figure early stopping and best.pt follow: the task's primary metric when the sample was decoded,
+        """The figure early stopping and best.pt follow: the task's primary metric when the sample was decoded
+        (over the whole split: the mean of its groups; with [train] best_group that group's, valid_bleu[en-de]),
         else the valid loss; with its name and whether higher is better."""
         if self.primary_metric in metrics:
-            return self.primary_metric, float(metrics[self.primary_metric]), self.higher_is_better
+            name = (grouped_figure(self.primary_metric, self.best_group) if self.best_group
+                    else self.primary_metric)
+            return name, float(metrics[name]), self.higher_is_better
         return "loss", float(metrics["loss"]), False
+
+    def line(self, metrics: dict[str, float | str]) -> str:
+        """The progress line's figures: a task's groups folded beside its primary metric (decoding.groups)."""
+        return format_figures(compact_line(metrics, self.primary_metric))
 
     def _loss(self, model: torch.nn.Module) -> dict[str, float]:
         model.eval()
@@ -65,7 +82,7 @@ class Validator:
         from seqxduce.decoding.search import GreedyDecoder
         from seqxduce.decoding.search_settings import SearchSettings
 
-        sample = self.examples[: self.settings.valid_decode_examples]
+        sample = sample_per_group(self.examples, self.settings.valid_decode_examples)
         if not sample:
             return {}
         recipe_search = self.settings.valid_search == "recipe"
