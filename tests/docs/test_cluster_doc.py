@@ -9,9 +9,8 @@ import sys
 from pathlib import Path
 
 from tests.fault_tools import HANG_GUARD_S, REPO
-from tests.faults.cluster_tools import equal, launcher_env, weights
+from tests.faults.cluster_tools import equal, launcher_env, short_recipe_file, weights
 from tests.faults.slurm import rendezvous_port
-from tests.faults.test_slurm import recipe_file
 
 
 def _scripts() -> list[str]:
@@ -22,7 +21,7 @@ def test_the_plain_torchrun_script_prepares_once_and_trains_the_same_run(tmp_pat
     script = tmp_path / "train.sh"
     script.write_text(_scripts()[1])
     environment = {**launcher_env(), "PATH": f"{Path(sys.executable).parent}:{launcher_env()['PATH']}",
-                   "NPROC": "2", "RDZV_PORT": str(rendezvous_port()), "RECIPE": str(recipe_file(tmp_path)),
+                   "NPROC": "2", "RDZV_PORT": str(rendezvous_port()), "RECIPE": str(short_recipe_file(tmp_path)),
                    "RUN": str(tmp_path / "run"), "SEQXDUCE_CACHE": str(tmp_path / "cache")}
     log = tmp_path / "job.log"
     job = subprocess.Popen(["bash", str(script)], stdout=log.open("w"), stderr=subprocess.STDOUT, cwd=REPO,

@@ -4,6 +4,7 @@ train` (or the fault tests' slowed stretch of it), the processes under a launche
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -23,6 +24,22 @@ STOP_BOUND_S = 20  # the issue's bound: every process gone, the last step saved,
 # torchrun's restarts need no setting of the launcher's (seqxduce.torchrun): the launchers here run without
 # TORCH_DISABLE_SHARE_RDZV_TCP_STORE, whatever the environment the tests run in holds
 UNSET = ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE",)
+
+# SHORT's [train] settings, written into a recipe file by short_recipe_file
+TRAIN = {"max_steps": "6", "checkpoint_every": "100", "log_every": "1", "validate_every": "0",
+         "valid_decode_examples": "0", "collective_timeout": "60"}
+
+
+def short_recipe_file(folder: Path) -> Path:
+    """SHORT as a recipe file in folder (a job script names a recipe and no --set)."""
+    text = TINY.read_text()
+    for key, value in TRAIN.items():
+        text, found = re.subn(rf"(?m)^{key} = .*$", f"{key} = {value}", text)
+        if not found:
+            text = text.replace("[train]\n", f"[train]\n{key} = {value}\n")
+    text = text.replace("[task]\n", f'[task]\ndata_dir = "{TINY.parent / "data"}"\n')
+    (folder / "recipe.toml").write_text(text)
+    return folder / "recipe.toml"
 
 
 def free_port() -> int:

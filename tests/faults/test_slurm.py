@@ -8,7 +8,7 @@ runs the same command and ends with the parameters of an uninterrupted run, bit 
 
 The job asks for what the script's #SBATCH lines ask, but one node, this machine's CPUs and no GPU (sbatch's
 options over the script's lines, as a user tries a script on a small allocation); NPROC=2 processes of the tiny
-recipe (tests/docs/test_cluster_doc.py's recipe file)."""
+recipe (tests.faults.cluster_tools.short_recipe_file)."""
 
 from __future__ import annotations
 
@@ -22,29 +22,13 @@ from pathlib import Path
 import pytest
 
 from tests.fault_tools import HANG_GUARD_S, REPO, env
-from tests.faults.cluster_tools import equal, steps, weights
+from tests.faults.cluster_tools import equal, short_recipe_file, steps, weights
 from tests.faults.slurm import Slurm, rendezvous_port
-from tests.tiny import TINY_RECIPE
-
-# the run of tests.faults.cluster_tools.SHORT as a recipe file (a job script names a recipe and no --set)
-TRAIN = {"max_steps": "6", "checkpoint_every": "100", "log_every": "1", "validate_every": "0",
-         "valid_decode_examples": "0", "collective_timeout": "60"}
 
 
 def job_script() -> str:
     """docs/cluster.md's SLURM batch script, as the page shows it."""
     return re.findall(r"```bash\n(.*?)```", (REPO / "docs" / "cluster.md").read_text(), re.S)[0]
-
-
-def recipe_file(folder: Path) -> Path:
-    text = TINY_RECIPE.read_text()
-    for key, value in TRAIN.items():
-        text, found = re.subn(rf"(?m)^{key} = .*$", f"{key} = {value}", text)
-        if not found:
-            text = text.replace("[train]\n", f"[train]\n{key} = {value}\n")
-    text = text.replace("[task]\n", f'[task]\ndata_dir = "{TINY_RECIPE.parent / "data"}"\n')
-    (folder / "recipe.toml").write_text(text)
-    return folder / "recipe.toml"
 
 
 class Job:
@@ -61,7 +45,7 @@ class Job:
                     "PYTHONPATH": os.pathsep.join([str(REPO / "tests" / "faults" / "inject"), str(REPO)]),
                     "SEQXDUCE_TEST_SLOWED": "step", "SLOW_MARKER": str(self.marker), "SLOW_STEP": "4",
                     "SLOW_RANK": "1", "NPROC": "2", "RDZV_PORT": str(rendezvous_port()),
-                    "RECIPE": str(recipe_file(folder)), "RUN": str(folder / "run"),
+                    "RECIPE": str(short_recipe_file(folder)), "RUN": str(folder / "run"),
                     "SEQXDUCE_CACHE": str(folder / "cache")}
 
     def submit(self, *options: str) -> int:
