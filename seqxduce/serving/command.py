@@ -94,8 +94,8 @@ def public_info(info: dict[str, Any], verbose: bool) -> dict[str, Any]:
                    "no versions)")
 @click.option("--engine", "engine_name", type=click.Choice(["seqxduce", "ctranslate2"]), default="seqxduce",
               show_default=True, help="the decoding engine: seqxduce's own, or CTranslate2 over an export folder "
-              "(seqxduce export; a run directory is exported first): its search settings only, no target prefix "
-              "or /v1/attention")
+              "(seqxduce export; a run directory is exported first): its search settings and target prefixes "
+              "(CTranslate2's target_prefix), no /v1/attention")
 @click.option("--threads", type=click.IntRange(min=1),
               help="CPU threads a batch is decoded with (torch's; CTranslate2's too with --engine ctranslate2) "
                    "[default: OMP_NUM_THREADS, else the CPUs this process may use: its CPU affinity and cgroup "
