@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import warnings
 from collections.abc import Callable
@@ -16,7 +15,7 @@ from seqxduce.export import command as export_command
 from seqxduce.inspection import commands as inspect_commands
 from seqxduce.registry import KINDS, PluginLoadError, Registry, registry
 from seqxduce.serving.command import serve as serve_command
-from seqxduce.torchrun import watch_launcher
+from seqxduce.torchrun import first_on_node, watch_launcher
 
 
 def set_help(example: str) -> str:
@@ -79,7 +78,7 @@ def _fit_threads() -> None:
     from seqxduce.cpus import fit_threads
 
     line = fit_threads()
-    if os.environ.get("LOCAL_RANK", "0") == "0":
+    if first_on_node():
         console.note_first(line)
 
 

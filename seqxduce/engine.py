@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -14,6 +13,7 @@ from seqxduce.decoding.file_jobs import StreamedFile
 from seqxduce.files import check_writable
 from seqxduce.recipe import Recipe, load_recipe
 from seqxduce.run_start import RunStart
+from seqxduce.torchrun import is_rank_zero
 
 if TYPE_CHECKING:  # pragma: no cover
     from seqxduce.decoding.changes import Change
@@ -117,7 +117,7 @@ def train(recipe: Recipe | str | Path, out: str | Path | None = None, start: Run
         step = train_members(recipe, out, start, overrides=overrides)
         return TrainResult(out, step, {})
     result = _train(recipe, out, start)
-    if int(os.environ.get("RANK", "0")) == 0 and not result.finished_before:  # the run's README
+    if is_rank_zero() and not result.finished_before:  # the run's README
         from seqxduce.inspection.run_readme import write_run_readme
 
         write_run_readme(result.run_dir)
@@ -181,7 +181,7 @@ def distill(teacher: str | Path, recipe: str | Path, out: str | Path | None = No
             start = replace(start, tokenizers_from=the_teacher.run)
             from seqxduce.console import console
 
-            if int(os.environ.get("RANK", "0")) == 0:
+            if is_rank_zero():
                 console.print("distill: the student's [tokenizer] is the teacher's: a new student takes the "
                               "teacher's tokenizer files", markup=False)
         named = (f"distill.targets={made[0].folder}",)

@@ -1,6 +1,7 @@
-"""What a process started by torchrun knows of its launcher, in one place: whether it is one of its workers, the
-process group joined through a store of this attempt's own, the launcher watched, and whether OMP_NUM_THREADS=1
-was torchrun's default rather than the user's choice.
+"""What a process started by torchrun knows of its launcher, in one place: its place in the world (RANK,
+LOCAL_RANK, WORLD_SIZE: read here and nowhere else), whether it is one of torchrun's workers, the process group
+joined through a store of this attempt's own, the launcher watched, and whether OMP_NUM_THREADS=1 was torchrun's
+default rather than the user's choice.
 
 - The store: torchrun shares its rendezvous TCPStore with the workers by default (TORCHELASTIC_USE_AGENT_STORE),
   and that store outlives an attempt. A restart's workers then read the addresses the last attempt's processes
@@ -28,6 +29,31 @@ from pathlib import Path
 _PORT_KEY = "seqxduce/attempt-store-port"
 # how often the watcher looks for its launcher: "within seconds" at the cost of one getppid a half-second
 WATCH_INTERVAL_S = 0.5
+
+
+def rank() -> int:
+    """This process's rank in the world (0 outside torchrun)."""
+    return int(os.environ.get("RANK", "0") or 0)
+
+
+def local_rank() -> int:
+    """This process's rank on its node (0 outside torchrun)."""
+    return int(os.environ.get("LOCAL_RANK", "0") or 0)
+
+
+def world_size() -> int:
+    """The processes of the world (1 outside torchrun)."""
+    return int(os.environ.get("WORLD_SIZE", "1") or 1)
+
+
+def is_rank_zero() -> bool:
+    """Whether this process speaks and writes for the world: rank 0, or the only process."""
+    return rank() == 0
+
+
+def first_on_node() -> bool:
+    """Whether this process is the first of its node (a node's one line, a node's own copy of the data)."""
+    return local_rank() == 0
 
 
 def under_torchrun(environ: Mapping[str, str] | None = None) -> bool:

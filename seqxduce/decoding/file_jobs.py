@@ -10,7 +10,6 @@ checked before any model loads, the engine's load, the job's record and its run)
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ from seqxduce.api import Report, TrainingStopped, UserError, count_lines, iter_l
 from seqxduce.decoding.engines import Engine, Planned
 from seqxduce.decoding.jobs import RunSpec
 from seqxduce.recipe import Recipe
+from seqxduce.torchrun import is_rank_zero
 
 if TYPE_CHECKING:  # pragma: no cover
     from seqxduce.decoding.streaming import BufferGrid, BufferJob, Processor
@@ -451,5 +451,5 @@ def _say(message: str) -> None:
     """A note on stderr, from one process only under torchrun (rank 0)."""
     from seqxduce.console import console
 
-    if os.environ.get("RANK", "0") == "0":
+    if is_rank_zero():
         console.print(message, markup=False, highlight=False)

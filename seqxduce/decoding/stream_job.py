@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from seqxduce.decoding.streaming import (
 )
 from seqxduce.errors import TrainingStopped
 from seqxduce.stopping import Abandoned, StopRequest, signal_name, stop_on_signals
+from seqxduce.torchrun import world_size
 
 
 @dataclass
@@ -67,7 +67,7 @@ class Plan:
 
 
 def under_torchrun() -> bool:
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    return world_size() > 1
 
 
 class _Both:

@@ -4,7 +4,6 @@ restart or another rank finds it by its key and decodes nothing."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from seqxduce.distillation.teacher import Teacher
 from seqxduce.files import file_digest
 from seqxduce.recipe import Recipe
 from seqxduce.settings_check import keyed_values
+from seqxduce.torchrun import is_rank_zero
 
 # decode(sources, targets, resume): the teacher's outputs for a file of sources, streamed into targets
 # (seqxduce.decode_file with the teacher's run, search and processes; made by the caller)
@@ -44,7 +44,7 @@ def find_sets(student: Recipe, teachers: Sequence[Teacher], root: Path | None = 
     (Teacher.key_parts), the training data's bytes (data_content, read once for all) and the student's [task]."""
     task = components.build_task(student)
     data_dir = components.data_dir(student)
-    if int(os.environ.get("RANK", "0")) == 0:
+    if is_rank_zero():
         task.prepare(data_dir)
     examples = Examples(task, data_dir)
     # "written": the targets are the teacher's target texts before the task's postprocess (decode_file's
@@ -75,7 +75,7 @@ def make_set(planned: Planned, teacher: Teacher, decode: Decode, where: str) -> 
     """The planned set made (continuing a stopped decode of it), or found made; under torchrun rank 0 writes the
     sources and every rank decodes its share."""
     distilled = planned.distilled
-    main = int(os.environ.get("RANK", "0")) == 0
+    main = is_rank_zero()
     if distilled.complete:
         if main:
             console.print(f"distill: the teacher's outputs for these sources are made already: {distilled.folder}")

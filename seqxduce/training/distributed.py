@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import os
 import re
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
+from seqxduce import torchrun
 from seqxduce.api import UserError
 from seqxduce.device import device_for
 from seqxduce.torchrun import join_process_group
@@ -104,11 +104,10 @@ class World:
 def setup(device_setting: str, timeout: float = 600.0) -> World:
     """Join the process group torchrun describes in the environment (RANK, WORLD_SIZE, LOCAL_RANK); a
     collective operation that waits longer than timeout seconds for another process fails instead of hanging."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    world_size = torchrun.world_size()
     if world_size == 1:
         return World()
-    rank = int(os.environ["RANK"])
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    rank, local_rank = torchrun.rank(), torchrun.local_rank()
     # the rank's own GPU, cuda:LOCAL_RANK, chosen as decoding chooses it
     chosen = device_for(device_setting, torch.cuda.is_available(),
                         torch.cuda.device_count() if device_setting != "cpu" else 0, local_rank)

@@ -5,7 +5,6 @@ value, as fairseq and Joey NMT build them outside their trainers."""
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from seqxduce.recipe import Recipe
 from seqxduce.run_start import RunStart
 from seqxduce.rundir import SAMPLED_DIR, RunDir, locate
 from seqxduce.signals import stop_while_preparing
+from seqxduce.torchrun import first_on_node
 from seqxduce.training import distributed
 from seqxduce.training.early_stopping import EarlyStopping
 from seqxduce.training.metrics_log import MetricsLog
@@ -265,7 +265,7 @@ class _WorldRanks:
             while not binarized.exists(folder) and not world.announced(done):
                 time.sleep(0.2)
             if not binarized.exists(folder):
-                folder = own_copy(int(os.environ.get("LOCAL_RANK", "0")) == 0)
+                folder = own_copy(first_on_node())
                 while not binarized.exists(folder):
                     time.sleep(0.2)
         else:

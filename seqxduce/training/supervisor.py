@@ -34,6 +34,7 @@ from seqxduce.recipe import Recipe
 from seqxduce.run_start import RunStart
 from seqxduce.rundir import RunDir
 from seqxduce.tokenizer_files import TokenizerFiles
+from seqxduce.torchrun import world_size
 
 POLL_SECONDS = 0.2
 
@@ -80,7 +81,7 @@ def _set_up_members(recipe: Recipe, run: Path, resume: bool, overwrite: bool) ->
     from seqxduce.components import build_task, data_dir
     from seqxduce.corpus.prepare import train_tokenizers_shown
 
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if world_size() > 1:
         raise UserError(f"[train] members = {recipe.train.members} under torchrun: train the ensemble's members in "
                         "one process (they run side by side), or each member with its own torchrun and "
                         "--tokenizers-from")

@@ -4,7 +4,6 @@ accumulation, clipping, a skip of non-finite updates), logging, validation and c
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import time
 from collections.abc import Sequence
@@ -26,6 +25,7 @@ from seqxduce.run_start import RunStart
 from seqxduce.rundir import RunDir, prune
 from seqxduce.signals import stop_on_signals, stop_setting_up
 from seqxduce.stopping import Abandoned, StopRequest, signal_name
+from seqxduce.torchrun import is_rank_zero
 from seqxduce.training import distributed
 from seqxduce.training.backward import cuttable_backward
 from seqxduce.training.figures import NonfiniteRun, Window, batch_stats
@@ -423,7 +423,7 @@ def train(recipe: Recipe, out: Path, start: RunStart | None = None) -> TrainResu
             rundir.check_start(resume=True)
             latest = int(rundir.newest_readable(mmap=True)[1].get("step", 0))
             if latest >= recipe.train.max_steps:
-                return finished_already(rundir, recipe.train, latest, int(os.environ.get("RANK", "0")) == 0)
+                return finished_already(rundir, recipe.train, latest, is_rank_zero())
         run = assemble(recipe, Path(out), start)
     try:
         return Trainer(run).run()
@@ -436,7 +436,7 @@ def _stopped_setting_up(signum: int, rundir: RunDir, start: RunStart) -> str:
     """The line of a stop before a run's first step (rank 0's; the others say nothing): nothing was trained, and
     how to start or go on. A new run whose recipe was saved already is started again by --overwrite (or
     --auto-resume, which replaces a start that saved no checkpoint); one that saved nothing by the same command."""
-    if int(os.environ.get("RANK", "0")) != 0:
+    if not is_rank_zero():
         return ""
     name = signal_name(signum)
     if start.resume:
