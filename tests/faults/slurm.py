@@ -156,7 +156,11 @@ class Slurm:
             if not eligible or eligible in ("Unknown", "None") or now > eligible:
                 break
             time.sleep(0.5)
-        self.run("scontrol", "update", f"JobId={job}", "StartTime=now")
+        done = subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True,
+                              text=True, env=self.env(), timeout=HANG_GUARD_S)
+        # the scheduler may have started it in the meantime: then there is nothing to hurry
+        if done.returncode != 0 and self.job(job).get("JobState") == "PENDING":
+            raise AssertionError(f"scontrol update JobId={job} StartTime=now failed: {done.stderr.strip()}")
 
     def idle(self) -> bool:
         done = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, env=self.env(),
