@@ -193,8 +193,9 @@ def _ending_after_prefix(run: ExportedRun, batch: list[list[str]], forced: list[
         suppress_sequences=specials, max_batch_size=run.recipe.decode.core.batch_size)
     ending = []
     for k, result in zip(rows, probe):
-        view = result.logits[0][len(forced[k])]  # the step after the prefix, (V,)
-        step = np.asarray(view if view.device == "cpu" else view.to_device(ct2.Device.cpu)).reshape(-1)
+        view = result.logits[0][len(forced[k])]  # the step after the prefix, (V,), on the translator's device
+        view = view if view.device == "cpu" else view.to_device(ct2.Device.cpu)
+        step = np.asarray(view.to(ct2.DataType.float32)).reshape(-1)  # numpy has no bfloat16
         if int((step > step[eos]).sum()) < beam:  # pad and bos suppressed (-inf), as seqxduce's search bans them
             ending.append(k)
     return ending
