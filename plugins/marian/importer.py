@@ -16,11 +16,18 @@ Weight names, Hugging Face -> the Transformer plugin's state_dict (its checkpoin
 Marian's sinusoid tables (embed_positions, when a file holds them) are checked to be the table the Transformer
 computes with sinusoid_layout = "halves"; a tied copy (lm_head, embed_tokens) to equal the matrix it is tied to.
 A tensor left over is refused: nothing in the folder is silently dropped.
+
+A multilingual model (OPUS-MT's en-ROMANCE, en-mul, ...: the target chosen by a `>>fra<<` token written at the
+start of the source) is known by its vocabulary's language tokens, `>>xx<<` (as Hugging Face's
+MarianTokenizer.supported_language_codes lists them): the recipe's [task] says them (tgt_langs, lang_tag =
+"source", lang_tag_format = ">>{lang}<<"), so that `decode --tgt-lang fra` writes `>>fra<<` as a user of
+transformers writes it by hand (docs/multilingual.md).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -38,6 +45,10 @@ ATTENTION = {"q_proj": "query", "out_proj": "out"}
 NORMS = {"self_attn_layer_norm": "self_res.norm", "encoder_attn_layer_norm": "cross_res.norm",
          "final_layer_norm": "transition_res.norm"}
 FFN = {"fc1": "transition.inner", "fc2": "transition.outer"}
+# a language token of a multilingual model, and the codes the translation task takes (its corpora.LANGUAGE: ISO
+# 639, then script or region parts: fra, zho_Hans, pt_br)
+LANGUAGE_TOKEN = re.compile(r">>(.+)<<")
+LANGUAGE = re.compile(r"[A-Za-z]{2,3}([_-][A-Za-z0-9]{2,8})*")
 
 
 def read_json(path: Path) -> dict[str, Any]:
@@ -100,7 +111,26 @@ class MarianImporter(Importer):
         notes.insert(0, f"read {weights_file}: {sum(t.numel() for t in weights.values() if t is not None):,} "
                         f"values in {len(tensors)} tensors")
         notes += [note for note in (inert_note(config),) if note]
+        languages, odd = language_codes(pieces)
+        if languages:
+            recipe["task"].update(lang_tag="source", lang_tag_format=">>{lang}<<", tgt_langs=languages)
+            shown = ", ".join(languages[:8]) + (f", ... ({len(languages)})" if len(languages) > 8 else "")
+            notes.append(f"a multilingual model: its target chosen by a token >>xx<< at the start of the source "
+                         f"({shown}): decode --tgt-lang {languages[0]} writes >>{languages[0]}<<")
+        if odd:
+            notes.append(f"language tokens not taken as language codes (write them by hand): {', '.join(odd[:8])}")
         return ImportedModel(recipe=recipe, tokenizers=tokenizers, weights=weights, notes=notes)
+
+
+def language_codes(pieces: list[str]) -> tuple[list[str], list[str]]:
+    """The target languages of a multilingual model's vocabulary, by its >>xx<< tokens in vocabulary order, and
+    the tokens of that form whose inside is no language code (left for the user to write by hand)."""
+    codes, odd = [], []
+    for piece in pieces:
+        found = LANGUAGE_TOKEN.fullmatch(piece)
+        if found:
+            (codes if LANGUAGE.fullmatch(found.group(1)) else odd).append(found.group(1))
+    return codes, [f">>{code}<<" for code in odd]
 
 
 def map_weights(tensors: dict[str, torch.Tensor], model: dict[str, Any], where: Path,

@@ -5,7 +5,9 @@ sentences, a vocab.json over their pieces numbered as Marian's are (</s> 0, <unk
 MarianMTModel with random weights (and a random final_logits_bias, so that its import is seen to matter) saved
 with save_pretrained. A random model repeats one token to the length limit for every source; a few steps
 of training (the target: the source's words in reverse order) make its outputs depend on the source and end at
-varied lengths, as a real model's do. Needs transformers (the `test` extra).
+varied lengths, as a real model's do. A multilingual one (`languages`) has a `>>xx<<` token per target
+language in its vocab.json, as OPUS-MT's multilingual models have, and learns a word order per language
+(language_target). Needs transformers (the `test` extra).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import random
+from collections.abc import Sequence
 from pathlib import Path
 
 WORDS = ("the a one cat dog bird sat ran sees eats on under near mat house tree big small red green old new "
@@ -38,12 +41,21 @@ def target_prefixes(sources: list[str], seed: int = 1) -> list[str]:
     return prefixes
 
 
+def language_target(source: str, index: int) -> str:
+    """The tiny multilingual model's target for its `index`-th language: the source's words turned by `index`
+    places, then reversed (the 0th language's is the one-language model's, the words reversed)."""
+    words = source.split()
+    turn = index % len(words) if words else 0
+    return " ".join(reversed(words[turn:] + words[:turn]))
+
+
 def build_tiny_marian(folder: Path, seed: int = 0, d_model: int = 32, layers: int = 2, heads: int = 4,
                       d_ff: int = 64, activation: str = "swish", shared: bool = True, bias_scale: float = 0.5,
                       train_steps: int = 150, text: list[str] | None = None, pieces: int = 40,
-                      **config: object) -> Path:
+                      languages: Sequence[str] = (), **config: object) -> Path:
     """Write a random MarianMTModel with its tokenizer files into `folder` (created); returns it. text: the
-    sentences its SentencePiece models (of `pieces` pieces) and its few training steps see (default generated)."""
+    sentences its SentencePiece models (of `pieces` pieces) and its few training steps see (default generated);
+    languages: target language codes, each a `>>xx<<` token after <unk> (none: a one-pair model)."""
     import sentencepiece as spm
     import torch
     from transformers import MarianConfig, MarianMTModel
@@ -57,7 +69,7 @@ def build_tiny_marian(folder: Path, seed: int = 0, d_model: int = 32, layers: in
                                        model_type="unigram" if side == "source" else "bpe", minloglevel=2,
                                        num_threads=1, hard_vocab_limit=False)
         (folder / f"{side}.spm").write_bytes(model.getvalue())
-    pieces = ["</s>", "<unk>"]
+    pieces = ["</s>", "<unk>", *(f">>{lang}<<" for lang in languages)]
     for side in ("source", "target"):
         processor = spm.SentencePieceProcessor(model_proto=(folder / f"{side}.spm").read_bytes())
         pieces += [p for p in (processor.id_to_piece(i) for i in range(3, processor.get_piece_size()))
@@ -74,7 +86,7 @@ def build_tiny_marian(folder: Path, seed: int = 0, d_model: int = 32, layers: in
     torch.manual_seed(seed)
     model = MarianMTModel(MarianConfig(**settings))
     if train_steps:
-        _train(model, folder, text, train_steps, seed)
+        _train(model, folder, text, train_steps, seed, languages)
     with torch.no_grad():
         # a random bias on top, so that an import that dropped final_logits_bias would be seen
         model.final_logits_bias.normal_(0.0, bias_scale)
@@ -89,13 +101,15 @@ def build_tiny_marian(folder: Path, seed: int = 0, d_model: int = 32, layers: in
     return folder
 
 
-def _train(model, folder: Path, text: list[str], steps: int, seed: int) -> None:
-    """A few Adam steps of Hugging Face's own training forward on reversing the word order."""
+def _train(model, folder: Path, text: list[str], steps: int, seed: int, languages: Sequence[str] = ()) -> None:
+    """A few Adam steps of Hugging Face's own training forward on reversing the word order (with languages, each
+    source once per language, its tag written first, and that language's order: language_target)."""
     import torch
     from transformers import MarianTokenizer
 
     tokenizer = MarianTokenizer(str(folder / "source.spm"), str(folder / "target.spm"), str(folder / "vocab.json"))
-    pairs = [(s, " ".join(reversed(s.split()))) for s in text]
+    pairs = [(s, language_target(s, 0)) for s in text] if not languages else [
+        (f">>{lang}<< {s}", language_target(s, index)) for s in text for index, lang in enumerate(languages)]
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     rng = random.Random(seed)
     model.train()

@@ -23,9 +23,14 @@ KEYS = (*OWN_KEYS, "weight")
 LANGUAGE = re.compile(r"[A-Za-z]{2,3}([_-][A-Za-z0-9]{2,8})*")
 
 
-def tag(lang: str) -> str:
-    """The token that names a target language, as Johnson et al. 2017 write it (<2es>)."""
-    return f"<2{lang}>"
+# how a tag is spelt by default ([task] lang_tag_format): Johnson et al. 2017's <2es>; Marian's is >>{lang}<<
+TAG_FORMAT = "<2{lang}>"
+PLACE = "{lang}"
+
+
+def tag(lang: str, fmt: str = TAG_FORMAT) -> str:
+    """The token that names a target language: <2es> as Johnson et al. 2017 write it, or as fmt spells it."""
+    return fmt.replace(PLACE, lang)
 
 
 def direction_name(corpus: Corpus) -> str:
@@ -53,15 +58,43 @@ class Corpus:
 
 
 def check_corpora(settings: TranslationSettings) -> None:
-    """[[task.corpus]] and lang_tag, refused in one line at the first mistake."""
+    """[[task.corpus]], lang_tag, lang_tag_format and tgt_langs, refused in one line at the first mistake."""
     corpora = corpora_of(settings)
     targets = sorted({c.settings.tgt_lang for c in corpora})
     if len(targets) > 1 and settings.lang_tag == "none":
         raise UserError(f"[task] corpus: {len(targets)} target languages ({', '.join(targets)}) need a tag that "
                         "tells the model which to write: set [task] lang_tag = \"source\" or \"target\"")
-    if settings.lang_tag != "none" and not corpora:
+    _check_format(settings.lang_tag_format)
+    if settings.tgt_langs:
+        _check_tgt_langs(settings, corpora)
+    elif settings.lang_tag != "none" and not corpora:
         raise UserError(f"[task] lang_tag = \"{settings.lang_tag}\" tags a model of several language pairs: list "
                         "them as [[task.corpus]] tables (src_lang, tgt_lang), or set lang_tag = \"none\"")
+
+
+def _check_format(fmt: str) -> None:
+    """[task] lang_tag_format: one token naming its language once ({lang})."""
+    rest = fmt.replace(PLACE, "", 1)
+    if PLACE not in fmt or not rest or any(c.isspace() or c in "{}" for c in rest):
+        raise UserError(f"[task] lang_tag_format = {fmt!r}: write the tag with {PLACE} once where the language code "
+                        "goes, no spaces or other braces: \"<2{lang}>\" (the default) or \">>{lang}<<\" (Marian's)")
+
+
+def _check_tgt_langs(settings: TranslationSettings, corpora: list[Corpus]) -> None:
+    """[task] tgt_langs: the targets of a model that no corpus names (an imported one), chosen by a tag."""
+    if corpora:
+        raise UserError("[task] tgt_langs names the targets of a model without [[task.corpus]]; with corpora their "
+                        "tgt_lang are the targets: remove tgt_langs")
+    if settings.lang_tag == "none":
+        raise UserError(f"[task] tgt_langs = {settings.tgt_langs!r} are chosen by a tag: set [task] lang_tag = "
+                        "\"source\" or \"target\"")
+    for lang in settings.tgt_langs:
+        if not isinstance(lang, str) or not LANGUAGE.fullmatch(lang):
+            raise UserError(f"[task] tgt_langs: {lang!r} is not a language code such as en, fra or zh_Hant (letters, "
+                            "then _ or - parts)")
+    if len(set(settings.tgt_langs)) != len(settings.tgt_langs):
+        twice = next(lang for i, lang in enumerate(settings.tgt_langs) if lang in settings.tgt_langs[:i])
+        raise UserError(f"[task] tgt_langs names {twice!r} twice; give each language once")
 
 
 def corpora_of(settings: TranslationSettings) -> list[Corpus]:
@@ -74,7 +107,7 @@ def corpora_of(settings: TranslationSettings) -> list[Corpus]:
         values = _checked(entry, where)
         own = {key: values[key] for key in OWN_KEYS if key in values and key != "data_dir"}
         try:  # checked as the task's own keys are (choices, bounds, validate)
-            corpus_settings = dataclasses.replace(settings, corpus=[], lang_tag="none", **own)
+            corpus_settings = dataclasses.replace(settings, corpus=[], lang_tag="none", tgt_langs=[], **own)
         except UserError as err:
             raise UserError(f"{where}: {err}") from None
         src, tgt = corpus_settings.src_lang, corpus_settings.tgt_lang

@@ -10,17 +10,18 @@ from typing import TYPE_CHECKING
 
 from seqxduce.api import Directed, Direction, Example, UserError
 
-from .corpora import Corpus, tag
+from .corpora import TAG_FORMAT, Corpus, tag
 
 if TYPE_CHECKING:  # pragma: no cover
     from .settings import TranslationSettings
 
 
-def tagged(lang_tag: str, tgt_lang: str, example: Example) -> Example:
-    """The example with its target language's tag where lang_tag puts it: at the start of the source ("source"),
-    or at the start of the target and of the prefix decoding forces ("target"); references stay untagged. The one
-    convention of training's examples and of a language chosen at decode time."""
-    label = tag(tgt_lang)
+def tagged(lang_tag: str, tgt_lang: str, example: Example, fmt: str = TAG_FORMAT) -> Example:
+    """The example with its target language's tag (spelt as fmt, [task] lang_tag_format) where lang_tag puts it:
+    at the start of the source ("source"), or at the start of the target and of the prefix decoding forces
+    ("target"); references stay untagged. The one convention of training's examples and of a language chosen at
+    decode time."""
+    label = tag(tgt_lang, fmt)
     if lang_tag == "source":
         return dataclasses.replace(example, source=f"{label} {example.source}")
     if lang_tag == "target":
@@ -35,6 +36,8 @@ def directed(settings: TranslationSettings, corpora: list[Corpus], example: Exam
     listing the languages it knows; a direction between known languages that it was never trained on (a source
     it saw only as a target: en→de and en→fr asked fr→de) decodes with a notice (zero-shot)."""
     target, source = direction.target, direction.source
+    if settings.tgt_langs:
+        return _listed(settings, example, target)
     trained = [c.direction for c in corpora] or [(settings.src_lang, settings.tgt_lang)]
     writes = sorted({tgt for _, tgt in trained})
     reads = sorted({src for src, _ in trained})
@@ -53,7 +56,18 @@ def directed(settings: TranslationSettings, corpora: list[Corpus], example: Exam
                   f"{', '.join(_arrow(d) for d in dict.fromkeys(trained))}): decoded zero-shot, of unknown quality")
     if not corpora or settings.lang_tag == "none":
         return Directed(example, notice)  # one target language: nothing to write
-    return Directed(tagged(settings.lang_tag, target, example), notice)
+    return Directed(tagged(settings.lang_tag, target, example, settings.lang_tag_format), notice)
+
+
+def _listed(settings: TranslationSettings, example: Example, target: str) -> Directed:
+    """A model whose targets [task] tgt_langs lists (an imported multilingual Marian model, its >>xx<< tokens):
+    one of them tagged, another refused listing them. Its source languages are not known (a Marian folder does
+    not say them), so a stated source is taken as it is, and no direction is called zero-shot."""
+    if target not in settings.tgt_langs:
+        label = tag(target, settings.lang_tag_format)
+        raise UserError(f"target language {target!r}: the model has no tag {label}; it writes "
+                        f"{', '.join(sorted(settings.tgt_langs))}")
+    return Directed(tagged(settings.lang_tag, target, example, settings.lang_tag_format), "")
 
 
 def _arrow(direction: tuple[str, str]) -> str:

@@ -61,10 +61,17 @@ class TranslationSettings(Settings):
                                           "test_set, weight (default 1; see [train] sampling_temperature); a key "
                                           "left out is [task]'s own. Empty: the one pair src_lang -> tgt_lang",
                                  keyed_when_changed=True)
-    lang_tag: str = setting("none", help="the target language as a token <2xx> (Johnson et al. 2017): source = at "
+    lang_tag: str = setting("none", help="the target language as a token (<2xx>, lang_tag_format): source = at "
                                          "the start of the source, target = the decoder's first token (M2M-100, "
                                          "NLLB), none = no tag", choices=("none", "source", "target"),
                             keyed_when_changed=True)
+    lang_tag_format: str = setting("<2{lang}>", help="how a language's tag is spelt, {lang} standing for its code: "
+                                                     "<2{lang}> (Johnson et al. 2017) or >>{lang}<< (Marian / "
+                                                     "OPUS-MT's >>fra<<)", keyed_when_changed=True)
+    tgt_langs: list[str] = setting([], help="the target languages of a model of several that no [[task.corpus]] "
+                                            "names, chosen by their tag (lang_tag): an imported multilingual Marian "
+                                            "model's, from its >>xx<< tokens. Empty: the corpora's",
+                                   keyed_when_changed=True)
 
     def validate(self) -> None:
         """Checks the recipe loader runs before any data is read."""

@@ -45,8 +45,8 @@ class TranslationTask(Task):
         """The tag of every language of the corpora (lang_tag), so that a tokenizer keeps each whole."""
         if self.settings.lang_tag == "none":
             return ()
-        langs = sorted({lang for corpus in self.corpora for lang in corpus.direction})
-        return tuple(tag(lang) for lang in langs)
+        langs = sorted({lang for corpus in self.corpora for lang in corpus.direction} | set(self.settings.tgt_langs))
+        return tuple(tag(lang, self.settings.lang_tag_format) for lang in langs)
 
     def _several(self, split: str, data_dir: Path) -> Iterator[Example]:
         """A split of several corpora: for training every corpus in turn, each example naming its corpus; for
@@ -64,7 +64,8 @@ class TranslationTask(Task):
                 yield tagged(self.settings.lang_tag, corpus.settings.tgt_lang,
                              Example(ex.source, ex.target, reference=ex.ref, more_references=ex.more_references,
                                      corpus=corpus.name if split == "train" else "",
-                                     group=direction_name(corpus) if split != "train" and several else ""))
+                                     group=direction_name(corpus) if split != "train" and several else ""),
+                             self.settings.lang_tag_format)
             self.stats[split] = task.stats[split]
 
     def prepare(self, data_dir: Path) -> None:

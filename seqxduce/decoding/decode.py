@@ -79,6 +79,15 @@ class DecodeParts:
     device: torch.device
 
 
+def task_prefixes(tokenizer: Tokenizer, examples: Sequence[Example] | Sequence[str]) -> list[list[int]] | None:
+    """The examples' own target prefixes as ids (a multilingual target's language tag, Example.prefix), forced as a
+    --prefix-file's are; None when no example has one."""
+    if not any(isinstance(ex, Example) and ex.prefix for ex in examples):
+        return None
+    return encode_prefixes(tokenizer, [ex.prefix if isinstance(ex, Example) else "" for ex in examples],
+                           "the task's target prefix of example ")
+
+
 def decode_sources(run: DecodeParts, examples: Sequence[Example] | Sequence[str], decoder: Decoder | None = None,
                    prefixes: Sequence[list[int]] | None = None) -> list[Output]:
     """Run the model over sources (Examples or plain source strings) with the run's decoder (or `decoder`),
@@ -90,10 +99,8 @@ def decode_sources(run: DecodeParts, examples: Sequence[Example] | Sequence[str]
     decoder = decoder if decoder is not None else run.decoder
     sources = [ex.source if isinstance(ex, Example) else ex for ex in examples]
     tgt = tokenizers.tgt
-    if prefixes is None and any(isinstance(ex, Example) and ex.prefix for ex in examples):
-        # the task's own prefixes (a multilingual target's language tag), forced as a --prefix-file's are
-        prefixes = encode_prefixes(tgt, [ex.prefix if isinstance(ex, Example) else "" for ex in examples],
-                                   "the task's target prefix of example ")
+    if prefixes is None:
+        prefixes = task_prefixes(tgt, examples)
     encoded = [encode_source(tokenizers.src, s) for s in sources]
     order = sorted(range(len(sources)), key=lambda i: len(encoded[i]))
     results: list[Output | None] = [None] * len(sources)

@@ -65,8 +65,8 @@ def decode_piece(job: DecodeJob, run: LoadedRun, buffer: Buffer) -> Piece:
 
     items = buffer.items
     prefixes = None
-    if job.split:
-        sources = [ex.source for ex in items]
+    if job.split:  # the examples themselves: their own target prefixes (a multilingual target's tag) are forced
+        sources = list(items)
     elif items and isinstance(items[0], tuple):
         sources = [source for source, _ in items]
         prefixes = encode_prefixes(run.tokenizers.tgt, [prefix for _, prefix in items], job.prefix_where,

@@ -7,7 +7,9 @@ postprocesses and scores, exactly as seqxduce.decoding.decode does: the deployed
 
 Search settings come from the recipe's [decode] (greedy or beam; others are refused), aligned with
 seqxduce.decoding.search: the length limit is a * source length + b tokens (one Translator call per limit), min_len
-holds, pad and bos are never chosen. CTranslate2 returns its `beam` finished hypotheses, those cut at the limit
+holds, pad and bos are never chosen; an output that ends right after its forced prefix (a multilingual target's
+tag alone), which CTranslate2's search never gives, is found where seqxduce's search finds it
+(_ending_after_prefix). CTranslate2 returns its `beam` finished hypotheses, those cut at the limit
 included; each is rescored with its eos by one teacher-forced pass (see _rescore), as our search forces an eos
 at the limit, and they are ranked as our beam ranks them: log-prob / ((5 + length) / 6) ** alpha, the GNMT
 penalty that CTranslate2 itself lacks (with alpha > 0 the search's inner ranking can still differ from ours).
@@ -27,7 +29,7 @@ import torch
 from seqxduce import components
 from seqxduce.api import Example, Hypothesis, Task, UserError
 from seqxduce.decoding.changes import Change, SearchShape, with_changes
-from seqxduce.decoding.decode import Output, encode_prefixes, stream_lines
+from seqxduce.decoding.decode import Output, encode_prefixes, stream_lines, task_prefixes
 from seqxduce.decoding.scoring import PairScore, format_scores, scores_of
 from seqxduce.decoding.search import length_penalty
 from seqxduce.decoding.streaming import Buffer, Piece, Processor
@@ -161,11 +163,42 @@ def translate_ids(run: ExportedRun, sources: Sequence[list[int]],
             min_decoding_length=settings.min_len, suppress_sequences=specials,
             max_batch_size=run.recipe.decode.core.batch_size)
         outputs = [[h[:-1] if h and h[-1] == eos else h for h in result.hypotheses] for result in found]
+        for k in _ending_after_prefix(run, batch, forced, beam, settings.min_len, limit, specials):
+            if forced[k] not in outputs[k]:  # greedy: the ending itself; beam: one more candidate, ranked below
+                outputs[k] = [forced[k]] if beam == 1 else [*outputs[k], forced[k]]
         positional = _rescore(run, [(src, out) for src, outs in zip(batch, outputs) for out in outs])
         for i, outs in zip(chosen, outputs):
             hyps = [_hypothesis(out, next(positional), alpha, tgt_ids, form, len(given[i])) for out in outs]
             results[i] = sorted(hyps, key=lambda h: -h.score)[:nbest]
     return results
+
+
+def _ending_after_prefix(run: ExportedRun, batch: list[list[str]], forced: list[list[str]], beam: int,
+                         min_len: int, limit: int, specials: list[list[str]]) -> list[int]:
+    """Which of the batch's prefixed sources seqxduce's search would end right after the prefix (an empty output
+    after a multilingual target's tag): CTranslate2's search never ends a hypothesis at the first step after its
+    target prefix, whatever the model's probability of eos there, where seqxduce's offers that ending to its
+    n-best list when eos is among the `beam` best tokens of that step (greedy: the best), once min_len allows it.
+    One step past each prefix (beam 1, the model's scores of that step: return_logits_vocab) says where."""
+    rows = [k for k, p in enumerate(forced) if p and min_len <= len(p) < limit]
+    if not rows:
+        return []
+    import numpy as np
+
+    ct2 = require_ctranslate2()
+    eos = run.tokenizers.tgt.eos_id
+    probe = run.translator.translate_batch(
+        [batch[k] for k in rows], target_prefix=[forced[k] for k in rows], beam_size=1,
+        max_decoding_length=max(len(forced[k]) for k in rows) + 1, min_decoding_length=0, return_logits_vocab=True,
+        suppress_sequences=specials, max_batch_size=run.recipe.decode.core.batch_size)
+    ending = []
+    for k, result in zip(rows, probe):
+        view = result.logits[0][len(forced[k])]  # the step after the prefix, (V,), on the translator's device
+        view = view if view.device == "cpu" else view.to_device(ct2.Device.cpu)
+        step = np.asarray(view.to(ct2.DataType.float32)).reshape(-1)  # numpy has no bfloat16
+        if int((step > step[eos]).sum()) < beam:  # pad and bos suppressed (-inf), as seqxduce's search bans them
+            ending.append(k)
+    return ending
 
 
 def _rescore(run: ExportedRun, pairs: list[tuple[list[str], list[str]]]) -> Iterator[list[float]]:
@@ -191,8 +224,11 @@ def _hypothesis(tokens: list[str], positional: list[float], alpha: float, ids: d
 def decode_sources(run: ExportedRun, examples: Sequence[Example] | Sequence[str],
                    prefixes: Sequence[list[int]] | None = None) -> list[Output]:
     """Outputs in input order, as seqxduce.decoding.decode.decode_sources gives them (prefixes: target ids per
-    source, decoding.decode.encode_prefixes)."""
+    source, decoding.decode.encode_prefixes; without them, the examples' own: a multilingual target's language
+    tag, CTranslate2's target_prefix)."""
     sources = [ex.source if isinstance(ex, Example) else ex for ex in examples]
+    if prefixes is None:
+        prefixes = task_prefixes(run.tokenizers.tgt, examples)
     nbests = translate_ids(run, [run.tokenizers.src.encode(s) for s in sources], prefixes)
     outputs = []
     for source, hyps in zip(sources, nbests):

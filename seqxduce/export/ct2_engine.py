@@ -17,7 +17,7 @@ from pathlib import Path
 
 from seqxduce.api import Report
 from seqxduce.decoding.decode import Output, encode_prefixes, score_outputs, split_examples
-from seqxduce.decoding.engines import Engine
+from seqxduce.decoding.engines import Engine, Planned
 from seqxduce.decoding.jobs import RunSpec
 from seqxduce.decoding.scoring import PairScore
 from seqxduce.export import ct2_decoding
@@ -40,6 +40,18 @@ class CTranslate2Engine(Engine):
     def open(self, spec: RunSpec) -> Iterator[ExportedRun]:
         with tempfile.TemporaryDirectory(prefix="seqxduce-ct2-") as work:
             yield load_export(spec.run, spec.overrides, Path(work), changes=spec.changes)
+
+    def planned(self, spec: RunSpec) -> Planned | None:
+        """An export folder's load, known before the translator loads (so a language it does not know is refused,
+        and a complete output found, before it does); a run exported on the fly is known once exported."""
+        if not is_export(spec.run):
+            return None
+        from seqxduce.decoding.changes import with_changes
+        from seqxduce.rundir import RunDir
+
+        recipe = with_changes(RunDir(Path(spec.run)).load_recipe(spec.overrides), spec.changes)
+        return Planned(recipe, f"ctranslate2:{Path(spec.run).resolve()}",
+                       sorted(p for p in Path(spec.run).iterdir() if p.is_file()))
 
     def check_processes(self, spec: RunSpec, processes: int | None) -> None:
         if (processes or 1) > 1 and not is_export(spec.run):  # before the export, the files and the workers

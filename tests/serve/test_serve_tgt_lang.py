@@ -95,3 +95,26 @@ def test_a_language_per_request_decodes_as_decode_tgt_lang_does(tagged_run, tmp_
         assert status == 200 and answer["notices"] == [
             "fr→de was never trained (the run's directions: en→de, en→fr): decoded zero-shot, of unknown quality"]
         assert call(server, "/health")[0] == 200
+
+
+def test_the_ctranslate2_engine_serves_a_language_per_request(tagged_run, tmp_path):
+    """serve --engine ctranslate2 of the run's export: the tag forced as CTranslate2's target_prefix, answers as
+    `decode --engine ctranslate2 --tgt-lang` gives them."""
+    pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed")
+    export = seqxduce.export_run(tagged_run, tmp_path / "ct2").directory
+    expected = {lang: [o.text for o in seqxduce.decode(export, SOURCES, tgt_lang=lang, engine="ctranslate2")]
+                for lang in ("de", "fr")}
+    with serving(export, tmp_path, "--engine", "ctranslate2", "--threads", "1") as server:
+        for lang in ("de", "fr"):
+            status, _, answer = call(server, "/v1/decode", {"inputs": SOURCES, "tgt_lang": lang})
+            assert status == 200, answer
+            assert [hyps[0]["text"] for hyps in answer["outputs"]] == expected[lang]
+        status, _, answer = call(server, "/v1/decode", {"inputs": [{"source": SOURCES[0], "tgt_lang": "fr"},
+                                                                   SOURCES[1]], "tgt_lang": "de"})
+        assert status == 200 and [hyps[0]["text"] for hyps in answer["outputs"]] == [expected["fr"][0],
+                                                                                     expected["de"][1]]
+        status, _, answer = call(server, "/v1/decode", {"inputs": SOURCES[:1], "tgt_lang": "fr", "nbest": 2})
+        assert status == 200 and all(h["text"].startswith("<2fr>") for h in answer["outputs"][0])
+        status, _, answer = call(server, "/v1/decode", {"inputs": SOURCES, "tgt_lang": "es"})
+        assert status == 422 and answer["error"] == "tgt_lang: target language 'es': the run never saw it; it " \
+                                                    "writes de, fr"

@@ -96,6 +96,45 @@ def test_a_one_pair_task_knows_its_own_target_only():
         task.directed(Example("a cat", ""), Direction("fr"))
 
 
+def test_a_tag_is_spelt_as_lang_tag_format_says(tmp_path):
+    """Marian's >>fr<< instead of <2fr>: in training's examples, in a chosen language and in what the tokenizer
+    keeps whole."""
+    write_data(tmp_path, {"train": 3, "valid": 2, "test": 2})
+    task = build_translation_task(TranslationSettings(lang_tag="source", lang_tag_format=">>{lang}<<",
+                                                      dataset="files", corpus=[{"src_lang": "en", "tgt_lang": "de"},
+                                                                               {"src_lang": "en", "tgt_lang": "fr"}]))
+    assert task.examples("train", tmp_path)[3].source.startswith(">>fr<< ")
+    assert task.directed(Example("a cat", ""), Direction("de")).example.source == ">>de<< a cat"
+    assert task.reserved_symbols() == (">>de<<", ">>en<<", ">>fr<<")
+
+
+def test_a_model_whose_targets_tgt_langs_lists_takes_one_of_them():
+    """An imported multilingual Marian model's recipe: its targets listed, its sources unknown."""
+    task = build_translation_task(TranslationSettings(lang_tag="source", lang_tag_format=">>{lang}<<",
+                                                      tgt_langs=["fra", "por", "zho_Hans"]))
+    chosen = task.directed(Example("a cat", ""), Direction("zho_Hans", "eng"))
+    assert chosen.example.source == ">>zho_Hans<< a cat" and chosen.notice == ""
+    with pytest.raises(UserError) as err:
+        task.directed(Example("a cat", ""), Direction("deu"))
+    assert str(err.value) == "target language 'deu': the model has no tag >>deu<<; it writes fra, por, zho_Hans"
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"lang_tag_format": "<2lang>"}, "[task] lang_tag_format = '<2lang>': write the tag with {lang} once"),
+    ({"lang_tag_format": "{lang}"}, "[task] lang_tag_format = '{lang}'"),
+    ({"lang_tag_format": "<2 {lang}>"}, "no spaces or other braces"),
+    ({"tgt_langs": ["fra"]}, "[task] tgt_langs = ['fra'] are chosen by a tag: set [task] lang_tag"),
+    ({"tgt_langs": ["fra", "fra"], "lang_tag": "source"}, "[task] tgt_langs names 'fra' twice"),
+    ({"tgt_langs": ["fr a"], "lang_tag": "source"}, "[task] tgt_langs: 'fr a' is not a language code"),
+    ({"tgt_langs": ["fra"], "lang_tag": "source", "corpus": [{"src_lang": "en", "tgt_lang": "de"}]},
+     "with corpora their tgt_lang are the targets: remove tgt_langs"),
+])
+def test_a_tag_format_or_target_list_that_cannot_work_is_refused_in_one_line(values, message):
+    with pytest.raises(UserError) as err:
+        TranslationSettings(**values)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
 # ---------------------------------------------------------------- a trained run
 
 
