@@ -111,3 +111,27 @@ def test_a_teacher_that_cannot_read_the_students_sources_is_refused_in_one_line(
         engine.distill(teachers[teacher_tag], recipe, cache.parent / "student", overrides=STUDENT)
     assert message in str(err.value) and "\n" not in str(err.value)
     assert not list(cache.glob("distilled-*")) and not (cache.parent / "student").exists()
+
+
+def test_a_direction_of_known_languages_is_distilled_zero_shot_with_a_notice():
+    """The check alone (no model): a student direction the teacher never trained but whose languages it knows is a
+    notice; a one-pair teacher and student tag nothing and pass as before; a student of another task passes."""
+    from seqxduce_translation import build_translation_task
+    from seqxduce_translation.settings import TranslationSettings
+
+    def task(lang_tag: str = "none", *pairs: tuple[str, str], **one):
+        corpus = [{"src_lang": s, "tgt_lang": t} for s, t in pairs]
+        return build_translation_task(TranslationSettings(lang_tag=lang_tag, corpus=corpus, **one))
+
+    teacher = task("source", ("en", "de"), ("en", "fr"))
+    assert teacher.as_teacher_of(task("source", ("en", "de"), ("en", "fr"))) == ""
+    notice = teacher.as_teacher_of(task("source", ("en", "de"), ("fr", "de")))
+    assert notice == "fr→de was never trained (the run's directions: en→de, en→fr): decoded zero-shot, of unknown " \
+                     "quality"
+    with pytest.raises(UserError, match="source language 'cs': the run never saw it; it knows de, en, fr"):
+        teacher.as_teacher_of(task("source", ("cs", "de")))
+    one = task(src_lang="en", tgt_lang="de")
+    assert one.as_teacher_of(task(src_lang="en", tgt_lang="de")) == ""
+    from seqxduce.api import Task
+
+    assert teacher.as_teacher_of(Task.__new__(type("Other", (Task,), {"examples": None, "score": None}))) == ""
