@@ -227,6 +227,13 @@ class Task(abc.ABC):
         raise UserError(f"the {direction.target!r} chosen: task {type(self).__name__} writes one kind of output and "
                         "has no direction to choose; leave the language out")
 
+    def as_teacher_of(self, student: Task) -> str:
+        """Whether a model trained on this task's examples (a distillation teacher) reads the training examples of
+        `student` as they are written (their sources, and the target prefixes decoding forces, Example.prefix): a
+        UserError saying what differs and how to fix it when it does not (a multilingual teacher that reads a tag
+        the student's sources lack), else a notice for the user ("" for none). The default: any student."""
+        return ""
+
     def for_group(self, group: str) -> Task:
         """The task that scores the outputs of one group of a split (Example.group), e.g. a multilingual task's
         one-direction task, whose metric knows its target language; the default scores every group as itself."""

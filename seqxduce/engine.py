@@ -154,8 +154,8 @@ def distill(teacher: str | Path, recipe: str | Path, out: str | Path | None = No
     # the ensemble first: its set is the student's targets; then, with member_outputs, each member's alone
     teachers = [the_teacher, *(member_teachers(the_teacher, where) if student.distill.member_outputs else ())]
 
-    def decoding_with(one: Teacher) -> Callable[[Path, Path, bool], None]:
-        def decode_with_teacher(sources: Path, targets: Path, resume: bool) -> None:
+    def decoding_with(one: Teacher) -> Callable[[Path, Path | None, Path, bool], None]:
+        def decode_with_teacher(sources: Path, prefixes: Path | None, targets: Path, resume: bool) -> None:
             from seqxduce.decoding.file_jobs import DecodeFile
             from seqxduce.decoding.file_jobs import decode_file as run_request
             from seqxduce.export.engine_choice import engine_named
@@ -164,7 +164,8 @@ def distill(teacher: str | Path, recipe: str | Path, out: str | Path | None = No
             # the student learns to write), not the task's postprocessed outputs; a stopped decode is continued by
             # distill's own command (make_set resumes it), which a stop's line says
             run_request(DecodeFile(run=_run_spec(one.run, one.overrides, (), checkpoint),
-                                   engine=engine_named("seqxduce"), input=sources, output=targets, resume=resume,
+                                   engine=engine_named("seqxduce"), input=sources, prefix_file=prefixes,
+                                   output=targets, resume=resume,
                                    processes=processes, as_targets=True, continued_by=DISTILL_CONTINUED_BY))
         return decode_with_teacher
 

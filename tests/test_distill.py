@@ -200,6 +200,31 @@ def test_a_share_of_the_original_pairs_trains_beside_the_distilled_ones(tmp_path
     assert DistilledTask(task, distilled, 0.5).examples("valid", tmp_path) == []
 
 
+def test_each_pair_keeps_its_corpus_and_forced_prefix_and_a_set_of_one_corpus_holds_neither(tmp_path: Path) -> None:
+    """A task of several corpora (a multilingual translation's): each pair's corpus and target prefix are kept
+    beside the sources, the teacher decodes with the prefixes, and the student's pairs, its originals too, carry
+    both; a task of one corpus writes no such file (its sets are what they were)."""
+    tagged = [Example(f"s{i}", f"<2{lang}> t{i}", corpus=f"en-{lang}", prefix=f"<2{lang}>")
+              for i, lang in enumerate(["de"] * 3 + ["fr"] * 2)]
+    distilled = DistilledSet(tmp_path / "set")
+    assert distilled.write_sources(iter(tagged), "test") == 5
+    assert distilled.corpora.read_text().splitlines() == ["en-de"] * 3 + ["en-fr"] * 2
+    assert distilled.prefixes.read_text().splitlines() == ["<2de>"] * 3 + ["<2fr>"] * 2
+    distilled.targets.write_text("".join(f"{e.prefix} d{i}\n" for i, e in enumerate(tagged)))
+    distilled.finish(5, {"made": "by hand"})
+    task = Lines([(e.source, e.target) for e in tagged])
+    every = list(DistilledTask(task, distilled, 1.0).stream("train", tmp_path))
+    assert every[:2] == [Example("s0", "<2de> d0", corpus="en-de", prefix="<2de>"),
+                         Example("s0", "<2de> t0", corpus="en-de", prefix="<2de>")]
+    assert [e.corpus for e in every] == ["en-de"] * 6 + ["en-fr"] * 4
+    assert distilled.corpora in DistilledTask(task, distilled).data_files("train", tmp_path)
+
+    plain = made_by_hand(tmp_path / "plain", [("s", "t")], ["d"])
+    assert sorted(p.name for p in plain.folder.iterdir()) == ["distilled.json", "originals.txt", "sources.txt",
+                                                              "targets.txt"]
+    assert list(DistilledTask(Lines([("s", "t")]), plain).stream("train", tmp_path)) == [Example("s", "d")]
+
+
 def test_the_shares_file_made_by_two_processes_at_once_is_the_first_ones(tmp_path: Path, monkeypatch) -> None:
     """Every rank of a torchrun world asks for the share's file at once, and its time keys the prepared data: a
     second writer that found no file yet must not replace the first's (two times gave two keys, and a rank waited

@@ -76,3 +76,35 @@ def _arrow(direction: tuple[str, str]) -> str:
 
 def _joined(label: str, prefix: str) -> str:
     return f"{label} {prefix}" if prefix else label
+
+
+TAGGING = {"source": 'writes the target language as a tag at the start of the source (lang_tag = "source")',
+           "target": 'forces the target language\'s tag as the first target token (lang_tag = "target")',
+           "none": 'writes no language tag (lang_tag = "none")'}
+
+
+def teacher_of(settings: TranslationSettings, corpora: list[Corpus], student: TranslationSettings,
+               student_corpora: list[Corpus]) -> str:
+    """Whether a teacher of these settings reads the student's training sources as the student writes them (a
+    distillation decodes each as it stands, with its forced prefix): the same lang_tag, and each direction of the
+    student's corpora one whose languages the teacher knows (as `decode --tgt-lang T --src-lang S` checks them).
+    Refused in one line otherwise; a direction never trained, of known languages, gives a notice (zero-shot)."""
+    mine, theirs = settings.lang_tag, student.lang_tag
+    if mine != theirs:
+        fix = f'[task] lang_tag = "{mine}"' + (" with its pairs as [[task.corpus]] tables"
+                                               if mine != "none" and not student_corpora else "")
+        raise UserError(f"distill: the teacher {TAGGING[mine]} but the student {TAGGING[theirs]}, so the teacher "
+                        f"cannot tell which language to write for the student's sources; give the student {fix}, "
+                        "or distill from a teacher tagged as the student is")
+    if mine == "none":
+        return ""  # one target language on both sides: each source decoded as it stands, as for one pair
+    notices = []
+    for src, tgt in dict.fromkeys(corpus.direction for corpus in student_corpora):
+        try:
+            found = directed(settings, corpora, Example("", ""), Direction(tgt, src))
+        except UserError as err:
+            raise UserError(f"distill: the student's {src}-{tgt} pairs: {err}; distill only the directions the "
+                            "teacher writes") from None
+        if found.notice:
+            notices.append(found.notice)
+    return "; ".join(notices)

@@ -10,7 +10,7 @@ from seqxduce.api import Directed, Direction, Example, Postprocessed, Report, Ta
 from .corpora import Corpus, corpora_of, direction_name, tag
 from .corpus import CleanRules, CorpusStats, load_parallel, stream_parallel
 from .datasets import make_dataset
-from .directions import directed, tagged
+from .directions import directed, tagged, teacher_of
 from .download import log
 from .metrics import score_translations
 from .settings import TranslationSettings
@@ -152,6 +152,15 @@ class TranslationTask(Task):
     def directed(self, example: Example, direction: Direction) -> Directed:
         """The example for the language chosen where the model is used, tagged as training tagged its own."""
         return directed(self.settings, self.corpora, example, direction)
+
+    def as_teacher_of(self, student: Task) -> str:
+        """A distillation teacher reads the student's training sources as the student writes them: both tag the
+        target language the same way (lang_tag), and every target language (and source language) of the student's
+        corpora is one this teacher knows; refused in one line otherwise. A direction it was never trained on but
+        whose languages it knows is distilled zero-shot, with a notice."""
+        if not isinstance(student, TranslationTask):
+            return ""
+        return teacher_of(self.settings, self.corpora, student.settings, student.corpora)
 
     def postprocess(self, hypothesis: str, source: str) -> Postprocessed:
         """An output as the task writes it: without the language tag a forced target prefix starts it with."""

@@ -15,18 +15,21 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from seqxduce.api import Example, Postprocessed, Report, Task, UserError, count_lines
+from seqxduce.api import Directed, Direction, Example, Postprocessed, Report, Task, UserError, count_lines
 from seqxduce.atomic import atomic_write, atomic_write_text, write_once_text
 from seqxduce.recipe import Recipe
 
 SOURCES, ORIGINALS, TARGETS, RECORD = "sources.txt", "originals.txt", "targets.txt", "distilled.json"
+# per pair, beside the sources, and only when some pair has one: its training corpus (Example.corpus, a task of
+# several corpora) and the target prefix decoding forces (Example.prefix: a multilingual task's target tag)
+CORPORA, PREFIXES = "corpora.txt", "prefixes.txt"
 FORMAT = "seqxduce-distilled-1"
 # the seed of the originals' share, fixed: a student's [train] seed changes its parameters, not its data
 MIX_SEED = 20161
@@ -64,6 +67,14 @@ class DistilledSet:
         return self.folder / TARGETS
 
     @property
+    def corpora(self) -> Path:
+        return self.folder / CORPORA
+
+    @property
+    def prefixes(self) -> Path:
+        return self.folder / PREFIXES
+
+    @property
     def record_file(self) -> Path:
         return self.folder / RECORD
 
@@ -82,22 +93,37 @@ class DistilledSet:
         return self.sources.is_file() and self.originals.is_file()
 
     def write_sources(self, examples: Iterator[Example], where: str) -> int:
-        """The split's sources and original targets, one per line, written atomically (a stop leaves neither or
-        both); a text holding a line break, which one line per pair cannot carry, is refused naming the pair."""
+        """The split's sources and original targets, one per line, and beside them, when some example has one, its
+        corpus (corpora.txt) and its forced target prefix (prefixes.txt), written atomically (a stop leaves all or
+        none: the originals, renamed last, say they are there); a text holding a line break, which one line per
+        pair cannot carry, is refused naming the pair."""
         self.folder.mkdir(parents=True, exist_ok=True)
         count = 0
         with atomic_write(self.originals, "w", encoding="utf-8") as tgt:
             with atomic_write(self.sources, "w", encoding="utf-8") as src:
-                for count, example in enumerate(examples, 1):
-                    for side, text in (("source", example.source), ("target", example.target)):
-                        if "\n" in text or "\r" in text:
-                            raise UserError(f"{where}: the {side} of training pair {count} holds a line break; "
-                                            "distillation decodes one source per line: remove it from the data")
-                    src.write(example.source + "\n")
-                    tgt.write(example.target + "\n")
+                with _unless_used(self.corpora) as corpora, _unless_used(self.prefixes) as prefixes:
+                    for count, example in enumerate(examples, 1):
+                        for side, text in (("source", example.source), ("target", example.target),
+                                           ("prefix", example.prefix), ("corpus", example.corpus)):
+                            if "\n" in text or "\r" in text:
+                                raise UserError(f"{where}: the {side} of training pair {count} holds a line break; "
+                                                "distillation decodes one source per line: remove it from the data")
+                        src.write(example.source + "\n")
+                        tgt.write(example.target + "\n")
+                        corpora.write(example.corpus)
+                        prefixes.write(example.prefix)
         if count == 0:
             raise UserError(f"{where}: the training split is empty: nothing to distill")
         return count
+
+    def lines_of(self, path: Path) -> Iterator[str]:
+        """A per-pair file's lines (corpora.txt, prefixes.txt), or "" for every pair when the set has none."""
+        if path.is_file():
+            with open(path, encoding="utf-8") as handle:
+                yield from (line.rstrip("\n") for line in handle)
+        else:
+            while True:
+                yield ""
 
     def finish(self, pairs: int, parts: Mapping[str, Any]) -> None:
         """Mark the set whole, once the teacher's outputs are final; refused when their count is not the
@@ -117,6 +143,34 @@ class DistilledSet:
         path = self.folder / f"mix-{ratio!r}.json"
         write_once_text(path, json.dumps({"original_ratio": ratio, "seed": MIX_SEED}) + "\n")
         return path
+
+
+class _PerPair:
+    """One line per pair into an atomic writer, kept only if some line is not empty."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle, self.used = handle, False
+
+    def write(self, text: str) -> None:
+        self.used = self.used or bool(text)
+        self.handle.write(text + "\n")
+
+
+class _Unused(Exception):
+    """Raised inside an atomic writer to drop its file: no pair had a line for it."""
+
+
+@contextmanager
+def _unless_used(path: Path) -> Iterator[_PerPair]:
+    """A per-pair file written atomically when some pair wrote a line into it, else not written at all."""
+    try:
+        with atomic_write(path, "w", encoding="utf-8") as handle:
+            lines = _PerPair(handle)
+            yield lines
+            if not lines.used:
+                raise _Unused
+    except _Unused:
+        pass
 
 
 def _check_same_sources(member: DistilledSet, distilled: DistilledSet, record: Mapping[str, Any]) -> None:
@@ -175,19 +229,37 @@ class DistilledTask(Task):
         with ExitStack() as files:
             src, out, orig, *more = (files.enter_context(open(path, encoding="utf-8")) for path in
                                      (d.sources, d.targets, d.originals, *(m.targets for m in self.members)))
+            # each pair keeps its corpus (batches are drawn across the corpora as the task's own are) and its
+            # forced prefix, as the task's training examples have them
+            kept = zip(d.lines_of(d.corpora), d.lines_of(d.prefixes))
             for i, (source, target, original, *others) in enumerate(zip(src, out, orig, *more, strict=True)):
                 source = source.rstrip("\n")
-                yield Example(source, target.rstrip("\n"))
+                corpus, prefix = next(kept)
+                yield Example(source, target.rstrip("\n"), corpus=corpus, prefix=prefix)
                 for other in others:  # each member's own output right after the ensemble's
-                    yield Example(source, other.rstrip("\n"))
+                    yield Example(source, other.rstrip("\n"), corpus=corpus, prefix=prefix)
                 if chosen[i]:
-                    yield Example(source, original.rstrip("\n"))
+                    yield Example(source, original.rstrip("\n"), corpus=corpus, prefix=prefix)
 
     def data_files(self, split: str, data_dir: Path) -> list[Path] | None:
         if split != "train":
             return self.task.data_files(split, data_dir)
         d = self.distilled
-        return [d.sources, d.targets, d.originals, *(m.targets for m in self.members), d.mix_file(self.original_ratio)]
+        beside = [path for path in (d.corpora, d.prefixes) if path.is_file()]
+        return [d.sources, d.targets, d.originals, *beside, *(m.targets for m in self.members),
+                d.mix_file(self.original_ratio)]
+
+    def corpus_weights(self) -> dict[str, float]:
+        return self.task.corpus_weights()
+
+    def reserved_symbols(self) -> tuple[str, ...]:
+        return self.task.reserved_symbols()
+
+    def directed(self, example: Example, direction: Direction) -> Directed:
+        return self.task.directed(example, direction)
+
+    def as_teacher_of(self, student: Task) -> str:
+        return self.task.as_teacher_of(student)
 
     def postprocess(self, hypothesis: str, source: str) -> Postprocessed:
         return self.task.postprocess(hypothesis, source)

@@ -23,9 +23,10 @@ from seqxduce.recipe import Recipe
 from seqxduce.settings_check import keyed_values
 from seqxduce.torchrun import is_rank_zero
 
-# decode(sources, targets, resume): the teacher's outputs for a file of sources, streamed into targets
-# (seqxduce.decode_file with the teacher's run, search and processes; made by the caller)
-Decode = Callable[[Path, Path, bool], None]
+# decode(sources, prefixes, targets, resume): the teacher's outputs for a file of sources, each forced to start with
+# its line of prefixes (None: no prefixes), streamed into targets (seqxduce.decode_file with the teacher's run,
+# search and processes; made by the caller)
+Decode = Callable[[Path, "Path | None", Path, bool], None]
 DISTILLED_PREFIX = "distilled-"
 
 
@@ -44,6 +45,10 @@ def find_sets(student: Recipe, teachers: Sequence[Teacher], root: Path | None = 
     (Teacher.key_parts), the training data's bytes (data_content, read once for all) and the student's [task]."""
     task = components.build_task(student)
     data_dir = components.data_dir(student)
+    for teacher in teachers:  # a teacher that cannot read the student's sources as written: one line, before all
+        notice = components.build_task(teacher.recipe).as_teacher_of(task)
+        if notice and is_rank_zero():
+            console.print(f"distill: notice: {notice}", markup=False, highlight=False)
     if is_rank_zero():
         task.prepare(data_dir)
     examples = Examples(task, data_dir)
@@ -52,6 +57,8 @@ def find_sets(student: Recipe, teachers: Sequence[Teacher], root: Path | None = 
     # other sets
     shared = {"data": data_content(task, data_dir, examples),
               "task": keyed_values(student.compared()["task"], student.task.settings), "written": "targets"}
+    if task.corpus_weights():  # each pair's corpus and forced prefix kept beside it: sets made before did not
+        shared["per_pair"] = ["corpus", "prefix"]
     planned = []
     for teacher in teachers:
         parts = {"teacher": teacher.key_parts(), **shared}
@@ -87,7 +94,10 @@ def make_set(planned: Planned, teacher: Teacher, decode: Decode, where: str) -> 
     _await_sources(distilled)
     targets = distilled.targets
     started = any(p.exists() for p in (targets, partial_path(targets), record_path(targets)))
-    decode(distilled.sources, targets, started)
+    # a multilingual task whose target starts with its language's tag: the teacher is forced to start with it,
+    # so that it writes the pair's direction and its output is the student's training target, tag included
+    prefixes = distilled.prefixes if distilled.prefixes.is_file() else None
+    decode(distilled.sources, prefixes, targets, started)
     if main:
         distilled.finish(count_lines(distilled.sources), planned.parts)
     return distilled
