@@ -67,6 +67,21 @@ beam = 2
 """
 
 
+# the RECIPE's one-pair twin: en→de, no tags
+ONE_PAIR = """
+[task]
+name = "translation"
+dataset = "files"
+data_dir = "data"
+src_lang = "en"
+tgt_lang = "de"
+max_ratio = 0
+""" + RECIPE[RECIPE.index("[tokenizer]"):]
+# enough steps that the outputs are words (the tags' effect shows), few enough for seconds on one core: the runs
+# the decode, export and distillation tests train once per module
+WORDY = ["train.validate_every=0", "train.max_steps=24", "train.max_tokens=300", "train.checkpoint_every=24"]
+
+
 def write_data(folder: Path, sizes: dict[str, int]) -> None:
     """Tiny parallel text: en -> de and en -> fr word for word, per split."""
     rng = random.Random(0)

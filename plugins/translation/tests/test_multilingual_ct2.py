@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_multilingual import RECIPE, write_data
+from test_multilingual import RECIPE, WORDY, write_data
 
 import seqxduce
 from seqxduce import engine
@@ -21,7 +21,6 @@ pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip ins
 
 SOURCES = ["a cat sees a dog", "a red house", "a big tree sees a cat", "a dog", "a house sees a big red tree"]
 # enough steps that the outputs are words and depend on the tag, few enough for seconds on one core
-TRAIN = ["train.validate_every=0", "train.max_steps=24", "train.max_tokens=300", "train.checkpoint_every=24"]
 SEARCHES = {
     "greedy": ["decode.name=greedy"],
     "beam 4": ["decode.name=beam", "decode.beam=4", "decode.alpha=0"],
@@ -41,7 +40,7 @@ def exported(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
         runs = {}
         for tag in ("source", "target"):
             (root / f"{tag}.toml").write_text(RECIPE.format(tag=tag), encoding="utf-8")
-            run = engine.train(root / f"{tag}.toml", root / tag, overrides=TRAIN).run_dir
+            run = engine.train(root / f"{tag}.toml", root / tag, overrides=WORDY).run_dir
             runs[tag] = (run, seqxduce.export_run(run, root / f"{tag}-ct2").directory)
         yield runs
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_multilingual import RECIPE, write_data
+from test_multilingual import ONE_PAIR, RECIPE, WORDY, write_data
 
 from seqxduce import engine
 from seqxduce.api import UserError
@@ -17,17 +17,7 @@ from seqxduce.cli import add_plugin_commands
 from seqxduce.corpus import binarized
 from seqxduce.corpus.distilled import DistilledSet
 
-TEACHER = ["train.validate_every=0", "train.max_steps=24", "train.max_tokens=300", "train.checkpoint_every=24"]
 STUDENT = ["train.validate_every=0", "train.max_steps=2", "train.checkpoint_every=2"]
-ONE_PAIR = """
-[task]
-name = "translation"
-dataset = "files"
-data_dir = "data"
-src_lang = "en"
-tgt_lang = "de"
-max_ratio = 0
-""" + RECIPE[RECIPE.index("[tokenizer]"):]
 PAIRS = 240
 
 
@@ -41,7 +31,7 @@ def teachers(tmp_path_factory) -> dict[str, Path]:
         trained = {}
         for tag in ("source", "target"):
             (root / f"{tag}.toml").write_text(RECIPE.format(tag=tag), encoding="utf-8")
-            trained[tag] = engine.train(root / f"{tag}.toml", root / f"teacher-{tag}", overrides=TEACHER).run_dir
+            trained[tag] = engine.train(root / f"{tag}.toml", root / f"teacher-{tag}", overrides=WORDY).run_dir
         yield trained
 
 

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 from seqxduce_translation import build_translation_task
 from seqxduce_translation.settings import TranslationSettings
-from test_multilingual import RECIPE, write_data
+from test_multilingual import ONE_PAIR, RECIPE, WORDY, write_data
 
 import seqxduce
 from seqxduce import engine
@@ -21,17 +21,6 @@ from seqxduce.api import Direction, Example, UserError
 from seqxduce.cli import add_plugin_commands
 
 SOURCES = ["a cat sees a dog", "a red house", "a big tree sees a cat", "a dog"]
-# enough steps that the outputs are words (the tags' effect shows), few enough for seconds on one core
-TRAIN = ["train.validate_every=0", "train.max_steps=24", "train.max_tokens=300", "train.checkpoint_every=24"]
-ONE_PAIR = """
-[task]
-name = "translation"
-dataset = "files"
-data_dir = "data"
-src_lang = "en"
-tgt_lang = "de"
-max_ratio = 0
-""" + RECIPE[RECIPE.index("[tokenizer]"):]
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +34,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
         for name, text in (("source", RECIPE.format(tag="source")), ("target", RECIPE.format(tag="target")),
                            ("one", ONE_PAIR)):
             (root / f"{name}.toml").write_text(text, encoding="utf-8")
-            trained[name] = engine.train(root / f"{name}.toml", root / name, overrides=TRAIN).run_dir
+            trained[name] = engine.train(root / f"{name}.toml", root / name, overrides=WORDY).run_dir
         yield trained
 
 
