@@ -56,7 +56,7 @@ def first_on_node() -> bool:
     return local_rank() == 0
 
 
-def under_torchrun(environ: Mapping[str, str] | None = None) -> bool:
+def started_by_torchrun(environ: Mapping[str, str] | None = None) -> bool:
     """Whether this process is one of torchrun's workers (torchrun names its run in every worker)."""
     environ = os.environ if environ is None else environ
     return "TORCHELASTIC_RUN_ID" in environ and "RANK" in environ
@@ -107,7 +107,7 @@ def _attempt_store(rank: int, world_size: int, timeout: datetime.timedelta):
 def watch_launcher(environ: Mapping[str, str] | None = None) -> threading.Thread | None:
     """Under torchrun, a daemon thread that stops this process as SIGTERM does once its launcher is gone; the
     thread, or None outside torchrun."""
-    if not under_torchrun(environ):
+    if not started_by_torchrun(environ):
         return None
     launcher = os.getppid()
     watcher = threading.Thread(target=_watch, args=(launcher,), name="seqxduce-launcher-watch", daemon=True)
@@ -133,7 +133,7 @@ def omp_default_of_torchrun(environ: Mapping[str, str] | None = None) -> bool:
     as it was started is read from /proc (a variable torchrun adds to its own os.environ does not appear there);
     unreadable, the variable counts as the user's."""
     environ = os.environ if environ is None else environ
-    if not under_torchrun(environ) or environ.get("OMP_NUM_THREADS", "").strip() != "1":
+    if not started_by_torchrun(environ) or environ.get("OMP_NUM_THREADS", "").strip() != "1":
         return False
     if int(environ.get("LOCAL_WORLD_SIZE", "1") or 1) <= 1:
         return False

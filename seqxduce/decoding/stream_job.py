@@ -34,7 +34,7 @@ from seqxduce.decoding.streaming import (
 )
 from seqxduce.errors import TrainingStopped
 from seqxduce.stopping import Abandoned, StopRequest, signal_name, stop_on_signals
-from seqxduce.torchrun import world_size
+from seqxduce.torchrun import join_process_group, world_size
 
 
 @dataclass
@@ -168,8 +168,6 @@ def _join_ranks() -> tuple[int, int, Any, bool]:
 
     owned = not dist.is_initialized()
     if owned:
-        from seqxduce.torchrun import join_process_group
-
         # torch's default timeout, as before: a rank that waits for another's buffer waits as long as it takes
         join_process_group("gloo", dist.default_pg_timeout)
         group = None

@@ -13,7 +13,6 @@ import torch.distributed as dist
 from seqxduce import torchrun
 from seqxduce.api import UserError
 from seqxduce.device import device_for
-from seqxduce.torchrun import join_process_group
 
 
 @dataclass
@@ -130,7 +129,7 @@ def setup(device_setting: str, timeout: float = 600.0) -> World:
 def _join(backend: str, timeout: float) -> None:
     """init_process_group through a store of this torchrun attempt's own (seqxduce.torchrun: a restart needs no
     extra setting)."""
-    join_process_group(backend, datetime.timedelta(seconds=timeout))
+    torchrun.join_process_group(backend, datetime.timedelta(seconds=timeout))
 
 
 def is_collective_failure(err: BaseException) -> bool:
