@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["UserError", "TrainingStopped", "Settings", "setting", "setting_like", "check_settings", "Example",
            "Direction", "Directed",
            "Hypothesis", "Postprocessed", "Report", "VocabInfo", "ModelOutput", "Task", "Tokenizer", "Model",
-           "StepConstraint", "DecodeRequest", "Decoder", "TaskFactory", "TokenizerFactory", "ModelFactory",
+           "StepConstraint", "Phrases", "DecodeRequest", "Decoder", "TaskFactory", "TokenizerFactory", "ModelFactory",
            "DecoderFactory", "read_lines", "Importer", "ImportedModel", "ImporterFactory"]
 
 
@@ -456,6 +456,22 @@ class StepConstraint(abc.ABC):
         """The search kept rows: new row i continues old row origin[i] with token tokens[i]."""
 
 
+@dataclass(frozen=True)
+class Phrases:
+    """One source's lexical constraints as target token ids: `include`, phrases every output must contain (in any
+    order), and `exclude`, phrases no output may contain. A phrase is one or more tokens."""
+
+    include: tuple[tuple[int, ...], ...] = ()
+    exclude: tuple[tuple[int, ...], ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.include or self.exclude)
+
+    def tokens_needed(self) -> int:
+        """The tokens the phrases that must appear take (at most: one phrase may overlap another)."""
+        return sum(map(len, self.include))
+
+
 @dataclass
 class DecodeRequest:
     """A batch of sources to decode: token ids (B, S) plus the raw source text, for decoders with constraints."""
@@ -469,6 +485,9 @@ class DecodeRequest:
     # None or [] = none. The core's searches force them; they belong to the output and count in its logprob, not
     # in its score (what follows the prefix ranks hypotheses, as Hugging Face's decoder_input_ids)
     prefixes: list[list[int]] | None = None
+    # per source, phrases every output must contain and phrases none may (decoding/phrases.py); None or empty
+    # Phrases = none. The core's searches honour them
+    constraints: list[Phrases] | None = None
 
 
 class Decoder(abc.ABC):

@@ -67,7 +67,7 @@ def score_ids(model: Model, tokenizer: Tokenizer, sources: Sequence[list[int]], 
             tgt_out = pad_sources([targets[i] + [eos] for i in chunk], pad).to(device)  # (B, T): what each chose
             with torch.no_grad(), autocast_context(device, precision):
                 logits = model(src, tgt_in).logits  # (B, T, V)
-            # float32 as the searches read a step's log-probs (seqxduce.decoding.search._next_logprobs)
+            # float32 as the searches read a step's log-probs (seqxduce.decoding.search._StepRules)
             logprobs = logits.float().log_softmax(dim=-1).gather(2, tgt_out.unsqueeze(2)).squeeze(2)  # (B, T)
             for i, values in zip(chunk, logprobs.tolist()):
                 results[i] = values[: len(targets[i]) + 1]  # the padding's positions left out
