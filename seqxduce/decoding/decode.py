@@ -109,7 +109,7 @@ def decode_sources(run: DecodeParts, examples: Sequence[Example] | Sequence[str]
     was_training = model.training
     model.eval()
     try:
-        for chunk in length_batches(order, [len(e) for e in encoded], decode.batch_size, decode.batch_tokens):
+        for chunk in source_batches(order, [len(e) for e in encoded], decode.batch_size, decode.batch_tokens):
             request = DecodeRequest(
                 src=pad_sources([encoded[i] for i in chunk], tgt.pad_id).to(device),
                 sources=[sources[i] for i in chunk], bos_id=tgt.bos_id, eos_id=tgt.eos_id, pad_id=tgt.pad_id,
@@ -126,7 +126,7 @@ def decode_sources(run: DecodeParts, examples: Sequence[Example] | Sequence[str]
     return [r for r in results if r is not None]
 
 
-def length_batches(order: Sequence[int], lengths: Sequence[int], batch_size: int,
+def source_batches(order: Sequence[int], lengths: Sequence[int], batch_size: int,
                    batch_tokens: int = 0) -> list[list[int]]:
     """Consecutive batches of `order` (indices sorted by length, shortest first): at most batch_size each, or with
     batch_tokens > 0 as many as keep (count x longest) within batch_tokens; a source longer than that goes alone."""

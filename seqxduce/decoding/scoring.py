@@ -22,7 +22,7 @@ import torch
 
 from seqxduce.api import Model, Tokenizer, UserError
 from seqxduce.data import encode_source, pad_sources
-from seqxduce.decoding.decode import LoadedRun, length_batches
+from seqxduce.decoding.decode import LoadedRun, source_batches
 from seqxduce.decoding.search import length_penalty
 from seqxduce.decoding.search_settings import BeamSettings
 from seqxduce.device import autocast_context
@@ -61,7 +61,7 @@ def score_ids(model: Model, tokenizer: Tokenizer, sources: Sequence[list[int]], 
     was_training = model.training
     model.eval()
     try:
-        for chunk in length_batches(order, [len(s) for s in sources], batch_size):
+        for chunk in source_batches(order, [len(s) for s in sources], batch_size):
             src = pad_sources([sources[i] for i in chunk], pad).to(device)  # (B, S)
             tgt_in = pad_sources([[bos] + targets[i] for i in chunk], pad).to(device)  # (B, T)
             tgt_out = pad_sources([targets[i] + [eos] for i in chunk], pad).to(device)  # (B, T): what each chose
