@@ -215,7 +215,7 @@ def run_server(app: Any, batcher: Any, limits: Limits, host: str, port: int, log
     to stop is how a server ends, not a failure). A second signal exits at once."""
     import uvicorn
 
-    from seqxduce.serving.connections import guarded_protocol
+    from seqxduce.serving.connections import guarded_protocol, trusted
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
@@ -233,7 +233,8 @@ def run_server(app: Any, batcher: Any, limits: Limits, host: str, port: int, log
     config = uvicorn.Config(
         app, host=host, port=port, log_level=log_level, lifespan="on",
         http=guarded_protocol(limits.max_connections, limits.read_timeout_seconds, limits.write_timeout_seconds,
-                              limits.max_unread_bytes),
+                              limits.max_unread_bytes, limits.max_connections_per_client,
+                              trusted(forwarded_allow_ips)),
         timeout_keep_alive=limits.keep_alive_seconds,
         timeout_graceful_shutdown=limits.shutdown_grace_seconds,  # type: ignore[arg-type]  (a float is fine)
         # X-Forwarded-For/-Proto rewrite the client's address and scheme: trusted only from the proxies named

@@ -63,19 +63,25 @@ class Limits(Settings):
                                                "closed beyond), and again its body (408 beyond)")
     write_timeout_seconds: float = setting(20.0, min=0.0, min_exclusive=True,
                                            help="a client that takes nothing of its answer this long is cut, and "
-                                                "the unsent answer dropped")
+                                                "the unsent answer dropped (one reading slowly but steadily is "
+                                                "never cut, however long the answer takes)")
     max_unread_bytes: int = setting(256 << 20, min=1,
                                     help="answers written but not yet read by their clients, all connections "
                                          "together; beyond it the connection stalled the longest is cut")
     keep_alive_seconds: int = setting(5, min=1, help="an idle keep-alive connection is closed after this")
     max_connections: int = setting(256, min=1, help="most open connections; one more is answered 503 and closed")
+    max_connections_per_client: int = setting(32, min=1, help="most open connections from one address; one more is "
+                                                              "answered 429 and closed (a trusted proxy's, "
+                                                              "--forwarded-allow-ips, are not counted)")
     admit_share: float = setting(0.5, min=0.0, min_exclusive=True,
                                  help="a request whose decode, estimated from the pace measured at start-up, takes "
                                       "more than this share of --max-request-seconds is refused (413): admitted, it "
                                       "would hold the worker to its deadline (above 1 admits requests estimated "
                                       "past it, which end in 504)")
-    shutdown_grace_seconds: float = setting(10.0, min=0.0, help="after SIGTERM or Ctrl-C, clients still sending a "
-                                                                "request are cut after this")
+    shutdown_grace_seconds: float = setting(10.0, min=0.0, help="after SIGTERM or Ctrl-C, the whole shutdown takes at "
+                                                                "most this: clients still sending a request or "
+                                                                "waiting for a batch are answered 503 and cut, and a "
+                                                                "batch still running is not waited for")
 
     def served(self, positions: int | None) -> Limits:
         """These limits with the source and output lengths not given resolved: the length the model was built for
