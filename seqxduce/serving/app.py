@@ -6,7 +6,8 @@ Retry-After, a request decoded past its deadline 504. A request whose client goe
 leaves the queue, and a batch nobody waits for any more stops at its next step. No client's mistake reaches the
 catch-all 500, which logs one traceback for a bug of ours.
 
-`Guard` wraps the application: the Host check, Content-Type on POST and strict framing, before any route runs.
+`Guard` wraps the application: the number of headers, the Host check, Content-Type on POST and strict framing,
+before any route runs.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from seqxduce.serving.batching import Batcher, Dropped, QueueFull
+from seqxduce.serving.connections import MAX_HEAD_BYTES, MAX_HEADERS, TOO_LONG_HEAD
 from seqxduce.serving.limits import (
     Limits,
     Prefixed,
@@ -147,12 +149,12 @@ def handler(function: Callable[[Request], Awaitable[Response]]) -> Callable[[Req
 
 
 class Guard:
-    """ASGI middleware checking what no route should see: a Host header among --allowed-hosts (a web page
-    cannot reach a developer's local server through DNS rebinding), Content-Type: application/json on POST (a
-    cross-site form or `simple` fetch cannot POST), and Content-Length together with Transfer-Encoding (h11 reads
-    the body as chunked; a proxy in front may read it by its length: refused rather than guessed). Each refusal
-    is one JSON line, and the connection closes. Starlette's TrustedHostMiddleware answers in plain text and
-    checks neither of the others, hence this.
+    """ASGI middleware checking what no route should see: at most MAX_HEADERS headers (431), a Host header among
+    --allowed-hosts (a web page cannot reach a developer's local server through DNS rebinding), Content-Type:
+    application/json on POST (a cross-site form or `simple` fetch cannot POST), and Content-Length together with
+    Transfer-Encoding (h11 reads the body as chunked; a proxy in front may read it by its length: refused rather
+    than guessed). Each refusal is one JSON line, and the connection closes. Starlette's TrustedHostMiddleware
+    answers in plain text and checks none of the others, hence this.
 
     After SIGTERM's grace uvicorn cancels the requests still running (a client still sending its body): that is
     answered 503 and logged in one line here, instead of a traceback per request."""
@@ -183,6 +185,15 @@ class Guard:
 
     def refusal(self, scope: Scope) -> Response | None:
         """The answer to a request refused before routing, or None."""
+        if len(scope["headers"]) > MAX_HEADERS:
+            return error(431, f"headers: {len(scope['headers'])} in one request, more than this server's "
+                              f"{MAX_HEADERS}; send fewer", close=True)
+        # a head that came in pieces is refused past MAX_HEAD_BYTES by h11 (connections.py); one read at once is
+        # parsed whole, and measured here (its request line and header lines, as sent)
+        head = len(scope["method"]) + len(scope["raw_path"]) + len(scope["query_string"]) + 12 + sum(
+            len(name) + len(value) + 4 for name, value in scope["headers"])
+        if head > MAX_HEAD_BYTES:
+            return error(431, TOO_LONG_HEAD, close=True)
         headers: dict[bytes, list[bytes]] = {}
         for name, value in scope["headers"]:
             headers.setdefault(name, []).append(value)
@@ -314,7 +325,10 @@ def create_app(service: Service, batcher: Batcher, limits: Limits, info: dict[st
             yield
         finally:
             batcher.abort()  # after the grace nothing is waited for: what is left gets 503, the batch stops
-            await asyncio.get_running_loop().run_in_executor(None, batcher.stop, limits.shutdown_grace_seconds)
+            # what the connections left of the grace, which runs once from the signal (a call that cannot be cut,
+            # CTranslate2's, is waited for that long at most)
+            left = batcher.grace_left(limits.shutdown_grace_seconds)
+            await asyncio.get_running_loop().run_in_executor(None, batcher.stop, left)
 
     routes = [Route("/", index), Route("/health", health), Route("/ready", ready), Route("/v1/info", run_info),
               Route("/v1/decode", decode, methods=["POST"]), Route("/v1/attention", attention, methods=["POST"])]

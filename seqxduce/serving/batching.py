@@ -91,6 +91,7 @@ class Batcher:
         self.cond = threading.Condition()
         self.stopping = False
         self.aborting = False  # a plain flag: a signal handler sets it (request_abort), the worker reads it
+        self.abort_requested_at: float | None = None  # monotonic time of the first request_abort: the grace's start
         self.wake = threading.Event()  # ends the tests' pause before a batch early when aborting
         self.counters = Counters()
         self.rounds = 0  # batches started
@@ -110,9 +111,20 @@ class Batcher:
         self.thread.join(timeout)
 
     def request_abort(self) -> None:
-        """Make the running batch stop at its next step; safe in a signal handler (no lock of the queue's)."""
+        """Make the running batch stop at its next step; safe in a signal handler (no lock of the queue's). The
+        first call starts the shutdown's grace (grace_left)."""
+        if self.abort_requested_at is None:
+            self.abort_requested_at = time.monotonic()
         self.aborting = True
         self.wake.set()
+
+    def grace_left(self, grace: float) -> float:
+        """Seconds left of a shutdown grace of `grace` seconds that runs from the first request to abort (the
+        signal), once for the whole shutdown: each stage (the connections, then this worker) waits at most this,
+        so that together they take the grace once, not once each. All of it before any request to abort."""
+        if self.abort_requested_at is None:
+            return grace
+        return max(0.0, self.abort_requested_at + grace - time.monotonic())
 
     def abort(self) -> int:
         """Stop at once: queued requests fail with Dropped (their clients get 503), the running batch ends at

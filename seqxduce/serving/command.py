@@ -9,6 +9,7 @@ import dataclasses
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -158,6 +159,9 @@ def serve_run(spec: RunSpec, engine: str, limits: Limits, *, host: str = "127.0.
         app = create_app(service, batcher, limits, public_info(info, verbose_info), hosts, pace)
         _log_to_stderr(log_level)
         run_server(app, batcher, limits, host, port, log_level, forwarded_allow_ips)
+        if batcher.abort_requested_at is not None:  # the whole shutdown, within one grace
+            click.echo(f"seqxduce serve: stopped {time.monotonic() - batcher.abort_requested_at:.1f} s after the "
+                       f"signal (--shutdown-grace-seconds {limits.shutdown_grace_seconds:g})", err=True)
         if batcher.thread.is_alive():
             # a call that cannot be cut (CTranslate2's) outlived the grace: finalizing the interpreter would free
             # the model under it (SIGSEGV); nothing is left to save, every request was answered 503
@@ -171,8 +175,6 @@ def serve_run(spec: RunSpec, engine: str, limits: Limits, *, host: str = "127.0.
 def _measured_pace(service: Any, limits: Limits, max_batch_sources: int) -> Any:
     """The engine's pace on this machine (serving.pace), measured by decoding probe batches before the server
     listens, and said in one line; None, said too, when the decoder cannot force an output's length."""
-    import time
-
     from seqxduce.serving.limits import RequestError
     from seqxduce.serving.pace import SHORT, WIDE_SOURCES, measure
 
@@ -212,7 +214,8 @@ def run_server(app: Any, batcher: Any, limits: Limits, host: str, port: int, log
                forwarded_allow_ips: str | None = None) -> None:
     """Run uvicorn until SIGTERM or Ctrl-C; it then stops accepting, answers queued requests 503, stops the
     running batch at its next step, lets clients finish within the grace, and this returns (exit 0: being asked
-    to stop is how a server ends, not a failure). A second signal exits at once."""
+    to stop is how a server ends, not a failure). The grace runs once, from the signal: the connections and then
+    the batcher's worker each get what is left of it. A second signal exits at once."""
     import uvicorn
 
     from seqxduce.serving.connections import guarded_protocol, trusted
@@ -228,6 +231,9 @@ def run_server(app: Any, batcher: Any, limits: Limits, host: str, port: int, log
 
         async def shutdown(self, sockets: Any = None) -> None:
             batcher.abort()  # queued requests are answered 503 now, not after the connections drain
+            # the connections get what is left of the grace, which runs once from the signal; the batcher then
+            # gets the rest (app.py's lifespan): one grace for the whole shutdown
+            self.config.timeout_graceful_shutdown = batcher.grace_left(limits.shutdown_grace_seconds)
             await super().shutdown(sockets)
 
     config = uvicorn.Config(

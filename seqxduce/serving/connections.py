@@ -11,9 +11,9 @@ nothing else would until the client reads. A client takes something whenever tha
 while the buffer is over its high-water mark, so a client reading a big answer slowly but steadily is never cut,
 however long the whole answer takes. Every cut is one log line.
 
-A request head (request line and headers) longer than MAX_HEAD_BYTES is answered 431, and any other malformed
-request 400, in the server's one JSON line (uvicorn would answer in plain text); the app refuses a head of more
-than MAX_HEADERS headers (app.Guard).
+A request head (request line and headers) that passes MAX_HEAD_BYTES before it is complete is answered 431, and
+any other malformed request 400, in the server's one JSON line (uvicorn would answer in plain text); the app
+refuses a complete head past MAX_HEAD_BYTES, or of more than MAX_HEADERS headers, the same way (app.Guard).
 
 uvicorn's own settings cover the rest and are used for it (command.py): timeout_keep_alive closes an idle kept-alive
 connection, timeout_graceful_shutdown cuts requests still running after SIGTERM's grace, limit_concurrency would
@@ -40,7 +40,9 @@ REFUSED = (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\n%sconnection: c
            b"\r\n%s")
 MAX_HEAD_BYTES = 16 << 10  # a request line and headers longer than this are refused 431 (h11's own default)
 MAX_HEADERS = 100  # headers in one request (431 beyond); Apache's LimitRequestFields
-POLLS_PER_TIMEOUT = 4  # a stalled client's progress is checked this often per --write-timeout-seconds (each second at most)
+TOO_LONG_HEAD = (f"headers: the request line and headers pass this server's {MAX_HEAD_BYTES} bytes; send fewer "
+                 "or shorter headers")
+POLLS_PER_TIMEOUT = 4  # polls of a stalled client per --write-timeout-seconds (one a second at least)
 
 
 def refusal(status: int, reason: bytes, message: str, retry: bool = False) -> bytes:
@@ -152,8 +154,7 @@ def guarded_protocol(max_connections: int, read_timeout_s: float, write_timeout_
             else 400, in one JSON line; the connection closes."""
             err = getattr(self.conn, "error", None)
             if err is not None and err.error_status_hint == 431:
-                answer = refusal(431, b"Request Header Fields Too Large", f"headers: the request line and headers "
-                                 f"pass this server's {MAX_HEAD_BYTES} bytes; send fewer or shorter headers")
+                answer = refusal(431, b"Request Header Fields Too Large", TOO_LONG_HEAD)
             else:
                 answer = refusal(400, b"Bad Request", f"request: not HTTP/1.1 this server reads"
                                  f"{f' ({err})' if err is not None else ''}")

@@ -318,10 +318,16 @@ def check_cost(lengths: Lengths, tokens: list[int], changes: dict[str, Any], lim
         longest = max(lengths.max_len_a * (n - 1) + lengths.max_len_b, forced)
         if longest > cap:
             where = "max_len_a" if "max_len_a" in changes else f"inputs[{i}]"
+            given = [k for k in ("max_len_a", "max_len_b") if k in changes]
+            origin = "as sent" if len(given) == 2 else "the recipe's" if not given else f"{given[0]} as sent"
+            # max_len_a > 0 here: max_len_b alone within the cap was checked above, and a prefix past it
+            room = math.floor((cap - lengths.max_len_b) / lengths.max_len_a)
             raise RequestError(422, f"{where}: outputs may reach {longest:.0f} tokens (max_len_a "
                                     f"{lengths.max_len_a:g} x {n - 1} source tokens + max_len_b "
-                                    f"{lengths.max_len_b}), more than {flag}; lower max_len_a or max_len_b, or "
-                                    "shorten the source")
+                                    f"{lengths.max_len_b}, {origin}), more than {flag}, so these settings take "
+                                    f"sources of at most {room} tokens; send a lower max_len_a or max_len_b, "
+                                    "shorten the source, or start the server with a larger --max-output-tokens "
+                                    "(up to the model's max_positions)")
         steps.append(max(1, math.floor(longest)))
         work += lengths.rows * steps[-1]
     if work > limits.max_work:

@@ -10,6 +10,7 @@ started with; everything else waits on the server's /health counters.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import threading
@@ -194,6 +195,26 @@ def test_connections_past_the_cap_are_answered_503_and_closed(server):
     held(server, answer, 503, "busy")
 
 
+def test_a_head_too_long_or_of_too_many_headers_is_refused_431(server):
+    """A 100 KB header, 5,000 headers (each past the head's 16 KiB) and 200 short headers (within it, past the
+    count of 100): 431 in one JSON line naming the headers, and the connection closed."""
+    host = {"Host": f"127.0.0.1:{server.port}"}
+    cases = [host | {"X-Big": "a" * 100_000}, host | {f"X-{i}": "1" for i in range(5000)},
+             host | {f"X-{i}": "1" for i in range(200)}]
+    for headers in cases:
+        with server.connect() as sock:
+            try:
+                sock.sendall(request_bytes("GET", "/health", headers))
+            except OSError:  # the server answered and closed while this was still sending: as meant
+                pass
+            answer = read_answer(sock)
+        held(server, answer, 431, "headers")
+        assert answer.closed
+    assert server.get("/health").status == 200  # a request of a few headers is served
+    # a request h11 cannot read at all: 400 in the same one JSON line
+    held(server, server.send(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nno colon here\r\n\r\n"), 400, "request")
+
+
 def wait_for_log(server: Server, condition) -> None:
     """Poll the server's log until condition(log text) holds, failing only at the hang guard."""
     deadline = time.monotonic() + HANG_GUARD_S
@@ -234,6 +255,38 @@ def test_request_keys_are_the_declared_scalars_of_the_decoder():
     assert "words_in_target" not in tree and "leaf_tokens" not in tree and "beam" in tree
     assert request_keys(SamplingSettings()) == ["max_len_a", "max_len_b", "min_len", "nbest", "seed", "temperature",
                                                 "top_k", "top_p"]
+
+
+def test_one_address_holds_at_most_its_connections_and_the_others_are_served(tiny_run, tmp_path):
+    """--max-connections-per-client 4: a fifth idle connection from 127.0.0.2 is answered 429 and closed, while
+    127.0.0.3 is served, and 127.0.0.2 is served again once it closes one (127.0.0.x are all this machine's on
+    Linux). A long --read-timeout-seconds keeps the idle connections open whatever the machine's load."""
+    with serving(tiny_run, tmp_path, "--max-connections-per-client", "4", "--read-timeout-seconds", "600") as server:
+        def connect(address: str) -> socket.socket:
+            return socket.create_connection(("127.0.0.1", server.port), timeout=60, source_address=(address, 0))
+
+        def health_from(address: str) -> Answer:
+            with connect(address) as sock:
+                sock.sendall(request_bytes("GET", "/health", {"Host": "127.0.0.1"}))
+                return read_answer(sock)
+
+        idle = [connect("127.0.0.2") for _ in range(4)]
+        try:
+            with connect("127.0.0.2") as over:
+                answer = read_answer(over)
+            assert answer.status == 429 and answer.closed, answer
+            assert answer.json()["error"].startswith("connections:") and "--max-connections-per-client 4" in \
+                answer.json()["error"], answer
+            assert health_from("127.0.0.3").status == 200
+            idle.pop().close()
+            for _ in range(HANG_GUARD_S * 20):  # until the server has seen it closed: a state, not a timing
+                if (answer := health_from("127.0.0.2")).status == 200:
+                    break
+                time.sleep(0.05)
+            assert answer.status == 200, answer
+        finally:
+            for sock in idle:
+                sock.close()
 
 
 # ---------------------------------------------------------------- deadlines, stopping at the next step, SIGTERM
@@ -294,11 +347,15 @@ def test_sigterm_during_a_long_batch_answers_503_and_exits_0(tiny_run, tmp_path)
         assert "Traceback" not in server.log.read_text()
 
 
-def test_sigterm_during_a_ctranslate2_batch_answers_503_and_exits_0(tiny_run, tmp_path):
-    # a CTranslate2 call cannot be cut: the batch ends after the call under way, and a call that outlives the grace
-    # is not waited for; either way the server exits 0 (it died of SIGSEGV, the model freed under a running call)
+def test_sigterm_during_a_ctranslate2_batch_answers_503_and_exits_0_within_one_grace(tiny_run, tmp_path):
+    """A CTranslate2 call cannot be cut: the batch ends after the call under way, and a call that outlives the grace
+    is not waited for; either way the server exits 0 (it died of SIGSEGV, the model freed under a running call).
+    The grace runs once for the whole shutdown (#81): the server says when it stopped, and that is before twice the
+    grace, where the connections' grace and then the batcher's, one after the other, would have taken it."""
     pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed")
-    with serving(tiny_run, tmp_path, *UNBOUNDED, "--engine", "ctranslate2", "--shutdown-grace-seconds", "1") as server:
+    grace = 3
+    with serving(tiny_run, tmp_path, *UNBOUNDED, "--engine", "ctranslate2",
+                 "--shutdown-grace-seconds", str(grace)) as server:
         answers: list = []
         client = post_in_thread(server, LONG, answers)
         server.wait_for("the long batch running", lambda h: h["decoding"] == 1)
@@ -306,7 +363,10 @@ def test_sigterm_during_a_ctranslate2_batch_answers_503_and_exits_0(tiny_run, tm
         assert server.exit_status() == 0, server.log.read_text()
         client.join()
         assert answers[0].status == 503 and answers[0].json()["error"].startswith("stopping:"), answers
-        assert "Traceback" not in server.log.read_text()
+        log = server.log.read_text()
+        assert "Traceback" not in log
+        stopped = re.search(r"stopped ([0-9.]+) s after the signal", log)
+        assert stopped and float(stopped.group(1)) < 2 * grace, log
 
 
 def test_sigterm_with_a_full_queue_answers_every_request_503_and_exits_0(tiny_run, tmp_path):

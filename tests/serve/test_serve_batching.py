@@ -222,3 +222,58 @@ def test_a_new_clients_wait_is_the_running_batchs_not_another_clients_backlog():
             await asyncio.get_running_loop().run_in_executor(None, batcher.stop)
 
     run(main())
+
+
+def test_the_shutdown_grace_runs_once_from_the_signal():
+    """The grace starts at the first request to abort (the signal handler's) and every stage of the shutdown gets
+    what is left of it: the lifespan's wait for the worker is given the grace less what the connections took."""
+    pytest.importorskip("starlette", reason="the serve extra is not installed (pip install -e '.[serve]')")
+    from types import SimpleNamespace
+
+    from seqxduce.serving.app import create_app
+
+    given: list = []
+
+    class Recording(Batcher):
+        def stop(self, timeout=None):
+            given.append(timeout)
+            super().stop(timeout)
+
+    batcher = Recording(lambda sources, key, stop: list(sources), max_queue=10, max_batch_tokens=10,
+                        max_batch_sources=8, max_wait_s=0.0)
+    assert batcher.grace_left(10.0) == 10.0  # no signal yet: all of it
+    app = create_app(SimpleNamespace(decode_keys=dict), batcher, Limits(shutdown_grace_seconds=10.0), {})
+    router = app.app.router  # Guard over Starlette
+
+    async def main():
+        async with router.lifespan_context(app.app):
+            batcher.request_abort()  # the signal
+            first = batcher.abort_requested_at
+            batcher.abort_requested_at = first - 4.0  # as if the connections took 4 s of the grace
+            batcher.request_abort()  # a later request to abort does not start it again
+            assert batcher.abort_requested_at == first - 4.0
+    run(main())
+    assert len(given) == 1 and 0.0 <= given[0] <= 6.0, given  # the 6 s left of 10, not 10 again
+    batcher.abort_requested_at -= 100.0
+    assert batcher.grace_left(10.0) == 0.0  # past the grace: nothing more is waited for
+
+
+def test_a_source_whose_output_may_pass_the_output_limit_is_refused_saying_which_limit_and_how_to_raise_it():
+    """A 1,024-token source with the recipe's max_len_a 1 and max_len_b 50 may need 1,073 output tokens: refused
+    naming --max-output-tokens, the settings and where they came from, the longest source they take, and the
+    ways out (#81)."""
+    from seqxduce.serving.limits import Lengths, check_cost
+
+    limits = Limits(max_source_tokens=1024, max_output_tokens=1024)
+    lengths = Lengths(max_len_a=1.0, max_len_b=50, min_len=1, rows=4, rows_key="beam")
+    with pytest.raises(RequestError) as refused:
+        check_cost(lengths, [1024], {}, limits)
+    message = refused.value.message
+    assert refused.value.status == 422 and message.startswith("inputs[0]: outputs may reach 1073 tokens"), message
+    for part in ("max_len_a 1 x 1023 source tokens + max_len_b 50, the recipe's", "--max-output-tokens 1024",
+                 "sources of at most 974 tokens", "a lower max_len_a or max_len_b", "a larger --max-output-tokens"):
+        assert part in message, message
+    assert check_cost(lengths, [975], {}, limits).longest == [1024]  # the longest source they take: served
+    with pytest.raises(RequestError) as refused:
+        check_cost(Lengths(2.0, 50, 1, 4, "beam"), [1024], {"max_len_a": 2.0}, limits)
+    assert refused.value.message.startswith("max_len_a:") and "max_len_a as sent" in refused.value.message
