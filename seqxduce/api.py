@@ -160,6 +160,9 @@ class ExportRequest:
     eos_id: int
     unk_id: int
     quantization: str = "none"  # the engine's weight type, e.g. int8, float16; none keeps float32
+    decoder: str = ""  # the run's [decode] name, for an engine that keeps generation defaults (huggingface)
+    search: Any = None  # the run's [decode] settings (a SearchSettings or BeamSettings, or a plugin's)
+    notes: list[str] = field(default_factory=list)  # what the export could not say exactly (the model card's)
 
 
 @dataclass
@@ -327,6 +330,12 @@ class Tokenizer(abc.ABC):
     @abc.abstractmethod
     def id_to_token(self, index: int) -> str:
         """The vocabulary entry of one id (decoders with constraints read it)."""
+
+    def export(self, engine: str, directory: Path, side: str) -> bool:
+        """Write this tokenizer's files for `engine` into directory, as the `side` ("source" or "target") of an
+        exported model (`seqxduce export --to huggingface`: source.spm or target.spm); raise UserError naming what
+        that engine's tokenizer cannot do as this one does. False (the default): no export to that engine."""
+        return False
 
     def encode_sampled(self, texts: list[str], seed: int) -> list[list[int]] | None:
         """Texts to ids with a sampled segmentation (subword regularization), without bos/eos; None (the

@@ -39,6 +39,7 @@ from seqxduce.api import ImportedModel, Importer, UserError
 from .config import check_special_ids, inert_note, model_settings
 from .generation import decode_settings
 from .tokenizer import EOS, PAD, MarianTokenizer, read_vocab
+from .tokenizer_settings import MarianTokenizerSettings
 from .weights import read_weights
 
 ATTENTION = {"q_proj": "query", "out_proj": "out"}
@@ -83,19 +84,20 @@ class MarianImporter(Importer):
         if tgt_pieces.index(PAD) != pad or tgt_pieces.index(EOS) != eos:
             raise UserError(f"{target_vocab}: numbers <pad> or </s> otherwise than vocab.json; the model has one "
                             "pad_token_id and one eos_token_id")
-        check_special_ids(config, where, pad, eos)
+        start = check_special_ids(config, where, pad, eos, size=len(tgt_pieces))
         model = model_settings(config, where, (len(pieces), len(tgt_pieces)))
         generation_file = source / "generation_config.json"
         generation = read_json(generation_file) if generation_file.is_file() else config
-        check_special_ids(generation, str(generation_file), pad, eos)
+        check_special_ids(generation, str(generation_file), pad, eos, start)
         decode, notes = decode_settings(generation, str(generation_file if generation_file.is_file() else where),
-                                        pad)
+                                        pad, start)
         tokenizers = {}
         for side, spm_name, side_pieces in (("src", "source.spm", pieces), ("tgt", "target.spm", tgt_pieces)):
             spm_file = source / spm_name
             if not spm_file.is_file():
                 raise UserError(f"{spm_file}: no such file; a Marian model comes with source.spm and target.spm")
-            MarianTokenizer().use(spm_file.read_bytes(), side_pieces, str(spm_file))  # refused here, named as given
+            MarianTokenizer(MarianTokenizerSettings(tgt_pieces[start])).use(
+                spm_file.read_bytes(), side_pieces, str(spm_file))  # refused here, named as given
             shutil.copyfile(spm_file, workdir / f"{side}.spm")
             mapping = {piece: index for index, piece in enumerate(side_pieces)}
             (workdir / f"{side}.vocab.json").write_text(json.dumps(mapping, ensure_ascii=False), encoding="utf-8")
@@ -104,7 +106,8 @@ class MarianImporter(Importer):
         weights = map_weights(tensors, model, source / weights_file, (len(pieces), len(tgt_pieces)))
         recipe = {
             "task": {"name": "translation", "dataset": "files", "data_dir": "data"},
-            "tokenizer": {"name": "marian", "shared": False},
+            "tokenizer": {"name": "marian", "shared": False,
+                          **({"decoder_start": tgt_pieces[start]} if start != pad else {})},
             "model": model,
             "decode": decode,
         }

@@ -17,8 +17,9 @@ ENGINE_HELP = ("ctranslate2: decode or score with the run (exported into a tempo
 
 @click.command()
 @click.argument("run", metavar="RUN", type=click.Path(path_type=Path))
-@click.option("--to", "engine", type=click.Choice(["ctranslate2"]), default="ctranslate2", show_default=True,
-              help="the inference engine to export to")
+@click.option("--to", "engine", type=click.Choice(["ctranslate2", "huggingface"]), default="ctranslate2",
+              show_default=True, help="the inference engine to export to (huggingface: a MarianMTModel folder for "
+                                      "transformers, with its tokenizer, generation defaults and model card)")
 @click.option("-o", "--output", required=True, type=click.Path(path_type=Path),
               help="the export folder (new, empty, or an earlier export with --overwrite)")
 @click.option("--quantization", type=click.Choice(["none", "int8", "int8_float32", "float16"]), default="none",
