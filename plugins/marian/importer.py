@@ -122,7 +122,46 @@ class MarianImporter(Importer):
                          f"({shown}): decode --tgt-lang {languages[0]} writes >>{languages[0]}<<")
         if odd:
             notes.append(f"language tokens not taken as language codes (write them by hand): {', '.join(odd[:8])}")
+        own = seqxduce_export(source)
+        if own is not None:
+            sections, tokenizers = own
+            recipe.update(sections)
+            notes.append(f"a folder written by `seqxduce export --to huggingface`: the [task], [tokenizer] and "
+                         f"[decode] of its {EXPORT_RECIPE} taken as they were, and its run's tokenizer files, so that "
+                         "the import decodes as that run did (the model from config.json)")
         return ImportedModel(recipe=recipe, tokenizers=tokenizers, weights=weights, notes=notes)
+
+
+EXPORT_METADATA, EXPORT_RECIPE = "seqxduce_export.json", "recipe.toml"  # what `seqxduce export` writes beside
+
+
+def seqxduce_export(source: Path) -> tuple[dict[str, Any], dict[str, tuple[Path, str]]] | None:
+    """A folder `seqxduce export --to huggingface` wrote keeps the run's recipe and tokenizer files: the recipe's
+    [task], [tokenizer] and [decode] sections (generation_config.json holds only the closest generate() has to a
+    GNMT length penalty or a scored eos at the length limit) and where each side's tokenizer loads from; None
+    for any other folder."""
+    import tomllib
+
+    metadata_file, recipe_file = source / EXPORT_METADATA, source / EXPORT_RECIPE
+    if not metadata_file.is_file() or not recipe_file.is_file():
+        return None
+    metadata = read_json(metadata_file)
+    if metadata.get("engine") != "huggingface":
+        return None
+    try:
+        recipe = tomllib.loads(recipe_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise UserError(f"{recipe_file}: not a readable recipe ({err}); remove it to import the folder as a plain "
+                        "Marian model") from None
+    prefixes = sorted({name.split(".")[0] for name in metadata.get("tokenizer_files", [])})
+    shared = bool(recipe.get("tokenizer", {}).get("shared", True))
+    sides = {"src": prefixes[0]} if shared and len(prefixes) == 1 else (
+        {"src": prefixes[0], "tgt": prefixes[1]} if not shared and len(prefixes) == 2 else None)
+    if sides is None or any(name not in recipe for name in ("task", "tokenizer", "decode")):
+        raise UserError(f"{metadata_file}: names tokenizer files {metadata.get('tokenizer_files')} that do not fit "
+                        f"{recipe_file}; export the run again")
+    return ({name: recipe[name] for name in ("task", "tokenizer", "decode")},
+            {side: (source, prefix) for side, prefix in sides.items()})
 
 
 def language_codes(pieces: list[str]) -> tuple[list[str], list[str]]:
