@@ -142,11 +142,10 @@ def test_an_imported_marian_model_exports_back_to_its_own_format(marian_folder: 
 
 
 def test_a_word_tokenizer_run_is_refused_in_one_line(tmp_path: Path) -> None:
-    from seqxduce.testing import train_tiny_run
+    from seqxduce.testing import repository_root, train_tiny_run
 
-    from tests.tiny import TINY_RECIPE
-
-    run = train_tiny_run(TINY_RECIPE, tmp_path / "run")
+    tiny = repository_root(Path(__file__).parent) / "tests" / "fixtures" / "tiny.toml"  # word tokenizer
+    run = train_tiny_run(tiny, tmp_path / "run")
     result = CliRunner().invoke(add_plugin_commands(), ["export", str(run), "--to", "huggingface", "-o",
                                                         str(tmp_path / "out")])
     assert result.exit_code != 0
