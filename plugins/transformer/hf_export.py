@@ -49,7 +49,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .base import EncoderDecoderBase
 
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new", "swish": "swish"}
-MIN_POSITIONS = 512  # rows of the position table written at least (generate cannot go past them)
 SPECIAL_NAMES = ("<pad>", "</s>", "<unk>")  # Marian's tokenizer's defaults
 
 
@@ -104,7 +103,7 @@ def export_huggingface(model: EncoderDecoderBase, request: ExportRequest) -> Non
     order = residual_order(model)
     config, separate = marian_config(model, request)
     tensors = marian_tensors(model, order, config)
-    generation = generation_config(request, config, max(model.settings.max_positions, MIN_POSITIONS))
+    generation = generation_config(request, config, model.settings.max_positions)
     directory = Path(request.directory)
     write_json(directory / "config.json", config)
     write_json(directory / "generation_config.json", generation)
@@ -152,7 +151,7 @@ def marian_config(model: EncoderDecoderBase, request: ExportRequest) -> tuple[di
         "dropout": s.dropout,
         "attention_dropout": s.attention_dropout,
         "activation_dropout": s.activation_dropout,
-        "max_position_embeddings": max(s.max_positions, MIN_POSITIONS),
+        "max_position_embeddings": s.max_positions,  # generate() cannot go past them; ours grow
         "scale_embedding": bool(s.scale_embeddings),
         "share_encoder_decoder_embeddings": shared,
         "tie_word_embeddings": tied,

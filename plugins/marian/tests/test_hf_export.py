@@ -122,12 +122,16 @@ def test_round_trip_decodes_as_the_run(trained: Path, exported: Path, tmp_path: 
         assert [o.text for o in again] == [o.text for o in original]
 
 
-def test_an_imported_marian_model_exports_back_to_its_own_format(marian_folder: Path, marian_run: Path,
-                                                                 tmp_path: Path) -> None:
+def test_an_imported_marian_model_exports_back_to_its_own_format(tmp_path: Path) -> None:
+    """A Marian folder (random weights and final_logits_bias: the tensors are what is compared) imported, then
+    exported: the same config, vocabulary and tensors, bit for bit, and generation defaults that mean the same."""
     import torch
+    from seqxduce_marian.testing import build_tiny_marian
     from transformers import MarianMTModel
 
-    out = tmp_path / "again"
+    marian_folder = build_tiny_marian(tmp_path / "marian", train_steps=0)
+    marian_run, out = tmp_path / "run", tmp_path / "again"
+    _ok("import", marian_folder, "--from", "marian", "-o", marian_run)
     _ok("export", marian_run, "--to", "huggingface", "-o", out)
     original = json.loads((marian_folder / "config.json").read_text())
     config = json.loads((out / "config.json").read_text())
@@ -139,6 +143,9 @@ def test_an_imported_marian_model_exports_back_to_its_own_format(marian_folder: 
     theirs, ours = first.state_dict(), second.state_dict()
     assert set(theirs) == set(ours)
     assert all(torch.equal(theirs[name], ours[name]) for name in theirs)  # the same tensors, bit for bit
+    generation = json.loads((out / "generation_config.json").read_text())
+    assert generation["num_beams"] == 4 and generation["max_new_tokens"] == 63  # max_length 64 with the start
+    assert generation["decoder_start_token_id"] == original["decoder_start_token_id"]
 
 
 def test_a_word_tokenizer_run_is_refused_in_one_line(tmp_path: Path) -> None:
