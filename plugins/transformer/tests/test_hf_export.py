@@ -71,6 +71,30 @@ def test_marian_gives_our_log_probs(variant, tmp_path):
         assert gap < 1e-5  # the sums of renumbered dimensions in another order
 
 
+def test_two_vocabularies_are_marian_s_separate_vocabs(tmp_path):
+    """[tokenizer] shared = false: vocab.json and target_vocab.json, unshared embeddings of their own sizes."""
+    import json
+
+    from transformers import MarianMTModel
+
+    torch.manual_seed(0)
+    settings = TransformerSettings(d_model=16, d_ff=32, heads=2, layers=1, dropout=0.0, share_embeddings=False)
+    model = Transformer(settings, VocabInfo(src_size=SIZE, tgt_size=19, pad_id=0, bos_id=1, eos_id=2,
+                                            shared=False)).eval()
+    target = ("<pad>", "<s>", "</s>", "<unk>", *(f"t{i}" for i in range(4, 19)))
+    assert model.export(ExportRequest("huggingface", tmp_path, TOKENS, target, 0, 1, 2, 3))
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert (config["vocab_size"], config["decoder_vocab_size"]) == (SIZE, 19)
+    assert not config["share_encoder_decoder_embeddings"] and config["tie_word_embeddings"]
+    assert json.loads((tmp_path / "tokenizer_config.json").read_text())["separate_vocabs"]
+    assert list(json.loads((tmp_path / "target_vocab.json").read_text())) == list(target)
+    hf = MarianMTModel.from_pretrained(tmp_path).eval()
+    src, tgt = torch.tensor([[5, 6, 22, 2]]), torch.tensor([[1, 11, 18]])
+    with torch.no_grad():
+        gap = (model(src, tgt).logits - hf(input_ids=src, decoder_input_ids=tgt).logits).abs().max().item()
+    assert gap < 1e-5
+
+
 def test_residual_order_turns_interleaved_sinusoids_into_halves():
     from seqxduce_transformer.embedding import sinusoid_table
 
