@@ -3,6 +3,7 @@ trip back through `seqxduce import --from marian`.
 
     python bench/hf_parity.py RUN [--split test] [--limit 500] [--member K]
     python bench/hf_parity.py --tiny [--steps 150] [--limit 300]
+    python bench/hf_parity.py RUN --generated [--limit 300]   (a run of --tiny's task trained before)
 
 Exports the run into a temporary folder, loads it with transformers' MarianMTModel and MarianTokenizer (no
 seqxduce code), and prints one markdown row per comparison over the split's sources (--tiny: a run trained here
@@ -117,6 +118,9 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="train the tests' tiny run here and measure it")
     parser.add_argument("--steps", type=int, default=150, help="--tiny: training steps")
     parser.add_argument("--split", default="test")
+    parser.add_argument("--generated", action="store_true",
+                        help="the Marian tests' generated sentences as sources instead of the split (a run of --tiny's "
+                             "task trained elsewhere)")
     parser.add_argument("--limit", type=int, default=300)
     parser.add_argument("--member", type=int)
     args = parser.parse_args()
@@ -136,7 +140,12 @@ def main() -> None:
             raise SystemExit("give RUN, or --tiny")
         else:
             run = args.run
-            sources = sources_of(run, args.split, args.limit)
+            if args.generated:
+                from seqxduce_marian.testing import sentences
+
+                sources = sentences(args.limit, seed=5)
+            else:
+                sources = sources_of(run, args.split, args.limit)
         folder = work / "hf"
         cli("export", run, "--to", "huggingface", "-o", folder, *(["--member", args.member] if args.member else []))
         hf = HF(folder)
