@@ -34,7 +34,7 @@ from seqxduce.decoding.scoring import PairScore, format_scores, scores_of
 from seqxduce.decoding.search import length_penalty
 from seqxduce.decoding.streaming import Buffer, Piece, Processor
 from seqxduce.device import device_for, torchrun_local_rank
-from seqxduce.export.exporting import export_run, is_export, require_ctranslate2
+from seqxduce.export.exporting import check_engine, export_run, is_export, require_ctranslate2
 from seqxduce.recipe import Recipe
 from seqxduce.rundir import RunDir
 
@@ -69,6 +69,7 @@ def load_export(path: Path | str, overrides: Sequence[str] = (), work: Path | No
         if work is None:
             raise UserError(f"{path}: not an export folder; `seqxduce export {path} --to ctranslate2 -o DIR` first")
         path = export_run(path, work / "ctranslate2", member=_one_member(path, overrides)).directory
+    check_engine(path, "ctranslate2")
     exported = RunDir(path)
     recipe = with_changes(exported.load_recipe(overrides), changes)
     if recipe.decode.component.name not in SEARCHES:

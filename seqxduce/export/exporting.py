@@ -56,6 +56,15 @@ def is_export(path: Path | str) -> bool:
     return (Path(path) / METADATA_FILE).is_file()
 
 
+def check_engine(path: Path | str, engine: str) -> None:
+    """Refuse, in one line, an export folder written for another engine than the one about to load it."""
+    written = json.loads((Path(path) / METADATA_FILE).read_text(encoding="utf-8")).get("engine", "ctranslate2")
+    if written != engine:
+        hint = (" (load it with transformers' from_pretrained, or `seqxduce import DIR --from marian -o RUN`)"
+                if written == "huggingface" else "")
+        raise UserError(f"{path}: an export for {written}, not {engine}{hint}; export the run with --to {engine}")
+
+
 def export_run(run: Path | str, out: Path | str, engine: str = "ctranslate2", quantization: str = "none",
                member: int | None = None, overwrite: bool = False) -> Exported:
     """Export the checkpoint that decoding a run uses (its average if any, else its newest) into folder `out`."""

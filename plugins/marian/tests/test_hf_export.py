@@ -180,3 +180,11 @@ def test_onnx_through_optimum_generates_as_transformers(exported: Path, tmp_path
     ids, _ = _generate(exported, sources, num_beams=1)
     eos, pad = onnx.config.eos_token_id, onnx.config.pad_token_id
     assert [[t for t in row[1:] if t not in (eos, pad)] for row in out.tolist()] == ids
+
+
+def test_ctranslate2_refuses_a_hugging_face_export_in_one_line(exported: Path) -> None:
+    pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install -e '.[ctranslate2]')")
+    result = CliRunner().invoke(add_plugin_commands(), ["decode", str(exported), "--engine", "ctranslate2",
+                                                        "--input", "-"], input="the cat\n")
+    assert result.exit_code != 0 and "an export for huggingface" in result.output
+    assert len(result.output.strip().splitlines()) == 1
