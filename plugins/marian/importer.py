@@ -140,7 +140,10 @@ def seqxduce_export(source: Path) -> tuple[dict[str, Any], dict[str, tuple[Path,
     [task], [tokenizer] and [decode] sections (generation_config.json holds only the closest generate() has to a
     GNMT length penalty or a scored eos at the length limit) and where each side's tokenizer loads from; None
     for any other folder."""
-    import tomllib
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: the core's dependency tomli
+        import tomli as tomllib
 
     metadata_file, recipe_file = source / EXPORT_METADATA, source / EXPORT_RECIPE
     if not metadata_file.is_file() or not recipe_file.is_file():
