@@ -1,5 +1,10 @@
 """The `marian` importer: a Hugging Face Marian folder -> recipe, tokenizer files and Transformer weights.
 
+The decoder starts from config.json's decoder_start_token_id: <pad> in Marian's own models, the run's <s> in a
+folder written by `seqxduce export --to huggingface` (the tokenizer's decoder_start), whose run's [task],
+[tokenizer], [decode] and tokenizer files (kept beside, with recipe.toml and seqxduce_export.json) are taken
+back as they were, so that the import decodes as the run did (seqxduce_export()).
+
 Weight names, Hugging Face -> the Transformer plugin's state_dict (its checkpoints' layout):
 
     model.shared / model.{encoder,decoder}.embed_tokens   embeddings.source / embeddings.target (one matrix when

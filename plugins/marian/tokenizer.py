@@ -4,7 +4,8 @@ A Marian model has two SentencePiece models (source.spm, target.spm) and one voc
 not SentencePiece's own: a piece missing from vocab.json is <unk>. In a run directory each side is one tokenizer
 ([tokenizer] shared = false) saved as PREFIX.spm and PREFIX.vocab.json. As Hugging Face's MarianTokenizer does, a
 leading language tag `>>xx<<` is one token, eos (`</s>`) ends the source (the core
-appends it), the decoder starts from <pad> (bos_id = pad_id: Marian has no bos), and ids become text as
+appends it), the decoder starts from <pad> (bos_id = pad_id: Marian has no bos; a model exported by `seqxduce
+export --to huggingface` starts from its own <s>: [tokenizer] decoder_start), and ids become text as
 MarianTokenizer.decode(ids, skip_special_tokens=True) makes it.
 """
 
