@@ -61,7 +61,8 @@ def model_card(run: Path, recipe: Any, metadata: dict[str, Any], member: int | N
     ]
     notes = metadata.get("notes") or []
     if notes:
-        lines += ["## How the export maps the run (and what generate() cannot say)", "", *(f"- {note}" for note in notes), ""]
+        lines += ["## How the export maps the run (and what generate() cannot say)", "",
+                  *(f"- {note}" for note in notes), ""]
     lines += ["## Recipe", "", "```toml", recipe.to_toml().rstrip(), "```", ""]
     return "\n".join(lines)
 
