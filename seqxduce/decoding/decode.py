@@ -170,6 +170,9 @@ class PlannedRun:
     run_members: int
     member: int | None
     precision_note: str | None = None  # what fit_precision changed, said once the load begins
+    # the recipe as asked of the run (overrides and changes), before fit_precision: the same whatever device
+    # decodes it (a distilled set's key is made of its [decode], found again on another machine)
+    asked: Recipe | None = None
 
     def described(self) -> str:
         """As LoadedRun.described says it once loaded."""
@@ -193,8 +196,8 @@ def plan_run(path: Path, overrides: Sequence[str] = (), ensemble: Sequence[Path]
     choice = checkpoint if checkpoint in rundir.CHECKPOINT_CHOICES else None
     members += [p for extra in ensemble for p in _checkpoints_of(Path(extra), choice)]
     # here, not at the load: a resumed decode's record keys the precision the bits come from
-    recipe, precision_note = fit_precision(recipe, resolve_device(recipe.train.device))
-    return PlannedRun(run, chosen, recipe, members, run_members, member, precision_note)
+    fitted, precision_note = fit_precision(recipe, resolve_device(recipe.train.device))
+    return PlannedRun(run, chosen, fitted, members, run_members, member, precision_note, recipe)
 
 
 def load_run(path: Path, overrides: Sequence[str] = (), ensemble: Sequence[Path] = (), checkpoint: str | None = None,
