@@ -80,6 +80,7 @@ def train(recipe: Recipe | str | Path, out: str | Path | None = None, start: Run
     single (how each member's own process is started).
     """
     from seqxduce.corpus.distilled import check_student
+    from seqxduce.distillation.teacher_targets import teacher_soft_targets
     from seqxduce.rundir import RunDir
     from seqxduce.training.trainer import train as _train
 
@@ -116,7 +117,8 @@ def train(recipe: Recipe | str | Path, out: str | Path | None = None, start: Run
 
         step = train_members(recipe, out, start, overrides=overrides)
         return TrainResult(out, step, {})
-    result = _train(recipe, out, start)
+    # word_kd's teacher pass is distillation's, handed to the run: training imports no distillation
+    result = _train(recipe, out, start, teacher_pass=teacher_soft_targets)
     if is_rank_zero() and not result.finished_before:  # the run's README
         from seqxduce.inspection.run_readme import write_run_readme
 
