@@ -315,7 +315,7 @@ def decode(run: str | Path | LoadedRun, sources: Sequence[str], overrides: Seque
            annotate: bool = False, ensemble: Sequence[Path] = (), checkpoint: str | None = None,
            prefixes: Sequence[str] | None = None, prefix_where: str = "prefix ", engine: str = "seqxduce",
            changes: Sequence[Change] = (), tgt_lang: str | Sequence[str] | None = None,
-           src_lang: str | None = None) -> list[Output]:
+           src_lang: str | None = None, constraints: Sequence[Any] | None = None) -> list[Output]:
     """Decode source lines with a run directory or checkpoint (or a run load_run loaded); outputs come back in
     input order.
 
@@ -330,25 +330,30 @@ def decode(run: str | Path | LoadedRun, sources: Sequence[str], overrides: Seque
     tgt_lang: the output's language (of a multilingual run; the task's Direction), one for all sources or one per
     source ("" for none): the task writes it as its training wrote it (a tag in the source, or a target prefix
     forced and left out of the output); one the run does not know is refused listing those it knows, a direction
-    it was never trained on decodes with a notice. src_lang: the sources' language, where known (with tgt_lang)."""
+    it was never trained on decodes with a notice. src_lang: the sources' language, where known (with tgt_lang).
+    constraints: per source, phrases its output must hold, in any order, and phrases it must not (lexically
+    constrained search, decoding/phrases.py): a list of phrases, a phrase that must not appear written "!words",
+    or one line of them separated by tabs, as `decode --constraints` reads them; None or an empty one, none."""
     from seqxduce.decoding.directions import check_source_alone
+    from seqxduce.decoding.phrases import constraint_features, phrases_given
 
     check_source_alone(tgt_lang, src_lang, "decode src_lang")
+    given = phrases_given(constraints, len(sources), "decode constraints")
+    features = [*(["annotations"] if annotate else []), *constraint_features(given)]
     if tgt_lang is not None and prefixes is not None and len(prefixes) != len(sources):
         raise UserError(f"decode: {len(prefixes)} prefixes for {len(sources)} sources; give one per source")
 
     def work(chosen: Any, loaded: Any) -> list[Output]:
         if tgt_lang is None:
-            return chosen.decode(loaded, sources, prefixes, prefix_where, annotate)
+            return chosen.decode(loaded, sources, prefixes, prefix_where, annotate, given)
         directions, where = _directions(loaded, src_lang), _lang_where(tgt_lang)
         read, forced = directions.decode_inputs(sources, prefixes, _per_input(tgt_lang, sources), where)
-        outputs = chosen.decode(loaded, read, forced if any(forced) else None, prefix_where, annotate)
+        outputs = chosen.decode(loaded, read, forced if any(forced) else None, prefix_where, annotate, given)
         for output, source in zip(outputs, sources):
             output.source = source  # as given, not as the model read it
         return outputs
 
-    return _with_engine(engine, _run_spec(run, overrides, ensemble, checkpoint, changes), "decode",
-                        ["annotations"] if annotate else [], work)
+    return _with_engine(engine, _run_spec(run, overrides, ensemble, checkpoint, changes), "decode", features, work)
 
 
 def _directions(loaded: Any, src_lang: str | None) -> Any:

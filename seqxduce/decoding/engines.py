@@ -23,6 +23,7 @@ from seqxduce.api import Report, UserError
 if TYPE_CHECKING:  # pragma: no cover
     from seqxduce.decoding.decode import LoadedRun, Output
     from seqxduce.decoding.jobs import RunSpec
+    from seqxduce.decoding.phrases import PhraseText
     from seqxduce.decoding.scoring import PairScore
     from seqxduce.decoding.streaming import BufferJob
 
@@ -37,6 +38,8 @@ FEATURES: dict[str, tuple[str, str]] = {
     "alignments": ("--alignments", "word alignments from the attention"),
     "attention": ("/v1/attention", "the model's attention weights"),
     "any decoder": ("[decode] name", "a decoder other than greedy or beam"),
+    "constraints": ("--constraints", "phrases every output must hold (lexically constrained search)"),
+    "negative constraints": ("--constraints \"!words\"", "phrases no output may hold"),
     "stop within a batch": ("a stop between a batch's steps", "SIGTERM, a deadline or clients gone end a batch at "
                                                               "its next step"),
 }
@@ -96,10 +99,13 @@ class Engine(abc.ABC):
 
     @abc.abstractmethod
     def decode(self, loaded: Any, sources: Sequence[str], prefixes: Sequence[str] | None = None,
-               prefix_where: str = "prefix ", annotate: bool = False) -> list[Output]:
+               prefix_where: str = "prefix ", annotate: bool = False,
+               constraints: Sequence[PhraseText] | None = None) -> list[Output]:
         """Each source's output (n-best hypotheses, each with its score), in input order; prefixes: per source,
         target text its output starts with (refused naming `prefix_where` where the vocabulary cannot spell it);
-        annotate: with the model's per-position figures (the feature "annotations")."""
+        annotate: with the model's per-position figures (the feature "annotations"); constraints: per source,
+        phrases its output must hold and phrases it must not (the features "constraints" and "negative
+        constraints")."""
 
     @abc.abstractmethod
     def decode_split(self, loaded: Any, split: str, annotate: bool = False) -> tuple[list[Output], Report]:
@@ -174,10 +180,12 @@ class SeqxduceEngine(Engine):
         return Planned(plan.recipe, plan.described(), [plan.checkpoint, *plan.members])
 
     def decode(self, loaded: LoadedRun, sources: Sequence[str], prefixes: Sequence[str] | None = None,
-               prefix_where: str = "prefix ", annotate: bool = False) -> list[Output]:
+               prefix_where: str = "prefix ", annotate: bool = False,
+               constraints: Sequence[PhraseText] | None = None) -> list[Output]:
         from seqxduce.decoding.decode import decode_lines
 
-        return decode_lines(loaded, sources, annotate=annotate, prefixes=prefixes, prefix_where=prefix_where)
+        return decode_lines(loaded, sources, annotate=annotate, prefixes=prefixes, prefix_where=prefix_where,
+                            constraints=constraints)
 
     def decode_split(self, loaded: LoadedRun, split: str, annotate: bool = False) -> tuple[list[Output], Report]:
         from seqxduce.decoding.decode import decode_split

@@ -137,11 +137,13 @@ def _warn_unread(settings: object) -> None:
         console.print(f"warning: [decode] {line}", markup=False, highlight=False)
 
 
-def translate_ids(run: ExportedRun, sources: Sequence[list[int]],
-                  prefixes: Sequence[list[int]] | None = None) -> list[list[Hypothesis]]:
+def translate_ids(run: ExportedRun, sources: Sequence[list[int]], prefixes: Sequence[list[int]] | None = None,
+                  banned: Sequence[Sequence[Sequence[int]]] | None = None) -> list[list[Hypothesis]]:
     """n-best Hypotheses for source ids (without eos: the export appends it), as seqxduce's search gives them;
     prefixes: target ids each output starts with (CTranslate2's target_prefix), ranked as seqxduce's search
-    ranks them: a score of what follows the prefix (seqxduce.decoding.search)."""
+    ranks them: a score of what follows the prefix (seqxduce.decoding.search); banned: per source, target id
+    phrases its outputs must not hold (CTranslate2's suppress_sequences, which holds for a whole batch: sources
+    are batched by their phrases too)."""
     settings = run.recipe.decode.settings
     shape = SearchShape.of(settings)
     beam, alpha, form, nbest = shape.beam, shape.alpha, shape.form, shape.nbest  # form: gnmt, or power (HF's)
@@ -152,15 +154,17 @@ def translate_ids(run: ExportedRun, sources: Sequence[list[int]],
     # the limit leaves room for a forced prefix, as seqxduce's search does
     limits = [max(1, int(len(ids) * settings.max_len_a + settings.max_len_b), len(p)) for ids, p in zip(sources, given)]
     eos = tgt_tok.id_to_token(tgt_tok.eos_id)
+    avoid = [tuple(tuple(tgt_tok.id_to_token(t) for t in phrase) for phrase in (banned[i] if banned else ()))
+             for i in range(len(sources))]
     results: list[list[Hypothesis]] = [[] for _ in sources]
-    for limit in sorted(set(limits)):
-        chosen = [i for i, n in enumerate(limits) if n == limit]
+    for limit, phrases in sorted(set(zip(limits, avoid))):
+        chosen = [i for i, n in enumerate(limits) if n == limit and avoid[i] == phrases]
         batch = [[src_tok.id_to_token(t) for t in sources[i]] for i in chosen]
         forced = [[tgt_tok.id_to_token(t) for t in given[i]] for i in chosen]
         found = run.translator.translate_batch(
             batch, target_prefix=forced if any(forced) else None, beam_size=beam, num_hypotheses=beam,
             length_penalty=0.0, return_end_token=True, max_decoding_length=limit,
-            min_decoding_length=settings.min_len, suppress_sequences=specials,
+            min_decoding_length=settings.min_len, suppress_sequences=specials + [list(p) for p in phrases],
             max_batch_size=run.recipe.decode.core.batch_size)
         outputs = [[h[:-1] if h and h[-1] == eos else h for h in result.hypotheses] for result in found]
         for k in _ending_after_prefix(run, batch, forced, beam, settings.min_len, limit, specials):
@@ -222,14 +226,15 @@ def _hypothesis(tokens: list[str], positional: list[float], alpha: float, ids: d
 
 
 def decode_sources(run: ExportedRun, examples: Sequence[Example] | Sequence[str],
-                   prefixes: Sequence[list[int]] | None = None) -> list[Output]:
+                   prefixes: Sequence[list[int]] | None = None,
+                   banned: Sequence[Sequence[Sequence[int]]] | None = None) -> list[Output]:
     """Outputs in input order, as seqxduce.decoding.decode.decode_sources gives them (prefixes: target ids per
     source, decoding.decode.encode_prefixes; without them, the examples' own: a multilingual target's language
     tag, CTranslate2's target_prefix)."""
     sources = [ex.source if isinstance(ex, Example) else ex for ex in examples]
     if prefixes is None:
         prefixes = task_prefixes(run.tokenizers.tgt, examples)
-    nbests = translate_ids(run, [run.tokenizers.src.encode(s) for s in sources], prefixes)
+    nbests = translate_ids(run, [run.tokenizers.src.encode(s) for s in sources], prefixes, banned)
     outputs = []
     for source, hyps in zip(sources, nbests):
         texts = [(run.tokenizers.tgt.decode(h.tokens), h) for h in hyps]

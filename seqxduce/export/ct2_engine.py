@@ -19,6 +19,7 @@ from seqxduce.api import Report
 from seqxduce.decoding.decode import Output, encode_prefixes, score_outputs, split_examples
 from seqxduce.decoding.engines import Engine, Planned
 from seqxduce.decoding.jobs import RunSpec
+from seqxduce.decoding.phrases import PhraseText
 from seqxduce.decoding.scoring import PairScore
 from seqxduce.export import ct2_decoding
 from seqxduce.export.ct2_decoding import ACTS_AS, HONOURED, Ct2DecodeJob, Ct2ScoreJob, ExportedRun, load_export
@@ -29,7 +30,7 @@ class CTranslate2Engine(Engine):
     """CTranslate2 over an export folder (`seqxduce export`) or a run directory exported on the fly."""
 
     name = "ctranslate2"
-    capabilities = frozenset({"prefixes", "nbest", "scoring"})
+    capabilities = frozenset({"prefixes", "nbest", "scoring", "negative constraints"})  # suppress_sequences
     honoured = HONOURED
     acts_as = ACTS_AS
     auto_processes = False
@@ -62,11 +63,20 @@ class CTranslate2Engine(Engine):
                             "and decode DIR, or give --processes 1")
 
     def decode(self, loaded: ExportedRun, sources: Sequence[str], prefixes: Sequence[str] | None = None,
-               prefix_where: str = "prefix ", annotate: bool = False) -> list[Output]:
+               prefix_where: str = "prefix ", annotate: bool = False,
+               constraints: Sequence[PhraseText] | None = None) -> list[Output]:
         if annotate:
             self.require("annotations", "decode")
         encoded = None if prefixes is None else encode_prefixes(loaded.tokenizers.tgt, prefixes, prefix_where)
-        return ct2_decoding.decode_sources(loaded, list(sources), encoded)
+        banned = None
+        if constraints is not None and any(constraints):
+            # CTranslate2's search has no dynamic beam allocation: phrases that must appear are refused, and those
+            # that must not go through suppress_sequences, exactly
+            if any(c.include for c in constraints):
+                self.require("constraints", "decode")
+            banned = [c.encode(loaded.tokenizers.tgt, f"constraints of input {i}").exclude
+                      for i, c in enumerate(constraints, start=1)]
+        return ct2_decoding.decode_sources(loaded, list(sources), encoded, banned)
 
     def decode_split(self, loaded: ExportedRun, split: str, annotate: bool = False) -> tuple[list[Output], Report]:
         if annotate:
