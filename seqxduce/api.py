@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["UserError", "TrainingStopped", "Settings", "setting", "setting_like", "check_settings", "Example",
            "Direction", "Directed",
-           "Hypothesis", "Postprocessed", "Report", "VocabInfo", "ModelOutput", "Task", "Tokenizer", "Model",
+           "Hypothesis", "Output", "Postprocessed", "Report", "VocabInfo", "ModelOutput", "Task", "Tokenizer", "Model",
            "StepConstraint", "DecodeRequest", "Decoder", "TaskFactory", "TokenizerFactory", "ModelFactory",
            "DecoderFactory", "read_lines", "Importer", "ImportedModel", "ImporterFactory"]
 
@@ -82,6 +82,19 @@ class Hypothesis:
     score: float
     logprob: float
     positional_logprobs: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Output:
+    """One decoded source, as an engine's decode gives it: the task-formatted best output and the n-best (text,
+    hypothesis) pairs, best first."""
+
+    source: str
+    text: str
+    nbest: list[tuple[str, Hypothesis]] = field(default_factory=list)
+    reference: str | None = None
+    annotations: dict[str, list] = field(default_factory=dict)  # per-position figures (decode --annotations)
+    figures: dict[str, float] = field(default_factory=dict)  # what the task's postprocess said of its output
 
 
 @dataclass

@@ -15,8 +15,8 @@ from seqxduce.api import (
     Decoder,
     DecodeRequest,
     Example,
-    Hypothesis,
     Model,
+    Output,
     Postprocessed,
     Report,
     Task,
@@ -37,18 +37,6 @@ from seqxduce.decoding.options import (
 from seqxduce.device import autocast_context, resolve_device
 from seqxduce.members import member_checkpoints, member_dir
 from seqxduce.recipe import Recipe, split_override
-
-
-@dataclass
-class Output:
-    """One decoded source: the task-formatted best output and the n-best (text, hypothesis) pairs."""
-
-    source: str
-    text: str
-    nbest: list[tuple[str, Hypothesis]] = field(default_factory=list)
-    reference: str | None = None
-    annotations: dict[str, list] = field(default_factory=dict)  # per-position figures (decode --annotations)
-    figures: dict[str, float] = field(default_factory=dict)  # what the task's postprocess said of its output
 
 
 def encode_prefixes(tokenizer: Tokenizer, prefixes: Sequence[str], where: str, first: int = 1) -> list[list[int]]:
