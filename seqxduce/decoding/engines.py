@@ -25,13 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from seqxduce.api import Output, Report, UserError
+from seqxduce.api import Output, PairScore, Report, UserError
 from seqxduce.hookspecs import hookimpl
 
 if TYPE_CHECKING:  # pragma: no cover
     from seqxduce.decoding.decode import LoadedRun
     from seqxduce.decoding.jobs import RunSpec
-    from seqxduce.decoding.scoring import PairScore
     from seqxduce.decoding.streaming import BufferJob
 
 # what an engine may have, as a refusal names it: (the flag or route, what it is)
@@ -128,7 +127,7 @@ class Engine(abc.ABC):
         return outputs, score_outputs(loaded.task, outputs, examples)
 
     def score(self, loaded: Any, sources: Sequence[str], targets: Sequence[str]) -> list[PairScore]:
-        """Each target's log-probability given its source (decoding.scoring.PairScore); an engine with the
+        """Each target's log-probability given its source (seqxduce.api.PairScore); an engine with the
         feature "scoring" writes it."""
         self.require("scoring", "score")
         return []
