@@ -138,3 +138,17 @@ def test_a_plugins_engine_is_served_through_the_service_it_declares(tiny_run: Pa
                            (DecodeAsk([Prefixed("3 1", "1")], 1), "prefix")):
             with pytest.raises(RequestError, match=f"^{field}: the sorter engine"):
                 service.key_for(ask)
+
+
+def test_seqxduce_serve_serves_a_plugins_engine(tiny_run: Path, tmp_path: Path):
+    pytest.importorskip("uvicorn", reason="the serve extra is not installed")
+    from tests.serve.test_serve import call, serving
+
+    with serving(tiny_run, tmp_path, "--engine", "sorter", "--threads", "1") as server:
+        status, _, answer = call(server, "/v1/decode", {"inputs": SOURCES})
+        assert status == 200, answer
+        assert [hyps[0]["text"] for hyps in answer["outputs"]] == SORTED
+        status, _, answer = call(server, "/v1/decode", {"inputs": SOURCES, "nbest": 2})
+        assert status == 422 and "nbest: the sorter engine gives one output per source" in str(answer), answer
+        status, _, info = call(server, "/v1/info")
+        assert status == 200 and info["serve"]["engine"] == "sorter"

@@ -130,7 +130,8 @@ class Engine(abc.ABC):
         """Each target's log-probability given its source (seqxduce.api.PairScore); an engine with the
         feature "scoring" writes it."""
         self.require("scoring", "score")
-        return []
+        raise UserError(f"score --engine {self.name}: the engine declares scoring but writes no score(); fix the "
+                        "plugin that registers it, or decode with --engine seqxduce")
 
     def decode_job(self, spec: RunSpec, *, annotate: bool = False, align: bool = False, split: bool = False,
                    prefix_where: str = "prefix ", as_targets: bool = False) -> Any:
