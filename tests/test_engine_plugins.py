@@ -121,6 +121,23 @@ def test_what_a_plugins_engine_lacks_is_refused_in_one_line_before_any_work(tiny
     assert "Traceback" not in result.output and "decoding with" not in result.output
 
 
+def test_every_engine_names_a_service_that_loads_and_a_broken_name_is_one_line():
+    pytest.importorskip("starlette", reason="the serve extra is not installed")
+    from importlib.metadata import EntryPoint
+
+    from seqxduce.serving.command import _service_for
+
+    for name in registry().engine_names():  # the table serve builds from is the engines' own declarations
+        assert callable(EntryPoint(name, engine_named(name).service, "seqxduce.services").load()), name
+
+    class Misnamed(Other):
+        service = "seqxduce.serving.no_such_module:Service"
+
+    with pytest.raises(seqxduce.UserError, match=r"^serve --engine other: its service "
+                                                 r"'seqxduce.serving.no_such_module:Service' cannot be loaded"):
+        _service_for(Misnamed(), None)
+
+
 def test_a_plugins_engine_is_served_through_the_service_it_declares(tiny_run: Path):
     pytest.importorskip("starlette", reason="the serve extra is not installed")
     from seqxduce.decoding.jobs import RunSpec
