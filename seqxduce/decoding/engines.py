@@ -64,7 +64,7 @@ class Engine(abc.ABC):
     acts_as: ClassVar[dict[str, Any]] = {}
     # a CPU decode of a long input spreads over worker processes unless --processes says otherwise
     auto_processes: ClassVar[bool] = True
-    instead: ClassVar[str] = ""  # what a refused user does instead
+    instead: ClassVar[str] = "decode with --engine seqxduce"  # what a refused user does instead
 
     def require(self, feature: str, where: str) -> None:
         """Refuse, in one line naming the engine and the feature, a feature this engine lacks."""
