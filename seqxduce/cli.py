@@ -133,14 +133,26 @@ CHECKPOINT_OPTION = click.option(
 @click.option("--kind", type=click.Choice(KINDS), help="list only this kind")
 @click.pass_context
 def plugins(ctx: click.Context, kind: str | None) -> None:
-    """List every registered task, tokenizer, model, decoder and importer, with the package it comes from."""
+    """List every registered task, tokenizer, model, decoder, importer and engine, with the package it comes from
+    (an engine with what it can do)."""
     reg = _registry(ctx)
     for k in [kind] if kind else KINDS:
         click.echo(f"{k}s:")
         for name in reg.names(k):
             c = reg.get(k, name)
             presets = f" [presets: {', '.join(sorted(c.presets))}]" if c.presets else ""
-            click.echo(f"  {name:<24} {c.distribution} ({c.plugin}){presets}  {c.help}")
+            can = f" [can: {_capabilities(name)}]" if k == "engine" else ""
+            click.echo(f"  {name:<24} {c.distribution} ({c.plugin}){presets}{can}  {c.help}")
+
+
+def _capabilities(engine_name: str) -> str:
+    """An engine's declared features (decoding.engines.FEATURES), or why it cannot be built."""
+    from seqxduce.export.engine_choice import engine_named
+
+    try:
+        return ", ".join(sorted(engine_named(engine_name).capabilities)) or "none"
+    except UserError as err:
+        return f"broken: {err}"
 
 
 @cli.group()
@@ -352,8 +364,7 @@ def import_command(ctx: click.Context, source: Path, importer: str, out: Path, o
               help="also write source-target word alignments here in Pharaoh format (0-0 1-2 ...), one line per "
                    "output line, from the encoder-decoder attention ([decode] alignment_layer, default the "
                    "penultimate layer, and alignment_heads, default all averaged)")
-@click.option("--engine", "engine_name", type=click.Choice(export_command.ENGINE_CHOICES), default="seqxduce",
-              show_default=True, help=export_command.ENGINE_HELP)
+@export_command.engine_option()
 @click.option("--prefix-file", type=click.Path(path_type=Path),
               help="with --input: line N is target text that output N must start with, then searched freely (as "
                    "CTranslate2's target_prefix; an empty line for none); every decoder")
@@ -422,8 +433,7 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
 @click.option("--ensemble", multiple=True, type=click.Path(path_type=Path),
               help="also a checkpoint or run directory whose probabilities are averaged in, as in decode")
 @CHECKPOINT_OPTION
-@click.option("--engine", "engine_name", type=click.Choice(export_command.ENGINE_CHOICES), default="seqxduce",
-              show_default=True, help=export_command.ENGINE_HELP)
+@export_command.engine_option()
 @LANG_OPTIONS[0]
 @LANG_OPTIONS[1]
 @LANG_OPTIONS[2]

@@ -343,12 +343,16 @@ def decode(run: str | Path | LoadedRun, sources: Sequence[str], overrides: Seque
     if tgt_lang is not None and prefixes is not None and len(prefixes) != len(sources):
         raise UserError(f"decode: {len(prefixes)} prefixes for {len(sources)} sources; give one per source")
 
+    # only an engine that declares constraints (checked before it loads) is handed them: a plugin's engine written
+    # before them keeps its decode()
+    phrased = {"constraints": given} if given else {}
+
     def work(chosen: Any, loaded: Any) -> list[Output]:
         if tgt_lang is None:
-            return chosen.decode(loaded, sources, prefixes, prefix_where, annotate, given)
+            return chosen.decode(loaded, sources, prefixes, prefix_where, annotate, **phrased)
         directions, where = _directions(loaded, src_lang), _lang_where(tgt_lang)
         read, forced = directions.decode_inputs(sources, prefixes, _per_input(tgt_lang, sources), where)
-        outputs = chosen.decode(loaded, read, forced if any(forced) else None, prefix_where, annotate, given)
+        outputs = chosen.decode(loaded, read, forced if any(forced) else None, prefix_where, annotate, **phrased)
         for output, source in zip(outputs, sources):
             output.source = source  # as given, not as the model read it
         return outputs

@@ -1,4 +1,5 @@
-"""Decoding: search and its settings, loading a trained run, ensembles, scoring and alignments.
+"""Decoding: search and its settings, loading a trained run, ensembles, scoring and alignments; engines.py, the
+one interface over the inference engines (seqxduce's own registered there, a plugin's subclassing its Engine).
 
 Importing this package imports nothing heavy: `search_settings` is torch-free. Read in this order:
 search_settings.py, search.py (greedy and beam over Model.encode/step), decode.py (load_run, decode_sources,

@@ -17,6 +17,7 @@ from seqxduce.api import (
     Example,
     Hypothesis,
     Model,
+    Output,
     Phrases,
     Postprocessed,
     Report,
@@ -39,18 +40,6 @@ from seqxduce.decoding.phrases import PhraseText, encode_phrases, violations
 from seqxduce.device import autocast_context, resolve_device
 from seqxduce.members import member_checkpoints, member_dir
 from seqxduce.recipe import Recipe, split_override
-
-
-@dataclass
-class Output:
-    """One decoded source: the task-formatted best output and the n-best (text, hypothesis) pairs."""
-
-    source: str
-    text: str
-    nbest: list[tuple[str, Hypothesis]] = field(default_factory=list)
-    reference: str | None = None
-    annotations: dict[str, list] = field(default_factory=dict)  # per-position figures (decode --annotations)
-    figures: dict[str, float] = field(default_factory=dict)  # what the task's postprocess said of its output
 
 
 def encode_prefixes(tokenizer: Tokenizer, prefixes: Sequence[str], where: str, first: int = 1) -> list[list[int]]:

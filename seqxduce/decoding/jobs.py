@@ -1,6 +1,7 @@
 """What `decode` and `score` do to one buffer of a streamed input (seqxduce.decoding.streaming) with seqxduce's
-own search, as picklable jobs: a job names the run and its settings, not the loaded model, so that a worker
-process loads its own (processor()), while this process hands in the run it loaded (processor_for(run)).
+own search, as picklable jobs (and any engine's, through its decode and score: EngineDecodeJob, EngineScoreJob):
+a job names the run and its settings, not the loaded model, so that a worker process loads its own (processor()),
+while this process hands in the run it loaded (processor_for(run)).
 
 A decode buffer's items are source lines, (source, prefix) pairs (`--prefix-file`, read in step with the
 input) or a split's Examples; a score buffer's are (source, target) pairs. Each gives a Piece: the lines of each
@@ -9,10 +10,11 @@ output stream in input order (the n-best lines and annotations numbered by their
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from seqxduce.decoding.changes import Change
@@ -113,3 +115,67 @@ def score_piece(job: ScoreJob, run: LoadedRun, buffer: Buffer) -> Piece:
 
     scores = score_pairs(run, [s for s, _ in buffer.items], [t for _, t in buffer.items])
     return Piece(buffer.start, len(buffer.items), {"output": format_scores(scores, job.normalize)})
+
+
+@dataclass(frozen=True)
+class EngineDecodeJob:
+    """Decode buffers with any engine through its decode() (a plugin's engine needs no job of its own): the lines
+    DecodeJob writes, without annotations or alignments. A worker process opens its own load, kept for its life."""
+
+    engine: Any  # an Engine: sent to a worker as its class and attributes
+    spec: RunSpec
+    split: bool = False
+    prefix_where: str = "prefix "
+    as_targets: bool = False
+
+    def processor(self) -> Processor:
+        return _opened_for_life(self.engine, self.spec, self.processor_for)
+
+    def processor_for(self, loaded: Any) -> Processor:
+        return lambda buffer: self._piece(loaded, buffer)
+
+    def _piece(self, loaded: Any, buffer: Buffer) -> Piece:
+        from seqxduce.decoding.decode import stream_lines
+        from seqxduce.decoding.streaming import Piece
+
+        items, prefixes = list(buffer.items), None
+        if self.split:  # Examples: their own target prefixes (a multilingual target's tag) are forced
+            prefixes = [ex.prefix for ex in items] if any(ex.prefix for ex in items) else None
+            items = [ex.source for ex in items]
+        elif items and isinstance(items[0], tuple):  # (source, prefix): --prefix-file read in step with the input
+            prefixes = [prefix for _, prefix in items]
+            items = [source for source, _ in items]
+        outputs = self.engine.decode(loaded, items, prefixes, self.prefix_where)
+        lines = stream_lines(loaded.task, outputs, buffer.start, self.split, self.as_targets)
+        kept = [{"text": o.text, "figures": o.figures} for o in outputs] if self.split else []
+        return Piece(buffer.start, len(outputs), {"output": lines}, kept)
+
+
+@dataclass(frozen=True)
+class EngineScoreJob:
+    """Score buffers of (source, target) pairs with any engine through its score(): `score`'s lines."""
+
+    engine: Any
+    spec: RunSpec
+    normalize: bool = False
+
+    def processor(self) -> Processor:
+        return _opened_for_life(self.engine, self.spec, self.processor_for)
+
+    def processor_for(self, loaded: Any) -> Processor:
+        return lambda buffer: self._piece(loaded, buffer)
+
+    def _piece(self, loaded: Any, buffer: Buffer) -> Piece:
+        from seqxduce.decoding.scoring import format_scores
+        from seqxduce.decoding.streaming import Piece
+
+        scores = self.engine.score(loaded, [s for s, _ in buffer.items], [t for _, t in buffer.items])
+        return Piece(buffer.start, len(buffer.items), {"output": format_scores(scores, self.normalize)})
+
+
+def _opened_for_life(engine: Any, spec: RunSpec, processor_for: Callable[[Any], Processor]) -> Processor:
+    """A worker's processor over its own engine.open(spec): the load stays open as long as the processor lives
+    (the `with` block's exit held by it), so that what open() set up (a temporary folder) outlasts no use."""
+    stack = contextlib.ExitStack()
+    process = processor_for(stack.enter_context(engine.open(spec)))
+    return lambda buffer, _held=stack: process(buffer)

@@ -34,16 +34,11 @@ from seqxduce.decoding.scoring import PairScore, format_scores, scores_of
 from seqxduce.decoding.search import length_penalty
 from seqxduce.decoding.streaming import Buffer, Piece, Processor
 from seqxduce.device import device_for, torchrun_local_rank
-from seqxduce.export.exporting import export_run, is_export, require_ctranslate2
+from seqxduce.export.exporting import ACTS_AS, HONOURED, export_run, is_export, require_ctranslate2
 from seqxduce.recipe import Recipe
 from seqxduce.rundir import RunDir
 
 SEARCHES = ("greedy", "beam")
-# the [decode] keys translate_ids reads (besides the core's batch_size and precision)
-HONOURED = frozenset({"beam", "alpha", "length_penalty", "nbest", "max_len_a", "max_len_b", "min_len"})
-# the settings its search acts as if they held these values: no renormalized steps, the eos at the limit scored,
-# and the default stopping rule (docs/coming-from.md, "Stopping rules": what its own search does)
-ACTS_AS = {"renormalize": False, "limit_eos": "scored", "early_stopping": "never", "early_stop": False}
 # decode --precision as a CTranslate2 compute type
 CT2_COMPUTE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
 
