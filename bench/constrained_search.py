@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     covered = [all(p in out for p in phrases) for phrases, out in zip(mixed, held) if phrases]
 
     pairs = [pick_phrases(r, o, 2, random.Random(args.seed + i)) for i, (r, o) in enumerate(zip(references, free))]
-    two = [i for i, p in enumerate(pairs) if len(p) == 2]
+    two = [i for i, p in enumerate(pairs) if len(p) == 2] or [0]  # (a sentence of one phrase where none has two)
     _, free_two_s = timed_decode(run, [sources[i] for i in two], None)
     _, two_s = timed_decode(run, [sources[i] for i in two], [PhraseText.from_list(pairs[i], "bench") for i in two])
 

@@ -368,6 +368,11 @@ def import_command(ctx: click.Context, source: Path, importer: str, out: Path, o
 @click.option("--prefix-file", type=click.Path(path_type=Path),
               help="with --input: line N is target text that output N must start with, then searched freely (as "
                    "CTranslate2's target_prefix; an empty line for none); every decoder")
+@click.option("--constraints", "constraints_file", type=click.Path(path_type=Path),
+              help="with --input: line N holds phrases output N must contain, in any order, separated by tabs (as "
+                   "fairseq-interactive reads them); a phrase written !words must not appear (\\!words: must "
+                   "appear, starting with !); an empty line for none. Lexically constrained beam search (dynamic "
+                   "beam allocation); CTranslate2 takes only phrases that must not appear")
 @click.option("--as-targets", is_flag=True,
               help="write each source's best output as the task's training targets are written, before the task's "
                    "postprocess (parsing: the linearized tree, not the tree), to train a model on them (sequence-"
@@ -383,7 +388,8 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
            checkpoint: str | None, beam: int | None, nbest: int | None, batch_tokens: int | None,
            device: str | None, precision: str | None, overrides: tuple[str, ...], examples: int,
            annotations: Path | None, allow_errors: bool, ensemble: tuple[Path, ...], alignments: Path | None,
-           engine_name: str, prefix_file: Path | None, as_targets: bool, tgt_lang: str | None,
+           engine_name: str, prefix_file: Path | None, constraints_file: Path | None, as_targets: bool,
+           tgt_lang: str | None,
            src_lang: str | None, tgt_lang_column: bool, resume: bool, buffer_size: int,
            processes: int | None) -> None:
     """Decode sources with a trained run: RUN is a run directory (or one checkpoint file in it). A run trained
@@ -407,7 +413,8 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
                                "give each hypothesis before the task's postprocess: give one of the two")
     changes = flag_changes(beam=beam, nbest=nbest, batch_tokens=batch_tokens, device=device, precision=precision)
     _fit_threads()
-    done = engine.decode_file(run, input_file, output, split=split, prefix_file=prefix_file, as_targets=as_targets,
+    done = engine.decode_file(run, input_file, output, split=split, prefix_file=prefix_file,
+                              constraints_file=constraints_file, as_targets=as_targets,
                               annotations=annotations, alignments=alignments, overrides=overrides,
                               ensemble=ensemble, checkpoint=checkpoint, changes=changes, engine=engine_name,
                               resume=resume, buffer_size=buffer_size, processes=processes, examples=examples,

@@ -448,6 +448,7 @@ def _run_spec(run: str | Path | LoadedRun, overrides: Sequence[str], ensemble: S
 
 def decode_file(run: str | Path, input: str | Path | None = None, output: str | Path | None = None, *,
                 split: str | None = None, prefix_file: str | Path | None = None,
+                constraints_file: str | Path | None = None,
                 annotations: str | Path | None = None, alignments: str | Path | None = None,
                 overrides: Sequence[str] = (), ensemble: Sequence[str | Path] = (), checkpoint: str | None = None,
                 changes: Sequence[Change] = (), engine: str = "seqxduce", resume: bool = False,
@@ -465,7 +466,9 @@ def decode_file(run: str | Path, input: str | Path | None = None, output: str | 
     parsing the linearized tree), one line per source, as distillation trains on it. engine as in decode().
     tgt_lang and src_lang: every line's language as in decode(); tgt_lang_column: each input line is
     LANG<TAB>SOURCE, its own language (an empty LANG: tgt_lang's, or none), carried through worker processes,
-    torchrun's ranks and a resume (a resume with other languages is refused). One typed request
+    torchrun's ranks and a resume (a resume with other languages is refused). constraints_file: line N holds the
+    phrases output N must contain and must not (tab-separated, "!words" must not), as decode()'s constraints;
+    read in step with the input, and a resume checks it is the same file. One typed request
     (seqxduce.decoding.file_jobs.DecodeFile) handed to decoding/."""
     from seqxduce.decoding.file_jobs import DecodeFile
     from seqxduce.decoding.file_jobs import decode_file as run_request
@@ -474,6 +477,7 @@ def decode_file(run: str | Path, input: str | Path | None = None, output: str | 
     return run_request(DecodeFile(
         run=_run_spec(run, overrides, ensemble, checkpoint, changes), engine=engine_named(engine),
         input=_path(input), output=_path(output), split=split, prefix_file=_path(prefix_file),
+        constraints_file=_path(constraints_file),
         annotations=_path(annotations), alignments=_path(alignments), resume=resume, buffer_size=buffer_size,
         processes=processes, examples=examples, as_targets=as_targets, tgt_lang=tgt_lang or "",
         src_lang=src_lang or "", tgt_lang_column=tgt_lang_column))

@@ -99,12 +99,12 @@ def column_languages(lines: Iterable[str], where: Callable[[int], str]) -> tuple
 
 
 def directed_items(items: Iterable, directions: Directions, default: str, column: bool, scoring: bool,
-                   where: Callable[[int], str]) -> Iterator[tuple[str, str]]:
+                   where: Callable[[int], str]) -> Iterator[tuple[str, ...]]:
     """A streamed input's items (a source line, a (source, prefix) or a (source, target) pair) as the model reads
     them for each line's direction: the line's column (column), else `default`. A decode's items become (source,
     prefix) pairs, a score's (source, target) pairs."""
     for number, item in enumerate(items, start=1):
-        first, second = item if isinstance(item, tuple) else (item, "")
+        first, second, *rest = item if isinstance(item, tuple) else (item, "")  # rest: a constraints line
         target = default
         if column:
             target, first = split_column(first, where(number))
@@ -114,4 +114,4 @@ def directed_items(items: Iterable, directions: Directions, default: str, column
             yield ex.source, ex.target
         else:
             ex = directions.apply(Example(first, "", prefix=second), target, where(number))
-            yield ex.source, ex.prefix
+            yield ex.source, ex.prefix, *rest

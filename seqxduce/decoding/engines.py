@@ -140,11 +140,12 @@ class Engine(abc.ABC):
                         "plugin that registers it, or decode with --engine seqxduce")
 
     def decode_job(self, spec: RunSpec, *, annotate: bool = False, align: bool = False, split: bool = False,
-                   prefix_where: str = "prefix ", as_targets: bool = False) -> Any:
+                   prefix_where: str = "prefix ", as_targets: bool = False, **named: str) -> Any:
         """A picklable job (streaming.BufferJob) decoding a streamed file's buffers; processor_for(loaded) gives
         this process's work function over what open() loaded. as_targets: its output lines are the best
-        hypotheses written as the task's training targets are (seqxduce.decoding.decode.target_lines). By
-        default through decode() (jobs.EngineDecodeJob)."""
+        hypotheses written as the task's training targets are (seqxduce.decoding.decode.target_lines). named:
+        constraint_where, how the constraints file's lines are named (an engine with constraints). By default
+        through decode() (jobs.EngineDecodeJob)."""
         from seqxduce.decoding.jobs import EngineDecodeJob
 
         if annotate or align:
@@ -242,11 +243,11 @@ class SeqxduceEngine(Engine):
         return score_pairs(loaded, sources, targets)
 
     def decode_job(self, spec: RunSpec, *, annotate: bool = False, align: bool = False, split: bool = False,
-                   prefix_where: str = "prefix ", as_targets: bool = False) -> BufferJob:
+                   prefix_where: str = "prefix ", as_targets: bool = False, **named: str) -> BufferJob:
         from seqxduce.decoding.jobs import DecodeJob
 
         return DecodeJob(spec, annotate=annotate, align=align, split=split, prefix_where=prefix_where,
-                         as_targets=as_targets)
+                         as_targets=as_targets, **named)
 
     def score_job(self, spec: RunSpec, normalize: bool = False) -> BufferJob:
         from seqxduce.decoding.jobs import ScoreJob

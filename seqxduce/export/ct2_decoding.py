@@ -287,6 +287,7 @@ class Ct2DecodeJob:
     split: bool = False
     prefix_where: str = "prefix "
     as_targets: bool = False
+    constraint_where: str = "constraints of input "
 
     def processor(self) -> Processor:
         """A worker process's own translator, loaded from an export folder."""
@@ -296,12 +297,16 @@ class Ct2DecodeJob:
         return lambda buffer: self._piece(run, buffer)
 
     def _piece(self, run: ExportedRun, buffer: Buffer) -> Piece:
-        items, prefixes = buffer.items, None
-        if items and isinstance(items[0], tuple):  # (source, prefix): --prefix-file read in step with the input
-            prefixes = encode_prefixes(run.tokenizers.tgt, [p for _, p in items], self.prefix_where,
-                                       first=buffer.start + 1)
-            items = [source for source, _ in items]
-        outputs = decode_sources(run, items, prefixes)
+        from seqxduce.decoding.jobs import read_items
+
+        items, given, constraints = read_items(buffer.items)
+        prefixes = banned = None
+        if given is not None:
+            prefixes = encode_prefixes(run.tokenizers.tgt, given, self.prefix_where, first=buffer.start + 1)
+        if constraints is not None:  # only those that must not appear: the engine refused the others before
+            banned = [c.encode(run.tokenizers.tgt, f"{self.constraint_where}{number}").exclude
+                      for number, c in enumerate(constraints, start=buffer.start + 1)]
+        outputs = decode_sources(run, items, prefixes, banned)
         lines = stream_lines(run.task, outputs, buffer.start, self.split, self.as_targets)
         kept = [{"text": o.text, "figures": o.figures} for o in outputs] if self.split else []
         return Piece(buffer.start, len(outputs), {"output": lines}, kept)

@@ -106,11 +106,11 @@ class CTranslate2Engine(Engine):
         return ct2_decoding.score_pairs(loaded, sources, targets)
 
     def decode_job(self, spec: RunSpec, *, annotate: bool = False, align: bool = False, split: bool = False,
-                   prefix_where: str = "prefix ", as_targets: bool = False) -> Ct2DecodeJob:
+                   prefix_where: str = "prefix ", as_targets: bool = False, **named: str) -> Ct2DecodeJob:
         from seqxduce.export.ct2_decoding import Ct2DecodeJob
 
         return Ct2DecodeJob(spec.run, spec.overrides, spec.changes, split=split, prefix_where=prefix_where,
-                            as_targets=as_targets)
+                            as_targets=as_targets, **named)
 
     def score_job(self, spec: RunSpec, normalize: bool = False) -> Ct2ScoreJob:
         from seqxduce.export.ct2_decoding import Ct2ScoreJob
