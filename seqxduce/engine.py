@@ -131,7 +131,7 @@ def decode(run: str | Path | LoadedRun, sources: Sequence[str], overrides: Seque
            annotate: bool = False, ensemble: Sequence[Path] = (), checkpoint: str | None = None,
            prefixes: Sequence[str] | None = None, prefix_where: str = "prefix ", engine: str = "seqxduce",
            changes: Sequence[Change] = (), tgt_lang: str | Sequence[str] | None = None,
-           src_lang: str | None = None) -> list[Output]:
+           src_lang: str | None = None, constraints: Sequence[Any] | None = None) -> list[Output]:
     """Decode source lines with a run directory or checkpoint (or a run load_run loaded); outputs come back in
     input order.
 
@@ -146,14 +146,22 @@ def decode(run: str | Path | LoadedRun, sources: Sequence[str], overrides: Seque
     tgt_lang: the output's language (of a multilingual run; the task's Direction), one for all sources or one per
     source ("" for none): the task writes it as its training wrote it (a tag in the source, or a target prefix
     forced and left out of the output); one the run does not know is refused listing those it knows, a direction
-    it was never trained on decodes with a notice. src_lang: the sources' language, where known (with tgt_lang)."""
+    it was never trained on decodes with a notice. src_lang: the sources' language, where known (with tgt_lang).
+    constraints: per source, phrases its output must hold, in any order, and phrases it must not (lexically
+    constrained search, decoding/phrases.py): a list of phrases, a phrase that must not appear written "!words",
+    or one line of them separated by tabs, as `decode --constraints` reads them; None or an empty one, none."""
     from seqxduce.decoding.directions import check_call, decode_directed
+    from seqxduce.decoding.phrases import constraint_features, phrases_given
 
     check_call("decode", tgt_lang, src_lang, sources, prefixes)
+    given = phrases_given(constraints, len(sources), "decode constraints")
+    # only an engine that declares constraints (checked before it loads) is handed them: a plugin's engine written
+    # before them keeps its decode()
+    phrased = {"constraints": given} if given else {}
     return _with_engine(engine, _run_spec(run, overrides, ensemble, checkpoint, changes), "decode",
-                        ["annotations"] if annotate else [],
+                        [*(["annotations"] if annotate else []), *constraint_features(given)],
                         lambda chosen, loaded: decode_directed(chosen, loaded, sources, prefixes, prefix_where,
-                                                               annotate, tgt_lang, src_lang))
+                                                               annotate, tgt_lang, src_lang, **phrased))
 
 
 def decode_split(run: str | Path | LoadedRun, split: str, overrides: Sequence[str] = (), annotate: bool = False,
@@ -216,6 +224,7 @@ def _run_spec(run: str | Path | LoadedRun, overrides: Sequence[str], ensemble: S
 
 def decode_file(run: str | Path, input: str | Path | None = None, output: str | Path | None = None, *,
                 split: str | None = None, prefix_file: str | Path | None = None,
+                constraints_file: str | Path | None = None,
                 annotations: str | Path | None = None, alignments: str | Path | None = None,
                 overrides: Sequence[str] = (), ensemble: Sequence[str | Path] = (), checkpoint: str | None = None,
                 changes: Sequence[Change] = (), engine: str = "seqxduce", resume: bool = False,
@@ -233,7 +242,9 @@ def decode_file(run: str | Path, input: str | Path | None = None, output: str | 
     parsing the linearized tree), one line per source, as distillation trains on it. engine as in decode().
     tgt_lang and src_lang: every line's language as in decode(); tgt_lang_column: each input line is
     LANG<TAB>SOURCE, its own language (an empty LANG: tgt_lang's, or none), carried through worker processes,
-    torchrun's ranks and a resume (a resume with other languages is refused). One typed request
+    torchrun's ranks and a resume (a resume with other languages is refused). constraints_file: line N holds the
+    phrases output N must contain and must not (tab-separated, "!words" must not), as decode()'s constraints;
+    read in step with the input, and a resume checks it is the same file. One typed request
     (seqxduce.decoding.file_jobs.DecodeFile) handed to decoding/."""
     from seqxduce.decoding.file_jobs import DecodeFile
     from seqxduce.decoding.file_jobs import decode_file as run_request
@@ -242,6 +253,7 @@ def decode_file(run: str | Path, input: str | Path | None = None, output: str | 
     return run_request(DecodeFile(
         run=_run_spec(run, overrides, ensemble, checkpoint, changes), engine=engine_named(engine),
         input=_path(input), output=_path(output), split=split, prefix_file=_path(prefix_file),
+        constraints_file=_path(constraints_file),
         annotations=_path(annotations), alignments=_path(alignments), resume=resume, buffer_size=buffer_size,
         processes=processes, examples=examples, as_targets=as_targets, tgt_lang=tgt_lang or "",
         src_lang=src_lang or "", tgt_lang_column=tgt_lang_column))

@@ -100,12 +100,12 @@ def column_languages(lines: Iterable[str], where: Callable[[int], str]) -> tuple
 
 
 def directed_items(items: Iterable, directions: Directions, default: str, column: bool, scoring: bool,
-                   where: Callable[[int], str]) -> Iterator[tuple[str, str]]:
+                   where: Callable[[int], str]) -> Iterator[tuple[str, ...]]:
     """A streamed input's items (a source line, a (source, prefix) or a (source, target) pair) as the model reads
     them for each line's direction: the line's column (column), else `default`. A decode's items become (source,
     prefix) pairs, a score's (source, target) pairs."""
     for number, item in enumerate(items, start=1):
-        first, second = item if isinstance(item, tuple) else (item, "")
+        first, second, *rest = item if isinstance(item, tuple) else (item, "")  # rest: a constraints line
         target = default
         if column:
             target, first = split_column(first, where(number))
@@ -115,7 +115,7 @@ def directed_items(items: Iterable, directions: Directions, default: str, column
             yield ex.source, ex.target
         else:
             ex = directions.apply(Example(first, "", prefix=second), target, where(number))
-            yield ex.source, ex.prefix
+            yield ex.source, ex.prefix, *rest
 
 
 def check_call(where: str, tgt_lang: object, src_lang: str | None, inputs: Sequence[str],
@@ -129,14 +129,15 @@ def check_call(where: str, tgt_lang: object, src_lang: str | None, inputs: Seque
 
 def decode_directed(engine: Any, loaded: Any, sources: Sequence[str], prefixes: Sequence[str] | None,
                     prefix_where: str, annotate: bool, tgt_lang: str | Sequence[str] | None,
-                    src_lang: str | None) -> list[Any]:
+                    src_lang: str | None, **phrased: Any) -> list[Any]:
     """engine.decode of a Python call's sources (seqxduce.decode), each written for its language first (tgt_lang:
-    one for all, or one per source); the outputs carry the sources as given, not as the model read them."""
+    one for all, or one per source); the outputs carry the sources as given, not as the model read them. phrased:
+    constraints=..., for an engine that declares them."""
     if tgt_lang is None:
-        return engine.decode(loaded, sources, prefixes, prefix_where, annotate)
+        return engine.decode(loaded, sources, prefixes, prefix_where, annotate, **phrased)
     read, forced = _said(loaded, src_lang).decode_inputs(sources, prefixes, per_input(tgt_lang, len(sources),
                                                                                       "tgt_lang"), _where(tgt_lang))
-    outputs = engine.decode(loaded, read, forced if any(forced) else None, prefix_where, annotate)
+    outputs = engine.decode(loaded, read, forced if any(forced) else None, prefix_where, annotate, **phrased)
     for output, source in zip(outputs, sources):
         output.source = source
     return outputs

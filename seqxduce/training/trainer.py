@@ -23,7 +23,7 @@ from seqxduce.device import autocast_context
 from seqxduce.recipe import Recipe
 from seqxduce.run_start import RunStart
 from seqxduce.rundir import RunDir, prune
-from seqxduce.signals import stop_on_signals, stop_setting_up
+from seqxduce.signals import stop_setting_up, stop_training_on_signals
 from seqxduce.stopping import Abandoned, StopRequest, signal_name
 from seqxduce.torchrun import is_rank_zero
 from seqxduce.training import distributed
@@ -72,7 +72,7 @@ class Trainer:
         the dropped step again exactly (_stop_in_step); a second one stops at once, keeping the checkpoints already
         written (TrainingStopped). Another process that dies or hangs stops this one after [train]
         collective_timeout, with an error."""
-        with stop_on_signals(self.stop):
+        with stop_training_on_signals(self.stop):
             try:
                 try:
                     return self._run()
