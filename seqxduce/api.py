@@ -21,9 +21,9 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 __all__ = ["UserError", "TrainingStopped", "Settings", "setting", "setting_like", "check_settings", "Example",
-           "Direction", "Directed",
+           "Direction", "Directed", "Output", "PairScore",
            "Hypothesis", "Postprocessed", "Report", "VocabInfo", "ModelOutput", "Task", "Tokenizer", "Model",
-           "StepConstraint", "DecodeRequest", "Decoder", "TaskFactory", "TokenizerFactory", "ModelFactory",
+           "StepConstraint", "Phrases", "DecodeRequest", "Decoder", "TaskFactory", "TokenizerFactory", "ModelFactory",
            "DecoderFactory", "read_lines", "Importer", "ImportedModel", "ImporterFactory"]
 
 
@@ -82,6 +82,34 @@ class Hypothesis:
     score: float
     logprob: float
     positional_logprobs: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Output:
+    """One decoded source, as an engine's decode gives it: the task-formatted best output and the n-best (text,
+    hypothesis) pairs, best first."""
+
+    source: str
+    text: str
+    nbest: list[tuple[str, Hypothesis]] = field(default_factory=list)
+    reference: str | None = None
+    annotations: dict[str, list] = field(default_factory=dict)  # per-position figures (decode --annotations)
+    figures: dict[str, float] = field(default_factory=dict)  # what the task's postprocess said of its output
+
+
+@dataclass(frozen=True)
+class PairScore:
+    """The score of one given pair, as an engine's score gives it: the target's total log-probability (natural
+    log) over its tokens and eos."""
+
+    logprob: float
+    length: int  # target tokens + 1 for eos: the positions summed
+    normalized: float  # logprob / GNMT length penalty of `length`, with the run's [decode] alpha (beam's score)
+
+    @property
+    def per_token(self) -> float:
+        """The mean log-probability per position (eos counted), fairseq's --score-reference score."""
+        return self.logprob / self.length
 
 
 @dataclass
@@ -465,6 +493,22 @@ class StepConstraint(abc.ABC):
         """The search kept rows: new row i continues old row origin[i] with token tokens[i]."""
 
 
+@dataclass(frozen=True)
+class Phrases:
+    """One source's lexical constraints as target token ids: `include`, phrases every output must contain (in any
+    order), and `exclude`, phrases no output may contain. A phrase is one or more tokens."""
+
+    include: tuple[tuple[int, ...], ...] = ()
+    exclude: tuple[tuple[int, ...], ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.include or self.exclude)
+
+    def tokens_needed(self) -> int:
+        """The tokens the phrases that must appear take (at most: one phrase may overlap another)."""
+        return sum(map(len, self.include))
+
+
 @dataclass
 class DecodeRequest:
     """A batch of sources to decode: token ids (B, S) plus the raw source text, for decoders with constraints."""
@@ -478,6 +522,9 @@ class DecodeRequest:
     # None or [] = none. The core's searches force them; they belong to the output and count in its logprob, not
     # in its score (what follows the prefix ranks hypotheses, as Hugging Face's decoder_input_ids)
     prefixes: list[list[int]] | None = None
+    # per source, phrases every output must contain and phrases none may (decoding/phrases.py); None or empty
+    # Phrases = none. The core's searches honour them
+    constraints: list[Phrases] | None = None
 
 
 class Decoder(abc.ABC):

@@ -16,7 +16,7 @@ from seqxduce.stopping import StopRequest, signal_name
 
 
 @contextlib.contextmanager
-def stop_on_signals(request: StopRequest) -> Iterator[StopRequest]:
+def stop_training_on_signals(request: StopRequest) -> Iterator[StopRequest]:
     """While training, a first signal sets request.signal, read between steps; inside request.abandonable() (a
     step's forward and backward, a validation) it raises Abandoned, and the trainer drops that work and saves the
     last completed step. A second one raises KeyboardInterrupt. Nothing is said here: the stop comes within moments

@@ -16,30 +16,15 @@ model gives.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
-from seqxduce.api import Model, Tokenizer, UserError
+from seqxduce.api import Model, PairScore, Tokenizer, UserError
 from seqxduce.data import encode_source, pad_sources
-from seqxduce.decoding.decode import LoadedRun, length_batches
+from seqxduce.decoding.decode import LoadedRun, source_batches
 from seqxduce.decoding.search import length_penalty
 from seqxduce.decoding.search_settings import BeamSettings
 from seqxduce.device import autocast_context
-
-
-@dataclass(frozen=True)
-class PairScore:
-    """The score of one pair: the target's total log-probability (natural log) over its tokens and eos."""
-
-    logprob: float
-    length: int  # target tokens + 1 for eos: the positions summed
-    normalized: float  # logprob / GNMT length penalty of `length`, with the run's [decode] alpha (beam's score)
-
-    @property
-    def per_token(self) -> float:
-        """The mean log-probability per position (eos counted), fairseq's --score-reference score."""
-        return self.logprob / self.length
 
 
 def decoder_alpha(run: LoadedRun) -> float:
@@ -61,13 +46,13 @@ def score_ids(model: Model, tokenizer: Tokenizer, sources: Sequence[list[int]], 
     was_training = model.training
     model.eval()
     try:
-        for chunk in length_batches(order, [len(s) for s in sources], batch_size):
+        for chunk in source_batches(order, [len(s) for s in sources], batch_size):
             src = pad_sources([sources[i] for i in chunk], pad).to(device)  # (B, S)
             tgt_in = pad_sources([[bos] + targets[i] for i in chunk], pad).to(device)  # (B, T)
             tgt_out = pad_sources([targets[i] + [eos] for i in chunk], pad).to(device)  # (B, T): what each chose
             with torch.no_grad(), autocast_context(device, precision):
                 logits = model(src, tgt_in).logits  # (B, T, V)
-            # float32 as the searches read a step's log-probs (seqxduce.decoding.search._next_logprobs)
+            # float32 as the searches read a step's log-probs (seqxduce.decoding.search._StepRules)
             logprobs = logits.float().log_softmax(dim=-1).gather(2, tgt_out.unsqueeze(2)).squeeze(2)  # (B, T)
             for i, values in zip(chunk, logprobs.tolist()):
                 results[i] = values[: len(targets[i]) + 1]  # the padding's positions left out

@@ -19,6 +19,7 @@ as `seqxduce score` gives it); greedy search's score leaves the prefix out the s
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import threading
 from collections.abc import Callable, Iterator
@@ -26,6 +27,7 @@ from collections.abc import Callable, Iterator
 import torch
 
 from seqxduce.api import Decoder, DecodeRequest, Hypothesis, Model, StepConstraint
+from seqxduce.decoding.phrases import PhraseConstraint, select
 from seqxduce.decoding.search_settings import BeamSettings, SearchSettings
 
 
@@ -70,10 +72,22 @@ def max_lengths(request: DecodeRequest, a: float, b: int) -> torch.Tensor:
     paper's "input length + 50"."""
     src_len = ((request.src != request.pad_id) & (request.src != request.eos_id)).sum(dim=1)
     limits = (src_len.float() * a + b).floor().long().clamp(min=1)
-    if request.prefixes and any(request.prefixes):  # a forced prefix is never cut: the limit leaves room for it
-        prefix_len = torch.tensor([len(p) for p in request.prefixes], device=limits.device)
-        limits = torch.maximum(limits, prefix_len)
+    room = _room(request)
+    if room is not None:  # a forced prefix is never cut, and phrases that must appear fit: the limit leaves room
+        limits = torch.maximum(limits, torch.tensor(room, device=limits.device))
     return limits
+
+
+def _room(request: DecodeRequest) -> list[int] | None:
+    """Per source, the tokens its output needs at least: its forced prefix and its phrases that must appear
+    (None where the request has neither)."""
+    prefixes = request.prefixes if request.prefixes and any(request.prefixes) else None
+    phrases = request.constraints if request.constraints and any(c.include for c in request.constraints) else None
+    if prefixes is None and phrases is None:
+        return None
+    count = request.src.size(0)
+    return [(len(prefixes[i]) if prefixes else 0) + (phrases[i].tokens_needed() if phrases else 0)
+            for i in range(count)]
 
 
 def shortest_limit(request: DecodeRequest, a: float, b: int) -> int:
@@ -202,26 +216,58 @@ class _StepScores:
         return best[:, 0], choice[:, 0]
 
 
-def _next_logprobs(model: Model, last: torch.Tensor, memory, cache, request: DecodeRequest,
-                   constraint: StepConstraint | None, step: int, limits: torch.Tensor, min_len: int,
-                   shortest: int, prefixes: _Prefixes | None = None, sources: torch.Tensor | None = None,
-                   free_eos: bool = False, share: int = 1, renormalize: bool = False) -> tuple[_StepScores, object]:
-    """One decoder step: float32 log-probs (N, V) with the target prefix, the constraint, specials and length
-    limits applied (`shortest`: see _force_length; `sources`: the source of each row, for the prefixes), as
-    _StepScores (`share`: see there). renormalize: the model's log-probs renormalized once specials are banned
-    (Hugging Face's renormalize_logits), before the prefix and the limits pick among them."""
-    logprobs, cache = model.step(last, memory, cache)
-    logprobs = logprobs.float()
-    if renormalize:
-        _forbid_specials(logprobs, request)
-        logprobs = logprobs.log_softmax(dim=-1)
-    if prefixes is not None and sources is not None:
-        logprobs = prefixes.force(logprobs, step, sources)
-    if constraint is not None:
-        logprobs = constraint.mask(logprobs)
-    _forbid_specials(logprobs, request)
-    _force_length(logprobs, step, limits, request.eos_id, min_len, shortest, free_eos)
-    return _StepScores(logprobs, share), cache
+class _StepRules:
+    """What every step of one search does to the model's log-probs, bound once when the search starts, as
+    fairseq's SequenceGenerator keeps its settings on self: renormalization, the target prefixes, the task's step
+    constraint, the specials, and the length limits. A new rule is a field here and a line in `apply`, not one
+    more parameter at every step of both searches.
+
+    `shortest`: see _force_length. renormalize: the model's log-probs renormalized once specials are banned
+    (Hugging Face's renormalize_logits), before the prefix and the limits pick among them. free_eos: see
+    _force_length."""
+
+    def __init__(self, request: DecodeRequest, prefixes: _Prefixes, constraint: StepConstraint | None,
+                 min_len: int, shortest: int, free_eos: bool = False, renormalize: bool = False):
+        self.request, self.prefixes = request, prefixes
+        self.min_len, self.shortest = min_len, shortest
+        self.free_eos, self.renormalize = free_eos, renormalize
+        given = request.constraints
+        self.phrases = PhraseConstraint(given) if given and any(given) else None
+        # the task's step constraint (a decoder's) and the request's phrases: each keeps its own state per row
+        self.constraints = [c for c in (constraint, self.phrases) if c is not None]
+
+    def start(self, rows: torch.Tensor) -> None:
+        """The search begins with rows (N,) of these sources."""
+        for constraint in self.constraints:
+            constraint.start(self.request, rows)
+
+    def advance(self, origin: torch.Tensor, tokens: torch.Tensor) -> None:
+        """The search kept rows: new row i continues old row origin[i] with token tokens[i]."""
+        for constraint in self.constraints:
+            constraint.advance(origin, tokens)
+
+    def next(self, model: Model, last: torch.Tensor, memory, cache, step: int, limits: torch.Tensor,
+             sources: torch.Tensor | None = None, share: int = 1) -> tuple[_StepScores, object]:
+        """One decoder step: float32 log-probs (N, V) with the rules applied (`limits`: each row's maximum
+        length; `sources`: the source of each row, for the prefixes), as _StepScores (`share`: see there)."""
+        logprobs, cache = model.step(last, memory, cache)
+        return _StepScores(self.apply(logprobs.float(), step, limits, sources), share), cache
+
+    def apply(self, logprobs: torch.Tensor, step: int, limits: torch.Tensor,
+              sources: torch.Tensor | None) -> torch.Tensor:
+        """The rules on one step's float32 log-probs (N, V), in their order."""
+        if self.renormalize:
+            _forbid_specials(logprobs, self.request)
+            logprobs = logprobs.log_softmax(dim=-1)
+        if sources is not None:
+            logprobs = self.prefixes.force(logprobs, step, sources)
+        if self.phrases is not None:
+            self.phrases.set_limits(limits)
+        for constraint in self.constraints:
+            logprobs = constraint.mask(logprobs)
+        _forbid_specials(logprobs, self.request)
+        _force_length(logprobs, step, limits, self.request.eos_id, self.min_len, self.shortest, self.free_eos)
+        return logprobs
 
 
 @torch.no_grad()
@@ -237,7 +283,6 @@ def greedy_search(model: Model, request: DecodeRequest, settings: SearchSettings
     batch of unequal lengths stops computing its short outputs; the host reads one number per step, as before.
     """
     settings = settings or SearchSettings()
-    min_len = settings.min_len
     batch = request.src.size(0)
     device = request.src.device
     limits = max_lengths(request, settings.max_len_a, settings.max_len_b)
@@ -245,19 +290,18 @@ def greedy_search(model: Model, request: DecodeRequest, settings: SearchSettings
     memory = model.encode(request.src)
     cache = model.init_cache(memory)
     rows = torch.arange(batch, device=device)
-    if constraint is not None:
-        constraint.start(request, rows)
+    prefixes = _Prefixes(request)
+    rules = _StepRules(request, prefixes, constraint, settings.min_len, shortest)
+    rules.start(rows)
     last = torch.full((batch,), request.bos_id, dtype=torch.long, device=device)
     done = torch.zeros(batch, dtype=torch.bool, device=device)  # of the rows in the batch
     where = rows  # (n,) the source of each row still in the batch
     chosen, scores, alive = [], [], []  # per step: (B,) token, its log-prob, whether the row was still going
-    prefixes = _Prefixes(request)
     step = 0
     n_rows, n_done = batch, 0
     while n_done < n_rows:
         _stop_if_asked()
-        found, cache = _next_logprobs(model, last, memory, cache, request, constraint, step, limits, min_len,
-                                      shortest, prefixes, where)
+        found, cache = rules.next(model, last, memory, cache, step, limits, where)
         if choose is None:
             best, choice = found.best()
         else:
@@ -279,8 +323,7 @@ def greedy_search(model: Model, request: DecodeRequest, settings: SearchSettings
         # the rows still going, in their order (a sort, not nonzero(): the host knows their count already)
         keep = (torch.argsort(done.to(torch.uint8), stable=True)[: n_rows - n_done] if leave
                 else torch.arange(n_rows, device=device))
-        if constraint is not None:  # new row i continues row keep[i]
-            constraint.advance(keep, choice[keep] if leave else choice)
+        rules.advance(keep, choice[keep] if leave else choice)  # new row i continues row keep[i]
         if leave:
             memory, cache = model.reorder(memory, cache, keep)
             where, last, limits, done = where[keep], last[keep], limits[keep], done[keep]
@@ -311,7 +354,7 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
     finished lists and the prefixes (as back-pointers, `_History`) stay on the device until the search ends.
     """
     settings = settings or BeamSettings()
-    beam, alpha, min_len, rule = settings.beam, settings.alpha, settings.min_len, _stopping_rule(settings)
+    beam, alpha, rule = settings.beam, settings.alpha, _stopping_rule(settings)
     nbest = min(settings.nbest, beam)
     batch = request.src.size(0)
     device = request.src.device
@@ -320,21 +363,23 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
     src_limits = max_lengths(request, settings.max_len_a, settings.max_len_b)  # (alive sources,)
     shortest = shortest_limit(request, settings.max_len_a, settings.max_len_b)
     form = settings.length_penalty
-    free_eos = settings.limit_eos == "free"
-    renormalize = getattr(settings, "renormalize", False)  # settings made before the key (a plugin's own) lack it
     penalties = _Penalties(request, settings.max_len_a, settings.max_len_b, alpha, form)
     memory = model.encode(request.src)
     # row r of the search batch belongs to source alive[r // beam]
     alive = torch.arange(batch, device=device)
     expand = alive.repeat_interleave(beam)
+    prefixes = _Prefixes(request)
+    # renormalize: settings made before the key (a plugin's own) lack it
+    rules = _StepRules(request, prefixes, constraint, settings.min_len, shortest, settings.limit_eos == "free",
+                       getattr(settings, "renormalize", False))
+    phrases = rules.phrases if rules.phrases is not None and rules.phrases.any_include else None
     # at step 0 a source's beams are all its one bos row: without a constraint (which keeps per-row state) the
     # model computes that row once per source, and the first reorder expands the cache to `beam` rows
-    share = beam if constraint is None else 1
+    share = 1 if rules.constraints else beam
     if share == 1:
         memory, _ = model.reorder(memory, None, expand)
     cache = model.init_cache(memory)
-    if constraint is not None:
-        constraint.start(request, expand)
+    rules.start(expand)
     last = torch.full((batch * beam // share,), request.bos_id, dtype=torch.long, device=device)
     history = _History()
     # only the first beam of each source is live at step 0, so the others never duplicate it
@@ -345,7 +390,7 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
     finished = _Finished(batch, nbest if rule == "never" else beam, device)
     results = _Finished(batch, finished.size, device)  # the lists of the sources that left, by source index
 
-    prefixes = _Prefixes(request)
+    pick = _pick_free if phrases is None else functools.partial(_pick_banked, phrases)
     step = 0
     n_alive = batch
     while n_alive > 0:
@@ -353,8 +398,7 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
         sharing = share if step == 0 else 1  # the model's rows at this step: one per `sharing` search rows
         row_limits = src_limits.unsqueeze(1).expand(n_alive, beam // sharing).reshape(-1)
         row_sources = alive.repeat_interleave(beam // sharing) if prefixes.width > step else None
-        found, cache = _next_logprobs(model, last, memory, cache, request, constraint, step, row_limits, min_len,
-                                      shortest, prefixes, row_sources, free_eos, sharing, renormalize)
+        found, cache = rules.next(model, last, memory, cache, step, row_limits, row_sources, sharing)
         vocab = found.values.size(-1)
         # 2*beam candidates always hold at least beam that do not end in eos (one eos per row at most). No
         # row gives more than 2*beam of a source's best 2*beam, so each row's best 2*beam tokens are taken
@@ -364,25 +408,9 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
         row_scores, row_tokens = found.topk(width)  # (N, width)
         if prefixes.width > step:  # a forced token adds nothing to the ranking score (module docstring)
             row_scores = prefixes.unscored(row_scores, step, alive.repeat_interleave(beam))
-        candidates = (scores.view(-1, 1) + row_scores).view(n_alive, beam * width)
-        top_scores, top_index = candidates.topk(min(2 * beam, beam * vocab), dim=1)
-        top_beam = torch.div(top_index, width, rounding_mode="floor")
-        top_token = row_tokens.view(n_alive, beam * width).gather(1, top_index)
-        is_eos = top_token == request.eos_id
-        finite = torch.isfinite(top_scores)
-
-        # eos candidates ranked within the first `beam` of their source are offered to its n-best list
-        from_rows = torch.arange(n_alive, device=device).unsqueeze(1) * beam + top_beam[:, :beam]  # (n_alive, beam)
-        finished.offer(step, from_rows, top_scores[:, :beam], found.at(from_rows, request.eos_id),
-                       (is_eos & finite)[:, :beam], penalties.after(step + 1, prefixes, alive), request.eos_id)
-
-        # the first `beam` live (non-eos) candidates continue
-        live_rank = torch.where(is_eos, torch.full_like(top_scores, float("inf")),
-                                torch.arange(top_scores.size(1), device=device).float().expand_as(top_scores))
-        keep = live_rank.argsort(dim=1)[:, :beam]
-        new_scores = top_scores.gather(1, keep)
-        new_beam = top_beam.gather(1, keep)
-        new_token = top_token.gather(1, keep).view(-1)
+        penalty = penalties.after(step + 1, prefixes, alive)
+        new_scores, new_beam, new_token = pick(finished, step, scores, found, row_scores, row_tokens, penalty,
+                                               request.eos_id)
         origin = (torch.arange(n_alive, device=device).unsqueeze(1) * beam + new_beam).view(-1)
         new_logprob = found.at(origin, new_token)
 
@@ -390,7 +418,7 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
             full = _live_bound(new_scores.max(dim=1).values, step + 1 - _forced(prefixes, alive),
                                src_limits - _forced(prefixes, alive), alpha, form) <= finished.worst()
         else:
-            full = _stops(rule, finished, new_scores, penalties.after(step + 1, prefixes, alive))
+            full = _stops(rule, finished, new_scores, penalty)
         source_done = full | ~torch.isfinite(new_scores).any(dim=1)
         scores = new_scores
         n_done = int(source_done.sum())  # the step's one host read
@@ -408,8 +436,7 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
             n_alive -= n_done
         if n_alive > 0:
             history.append(origin, new_token, new_logprob)
-            if constraint is not None:
-                constraint.advance(origin, new_token)
+            rules.advance(origin, new_token)
             # at step 0 the model's rows are the sources' (share > 1): row r of the search came from r // share
             parents = torch.div(origin, share, rounding_mode="floor") if step == 0 and share > 1 else origin
             memory, cache = model.reorder(memory, cache, parents)
@@ -417,6 +444,60 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
         step += 1
 
     return results.hypotheses(history, nbest, prefixes.lengths.tolist())
+
+
+def _pick_free(finished: _Finished, step: int, scores: torch.Tensor, found: _StepScores, row_scores: torch.Tensor,
+               row_tokens: torch.Tensor, penalty: torch.Tensor,
+               eos: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One step's choice without phrases to meet: each source's best 2 * beam candidates, of which those ending in
+    eos among the first `beam` go to its finished list, and the first `beam` that do not end continue. scores
+    (n, beam): the live hypotheses'; row_scores, row_tokens (n * beam, width): each row's best tokens. Returns the
+    continuing (n, beam) scores, the beams they continue, and their tokens (n * beam,)."""
+    n_alive, beam = scores.shape
+    width, vocab = row_scores.size(1), found.values.size(-1)
+    candidates = (scores.view(-1, 1) + row_scores).view(n_alive, beam * width)
+    top_scores, top_index = candidates.topk(min(2 * beam, beam * vocab), dim=1)
+    top_token = row_tokens.view(n_alive, beam * width).gather(1, top_index)
+    return _split_off_ends(finished, beam, step, top_scores, top_index // width, top_token, found, penalty, eos)
+
+
+def _pick_banked(phrases: PhraseConstraint, finished: _Finished, step: int, scores: torch.Tensor,
+                 found: _StepScores, row_scores: torch.Tensor, row_tokens: torch.Tensor, penalty: torch.Tensor,
+                 eos: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One step's choice with phrases to meet (decoding/phrases.py), as _pick_free returns it: the candidates are
+    each row's best tokens and the tokens that take it into its phrases, ordered by dynamic beam allocation over
+    banks (phrases.select) instead of by score alone; an eos (only where a row met its phrases) takes its place in
+    that order as in _pick_free, so that a hypothesis that may end does not leave its bank's slot to a poor
+    continuation of itself."""
+    n_alive, beam = scores.shape
+    rows = torch.arange(n_alive * beam, device=scores.device)
+    extra_scores, extra_tokens = phrases.candidates(row_scores, row_tokens, found.values)  # (N, k + P)
+    width = extra_scores.size(1)
+    totals = (scores.view(-1, 1) + extra_scores).view(n_alive, beam * width)
+    banks = phrases.banks_after(rows.unsqueeze(1).expand(-1, width), extra_tokens).view(n_alive, beam * width)
+    order = select(totals, banks, min(2 * beam, beam * width))  # (n, 2 * beam)
+    top_token = extra_tokens.view(n_alive, -1).gather(1, order)
+    return _split_off_ends(finished, beam, step, totals.gather(1, order), order // width, top_token, found, penalty,
+                           eos)
+
+
+def _split_off_ends(finished: _Finished, beam: int, step: int, top_scores: torch.Tensor, top_beam: torch.Tensor,
+                    top_token: torch.Tensor, found: _StepScores, penalty: torch.Tensor,
+                    eos: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Of each source's candidates in their order (top_*: (n, 2 * beam)), those ending in eos within the first
+    `beam` go to its finished list and the first `beam` others continue."""
+    n_alive, device = top_scores.size(0), top_scores.device
+    is_eos = top_token == eos
+    finite = torch.isfinite(top_scores)
+    # eos candidates ranked within the first `beam` of their source are offered to its n-best list
+    from_rows = torch.arange(n_alive, device=device).unsqueeze(1) * beam + top_beam[:, :beam]  # (n_alive, beam)
+    finished.offer(step, from_rows, top_scores[:, :beam], found.at(from_rows, eos),
+                   (is_eos & finite)[:, :beam], penalty, eos)
+    # the first `beam` live (non-eos) candidates continue
+    live_rank = torch.where(is_eos, torch.full_like(top_scores, float("inf")),
+                            torch.arange(top_scores.size(1), device=device).float().expand_as(top_scores))
+    keep = live_rank.argsort(dim=1)[:, :beam]
+    return top_scores.gather(1, keep), top_beam.gather(1, keep), top_token.gather(1, keep).view(-1)
 
 
 class GreedyDecoder(Decoder):
@@ -505,7 +586,7 @@ class _Penalties:
         # max_lengths rounds in float32, which may floor one higher than this double does; a row ends at its limit
         # at the latest, its eos making the length limit + 1; a dead end there, one more; a forced prefix is
         # never cut, so the limit leaves room for the longest
-        longest = max(1, math.floor(max(request.src.size(1) * a, 0.0) + b), *map(len, request.prefixes or []))
+        longest = max(1, math.floor(max(request.src.size(1) * a, 0.0) + b), *(_room(request) or []))
         self.size = longest + 4
         self.alpha, self.form = alpha, form
         self.device = request.src.device

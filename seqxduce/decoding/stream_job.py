@@ -2,7 +2,7 @@
 output, or the record of a stopped one), who does the buffers (this process, a pool of worker processes, or the
 ranks torchrun started), progress on the terminal or in the log, a signal's stop, and the files made final.
 
-Under torchrun every rank reads the input and decodes its share of the buffers (streaming.Ranks); rank 0 alone
+Under torchrun every rank reads the input and decodes its share of the buffers (streaming.TorchrunRanks); rank 0 alone
 writes the outputs, in input order, equal to what one process writes; the ranks talk over gloo, whatever the
 device, since they exchange only text.
 """
@@ -26,9 +26,9 @@ from seqxduce.decoding.streaming import (
     Piece,
     Processor,
     ProcessPool,
-    Ranks,
     Sink,
     Stopped,
+    TorchrunRanks,
     read_buffers,
     stream,
 )
@@ -198,9 +198,9 @@ def _start_position(files: OutputFiles | None, plan: Plan, rank: int, world: int
 
 
 def _runner(job: BufferJob, process: Processor | None, plan: Plan, rank: int, world: int,
-            group: Any) -> InProcess | ProcessPool | Ranks:
+            group: Any) -> InProcess | ProcessPool | TorchrunRanks:
     if world > 1:
-        return Ranks(process or job.processor(), rank, world, group)
+        return TorchrunRanks(process or job.processor(), rank, world, group)
     if plan.processes > 1:
         return ProcessPool(job, plan.processes, plan.threads)
     return InProcess(process or job.processor())

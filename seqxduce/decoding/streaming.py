@@ -7,7 +7,7 @@ share).
 Read in this order: BufferGrid (where buffers start: fixed from the first line, so that a resumed or sharded job
 batches every source exactly as one uninterrupted process does), read_buffers (an input iterator cut into
 buffers, never read ahead of the buffer in hand), the three ways buffers become Pieces (InProcess; ProcessPool:
-several single-thread processes on one machine; Ranks: the processes torchrun started, on one node or several),
+several single-thread processes on one machine; TorchrunRanks: the processes torchrun started, on one node or several),
 and stream(), the loop that writes pieces to a sink and stops on a signal.
 
 The work function (a BufferJob's `processor()`: decode or score one buffer) is the engine's; this module knows
@@ -206,7 +206,7 @@ class ProcessPool:
             pool.shutdown(wait=True, cancel_futures=True)
 
 
-class Ranks:
+class TorchrunRanks:
     """Buffers spread over the processes torchrun started (one node or several): in each round of `world`
     buffers, rank r processes the round's r-th; the pieces are gathered to every rank (torch.distributed's
     all_gather_object, over gloo), and every rank yields them in input order, so that all agree on where the
@@ -253,7 +253,7 @@ class Sink(Protocol):
     def write(self, piece: Piece) -> None: ...
 
 
-def stream(runner: InProcess | ProcessPool | Ranks, buffers: Iterator[Buffer], sink: Sink | None,
+def stream(runner: InProcess | ProcessPool | TorchrunRanks, buffers: Iterator[Buffer], sink: Sink | None,
            request: StopRequest, on_piece: Callable[[Piece], None] | None = None) -> int:
     """Write every piece the runner makes of the buffers to the sink (None: a rank that does not write), calling
     on_piece after each; the number of items done. Raises Stopped on a signal, after the pieces done were

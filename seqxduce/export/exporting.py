@@ -32,6 +32,12 @@ ENGINES = ("ctranslate2", "huggingface")
 QUANTIZATIONS = ("none", "int8", "int8_float32", "float16")
 METADATA_FILE = "seqxduce_export.json"
 INSTALL_HINT = "pip install -e '.[ctranslate2]' in the seqxduce checkout"
+# CTranslate2's search as its engine declares it (ct2_engine.py), here where the engine's module reads it without
+# torch: the [decode] keys translate_ids (ct2_decoding.py) reads, besides the core's batch_size and precision...
+HONOURED = frozenset({"beam", "alpha", "length_penalty", "nbest", "max_len_a", "max_len_b", "min_len"})
+# ...and the settings it acts as if they held these values: no renormalized steps, the eos at the limit scored,
+# and the default stopping rule (docs/coming-from.md, "Stopping rules": what its own search does)
+ACTS_AS = {"renormalize": False, "limit_eos": "scored", "early_stopping": "never", "early_stop": False}
 
 
 @dataclass

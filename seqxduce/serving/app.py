@@ -27,7 +27,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from seqxduce.serving.batching import Abandoned, Batcher, QueueFull
+from seqxduce.serving.batching import Batcher, Dropped, QueueFull
 from seqxduce.serving.limits import (
     Limits,
     Prefixed,
@@ -125,7 +125,7 @@ def client_of(request: Request) -> str | None:
 
 
 def handler(function: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
-    """Turns RequestError, QueueFull and Abandoned into their answers, a client that left into one log line, and
+    """Turns RequestError, QueueFull and Dropped into their answers, a client that left into one log line, and
     anything else into a 500 with one traceback in the log."""
     async def handle(request: Request) -> Response:
         try:
@@ -135,7 +135,7 @@ def handler(function: Callable[[Request], Awaitable[Response]]) -> Callable[[Req
         except QueueFull as err:
             return error(503, f"busy: {err}; retry after {RETRY_AFTER_S} s",
                          headers={"Retry-After": str(RETRY_AFTER_S)})
-        except Abandoned:
+        except Dropped:
             return error(503, STOPPING, headers={"Retry-After": str(RETRY_AFTER_S)}, close=True)
         except ClientDisconnect:
             log.info("a client went away while sending %s %s", request.method, request.url.path)

@@ -31,7 +31,7 @@ class QueueFull(Exception):
     """The queue holds as many sources as it may: the client should retry later."""
 
 
-class Abandoned(Exception):
+class Dropped(Exception):
     """The server is stopping: a queued request is not decoded, a running batch ends at its next step."""
 
 
@@ -115,7 +115,7 @@ class Batcher:
         self.wake.set()
 
     def abort(self) -> int:
-        """Stop at once: queued requests fail with Abandoned (their clients get 503), the running batch ends at
+        """Stop at once: queued requests fail with Dropped (their clients get 503), the running batch ends at
         its next step, nothing more is accepted. Returns how many sources were waiting."""
         self.request_abort()
         with self.cond:
@@ -126,7 +126,7 @@ class Batcher:
         jobs = {id(job): job for job in map(_job_of, waiting)}
         for job in jobs.values():
             job.cancelled = True
-            self._finish(job, error=Abandoned("the server is stopping"))
+            self._finish(job, error=Dropped("the server is stopping"))
         return len(waiting)
 
     def queued(self) -> int:
@@ -301,17 +301,17 @@ class Batcher:
         try:
             self._pause(unwanted)
             if unwanted():
-                raise Abandoned("nobody waits for this batch")
+                raise Dropped("nobody waits for this batch")
             outputs: Sequence[Any] = self.decode([e.source for e in batch], batch[0].job.key, unwanted)
         except Exception as err:  # noqa: BLE001 - the requests get the error; the worker goes on
             failure: Exception = err
             if unwanted():  # the search stopped as asked (or failed when nobody wanted it any more)
                 self.counters.abandoned += len(batch)
-                failure = Abandoned("the server is stopping")
+                failure = Dropped("the server is stopping")
             outputs = [failure] * len(batch)
         self._decoded()
         self.counters.batches += 1
-        self.counters.decoded += 0 if isinstance(outputs[0], Abandoned) else len(batch)
+        self.counters.decoded += 0 if isinstance(outputs[0], Dropped) else len(batch)
         for entry, output in zip(batch, outputs):
             job = entry.job
             if job.cancelled:
@@ -336,11 +336,11 @@ class Batcher:
         try:
             self._pause(unwanted)
             if unwanted():
-                raise Abandoned("nobody waits for this call")
+                raise Dropped("nobody waits for this call")
             result = job.call(unwanted)
         except Exception as err:  # noqa: BLE001 - as in _run_batch
             self._decoded()
-            self._finish(job, error=Abandoned("the server is stopping") if unwanted() else err)
+            self._finish(job, error=Dropped("the server is stopping") if unwanted() else err)
             return
         self._decoded()
         self._finish(job, result=result)

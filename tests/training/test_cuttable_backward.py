@@ -11,7 +11,7 @@ import threading
 import pytest
 import torch
 
-from seqxduce.signals import stop_on_signals
+from seqxduce.signals import stop_training_on_signals
 from seqxduce.stopping import Abandoned, StopRequest
 from seqxduce.training.backward import cuttable_backward
 
@@ -25,7 +25,7 @@ def backward_signalled(cuttable: bool) -> tuple[bool, bool]:
     model = torch.nn.Sequential(*(torch.nn.Linear(WIDTH, WIDTH) for _ in range(LAYERS)))
     x = torch.randn(ROWS, WIDTH, requires_grad=True)
     request = StopRequest()
-    with stop_on_signals(request):  # the trainer's own handler
+    with stop_training_on_signals(request):  # the trainer's own handler
         with cuttable_backward(torch.device("cpu"), compiled=not cuttable):
             loss = model(x).sum()
             timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGUSR1))

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from seqxduce import engine
 from seqxduce.cli import add_plugin_commands
-from seqxduce.decoding.decode import length_batches, load_run
+from seqxduce.decoding.decode import load_run, source_batches
 from seqxduce.rundir import BEST_FILE
 from tests.near_ties import TIE, assert_same_texts
 from tests.tiny import TINY_RECIPE
@@ -114,8 +114,8 @@ def test_batching_by_tokens_decodes_the_same(run: Path):
 
 def test_length_batches_cap_padded_tokens():
     lengths = [1, 2, 2, 3, 9]
-    assert length_batches(range(5), lengths, batch_size=2) == [[0, 1], [2, 3], [4]]
-    assert length_batches(range(5), lengths, batch_size=64, batch_tokens=6) == [[0, 1, 2], [3], [4]]
+    assert source_batches(range(5), lengths, batch_size=2) == [[0, 1], [2, 3], [4]]
+    assert source_batches(range(5), lengths, batch_size=64, batch_tokens=6) == [[0, 1, 2], [3], [4]]
 
 
 @pytest.mark.parametrize("command", ["decode", "info"])
