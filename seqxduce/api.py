@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 __all__ = ["UserError", "TrainingStopped", "Settings", "setting", "setting_like", "check_settings", "Example",
-           "Direction", "Directed",
+           "Direction", "Directed", "Output", "PairScore",
            "Hypothesis", "Postprocessed", "Report", "VocabInfo", "ModelOutput", "Task", "Tokenizer", "Model",
            "StepConstraint", "Phrases", "DecodeRequest", "Decoder", "TaskFactory", "TokenizerFactory", "ModelFactory",
            "DecoderFactory", "read_lines", "Importer", "ImportedModel", "ImporterFactory"]
@@ -82,6 +82,34 @@ class Hypothesis:
     score: float
     logprob: float
     positional_logprobs: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Output:
+    """One decoded source, as an engine's decode gives it: the task-formatted best output and the n-best (text,
+    hypothesis) pairs, best first."""
+
+    source: str
+    text: str
+    nbest: list[tuple[str, Hypothesis]] = field(default_factory=list)
+    reference: str | None = None
+    annotations: dict[str, list] = field(default_factory=dict)  # per-position figures (decode --annotations)
+    figures: dict[str, float] = field(default_factory=dict)  # what the task's postprocess said of its output
+
+
+@dataclass(frozen=True)
+class PairScore:
+    """The score of one given pair, as an engine's score gives it: the target's total log-probability (natural
+    log) over its tokens and eos."""
+
+    logprob: float
+    length: int  # target tokens + 1 for eos: the positions summed
+    normalized: float  # logprob / GNMT length penalty of `length`, with the run's [decode] alpha (beam's score)
+
+    @property
+    def per_token(self) -> float:
+        """The mean log-probability per position (eos counted), fairseq's --score-reference score."""
+        return self.logprob / self.length
 
 
 @dataclass
@@ -160,6 +188,9 @@ class ExportRequest:
     eos_id: int
     unk_id: int
     quantization: str = "none"  # the engine's weight type, e.g. int8, float16; none keeps float32
+    decoder: str = ""  # the run's [decode] name, for an engine that keeps generation defaults (huggingface)
+    search: Any = None  # the run's [decode] settings (a SearchSettings or BeamSettings, or a plugin's)
+    notes: list[str] = field(default_factory=list)  # what the export could not say exactly (the model card's)
 
 
 @dataclass
@@ -327,6 +358,12 @@ class Tokenizer(abc.ABC):
     @abc.abstractmethod
     def id_to_token(self, index: int) -> str:
         """The vocabulary entry of one id (decoders with constraints read it)."""
+
+    def export(self, engine: str, directory: Path, side: str) -> bool:
+        """Write this tokenizer's files for `engine` into directory, as the `side` ("source" or "target") of an
+        exported model (`seqxduce export --to huggingface`: source.spm or target.spm); raise UserError naming what
+        that engine's tokenizer cannot do as this one does. False (the default): no export to that engine."""
+        return False
 
     def encode_sampled(self, texts: list[str], seed: int) -> list[list[int]] | None:
         """Texts to ids with a sampled segmentation (subword regularization), without bos/eos; None (the

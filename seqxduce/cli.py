@@ -133,14 +133,26 @@ CHECKPOINT_OPTION = click.option(
 @click.option("--kind", type=click.Choice(KINDS), help="list only this kind")
 @click.pass_context
 def plugins(ctx: click.Context, kind: str | None) -> None:
-    """List every registered task, tokenizer, model, decoder and importer, with the package it comes from."""
+    """List every registered task, tokenizer, model, decoder, importer and engine, with the package it comes from
+    (an engine with what it can do)."""
     reg = _registry(ctx)
     for k in [kind] if kind else KINDS:
         click.echo(f"{k}s:")
         for name in reg.names(k):
             c = reg.get(k, name)
             presets = f" [presets: {', '.join(sorted(c.presets))}]" if c.presets else ""
-            click.echo(f"  {name:<24} {c.distribution} ({c.plugin}){presets}  {c.help}")
+            can = f" [can: {_capabilities(name)}]" if k == "engine" else ""
+            click.echo(f"  {name:<24} {c.distribution} ({c.plugin}){presets}{can}  {c.help}")
+
+
+def _capabilities(engine_name: str) -> str:
+    """An engine's declared features (decoding.engines.FEATURES), or why it cannot be built."""
+    from seqxduce.export.engine_choice import engine_named
+
+    try:
+        return ", ".join(sorted(engine_named(engine_name).capabilities)) or "none"
+    except UserError as err:
+        return f"broken: {err}"
 
 
 @cli.group()
@@ -352,11 +364,15 @@ def import_command(ctx: click.Context, source: Path, importer: str, out: Path, o
               help="also write source-target word alignments here in Pharaoh format (0-0 1-2 ...), one line per "
                    "output line, from the encoder-decoder attention ([decode] alignment_layer, default the "
                    "penultimate layer, and alignment_heads, default all averaged)")
-@click.option("--engine", "engine_name", type=click.Choice(export_command.ENGINE_CHOICES), default="seqxduce",
-              show_default=True, help=export_command.ENGINE_HELP)
+@export_command.engine_option()
 @click.option("--prefix-file", type=click.Path(path_type=Path),
               help="with --input: line N is target text that output N must start with, then searched freely (as "
                    "CTranslate2's target_prefix; an empty line for none); every decoder")
+@click.option("--constraints", "constraints_file", type=click.Path(path_type=Path),
+              help="with --input: line N holds phrases output N must contain, in any order, separated by tabs (as "
+                   "fairseq-interactive reads them); a phrase written !words must not appear (\\!words: must "
+                   "appear, starting with !); an empty line for none. Lexically constrained beam search (dynamic "
+                   "beam allocation); CTranslate2 takes only phrases that must not appear")
 @click.option("--as-targets", is_flag=True,
               help="write each source's best output as the task's training targets are written, before the task's "
                    "postprocess (parsing: the linearized tree, not the tree), to train a model on them (sequence-"
@@ -372,7 +388,8 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
            checkpoint: str | None, beam: int | None, nbest: int | None, batch_tokens: int | None,
            device: str | None, precision: str | None, overrides: tuple[str, ...], examples: int,
            annotations: Path | None, allow_errors: bool, ensemble: tuple[Path, ...], alignments: Path | None,
-           engine_name: str, prefix_file: Path | None, as_targets: bool, tgt_lang: str | None,
+           engine_name: str, prefix_file: Path | None, constraints_file: Path | None, as_targets: bool,
+           tgt_lang: str | None,
            src_lang: str | None, tgt_lang_column: bool, resume: bool, buffer_size: int,
            processes: int | None) -> None:
     """Decode sources with a trained run: RUN is a run directory (or one checkpoint file in it). A run trained
@@ -396,7 +413,8 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
                                "give each hypothesis before the task's postprocess: give one of the two")
     changes = flag_changes(beam=beam, nbest=nbest, batch_tokens=batch_tokens, device=device, precision=precision)
     _fit_threads()
-    done = engine.decode_file(run, input_file, output, split=split, prefix_file=prefix_file, as_targets=as_targets,
+    done = engine.decode_file(run, input_file, output, split=split, prefix_file=prefix_file,
+                              constraints_file=constraints_file, as_targets=as_targets,
                               annotations=annotations, alignments=alignments, overrides=overrides,
                               ensemble=ensemble, checkpoint=checkpoint, changes=changes, engine=engine_name,
                               resume=resume, buffer_size=buffer_size, processes=processes, examples=examples,
@@ -422,8 +440,7 @@ def decode(ctx: click.Context, run: Path, input_file: Path | None, split: str | 
 @click.option("--ensemble", multiple=True, type=click.Path(path_type=Path),
               help="also a checkpoint or run directory whose probabilities are averaged in, as in decode")
 @CHECKPOINT_OPTION
-@click.option("--engine", "engine_name", type=click.Choice(export_command.ENGINE_CHOICES), default="seqxduce",
-              show_default=True, help=export_command.ENGINE_HELP)
+@export_command.engine_option()
 @LANG_OPTIONS[0]
 @LANG_OPTIONS[1]
 @LANG_OPTIONS[2]

@@ -2,7 +2,8 @@
 
 register(name, factory, settings=SettingsClass, presets={...}, help="...") records one component; the factory's
 contract is seqxduce.api.TaskFactory, TokenizerFactory, ModelFactory or DecoderFactory, and what it returns must
-be an instance of seqxduce.api.Task, Tokenizer, Model or Decoder.
+be an instance of seqxduce.api.Task, Tokenizer, Model or Decoder. An engine's factory takes no argument and returns
+a seqxduce.decoding.engines.Engine (the core's own two register through register_engines too).
 """
 
 from pluggy import HookimplMarker, HookspecMarker
@@ -34,6 +35,11 @@ def register_decoders(register):
 @hookspec
 def register_importers(register):
     """Register importers of other toolkits' models: register(name, factory(settings) -> Importer, help="...")."""
+
+
+@hookspec
+def register_engines(register):
+    """Register inference engines for decode, score and serve: register(name, factory() -> Engine, help="...")."""
 
 
 @hookspec

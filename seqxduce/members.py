@@ -9,11 +9,12 @@ training them is `seqxduce.training.supervisor`'s.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from seqxduce.api import UserError
 from seqxduce.recipe import Recipe
-from seqxduce.rundir import RunDir
+from seqxduce.rundir import CHECKPOINT_DIR, RunDir
 
 MEMBERS_DIR = "members"
 TOKENIZERS_DIR = "tokenizers"
@@ -64,3 +65,27 @@ def member_dirs(run_dir: Path) -> list[Path]:
         return [Path(run_dir)]
     found = sorted((int(p.name), p) for p in members.iterdir() if p.is_dir() and p.name.isdigit())
     return [Path(run_dir), *(p for _, p in found)]
+
+
+def check_one_member(checkpoints: Sequence[Path]) -> None:
+    """Refuse, before any is read, a run directory among the checkpoints, or checkpoints of different members of
+    a run trained with [train] members = N (`seqxduce average`): members start from different seeds, and the
+    average of their weights is neither member (an ensemble averages their predictions instead)."""
+    for path in checkpoints:
+        if path.is_dir():
+            raise UserError(f"average {path}: a folder; name the checkpoint files to average, e.g. "
+                            f"{path / CHECKPOINT_DIR}/step_*.pt (of a run with several members, each member's apart)")
+    found = {}
+    for path in checkpoints:
+        run_dir = path.parent.parent if path.parent.name == CHECKPOINT_DIR else path.parent
+        whole = member_of(run_dir.resolve())
+        if whole is not None:
+            found.setdefault(whole, path)
+    runs = {whole for whole, _ in found}
+    for run in runs:
+        of_run = [(k, p) for (whole, k), p in found.items() if whole == run]
+        if len(of_run) > 1:
+            (k1, p1), (k2, p2) = sorted(of_run)[:2]
+            raise UserError(f"average: {p1} and {p2} belong to members {k1} and {k2} of {run}, trained from different "
+                            "seeds, whose weights do not average into a model; average each member's own checkpoints "
+                            f"(-o average.pt in that member's folder), and decode {run} to ensemble the members")

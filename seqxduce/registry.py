@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import importlib
 import importlib.metadata
 import os
 import warnings
@@ -15,18 +16,24 @@ import pluggy
 from seqxduce import hookspecs
 from seqxduce.api import Decoder, Importer, Model, Task, Tokenizer, UserError
 
-KINDS = ("task", "tokenizer", "model", "decoder", "importer")
+KINDS = ("task", "tokenizer", "model", "decoder", "importer", "engine")
 ENTRY_POINT_GROUP = "seqxduce"
 
+# the core's own plugins: its two inference engines, registered through register_engines as a third party's are
+# (simonw/llm's DEFAULT_PLUGINS). Named, not imported, here: they live in the wings, which the shared root never
+# imports; they are loaded by name as an entry point is, before the entry points, so their names come first.
+DEFAULT_PLUGINS = ("seqxduce.decoding.engines", "seqxduce.export.engine_choice")
+CORE_DISTRIBUTION = "seqxduce"
 
-# what a factory of each kind must return
+# what a factory of each kind must return; an engine's contract, decoding.engines.Engine, lives in a wing, so it is
+# checked where an engine is looked up (export/engine_choice.py: engine_named)
 CONTRACTS: dict[str, type] = {"task": Task, "tokenizer": Tokenizer, "model": Model, "decoder": Decoder,
                               "importer": Importer}
 
 
 @dataclass
 class Component:
-    """One registered task, tokenizer, model, decoder or importer."""
+    """One registered task, tokenizer, model, decoder, importer or engine."""
 
     kind: str
     name: str
@@ -40,8 +47,8 @@ class Component:
     def build(self, *args: Any) -> Any:
         """Call the factory (see seqxduce.api.TaskFactory and friends) and check it kept the contract of its kind."""
         built = self.factory(*args)
-        contract = CONTRACTS[self.kind]
-        if not isinstance(built, contract):
+        contract = CONTRACTS.get(self.kind)
+        if contract is not None and not isinstance(built, contract):
             raise UserError(f"{self.kind} {self.name!r} (plugin {self.plugin!r}): its factory returned "
                             f"{type(built).__name__}, not a seqxduce.api.{contract.__name__}; "
                             "fix or uninstall the plugin")
@@ -64,9 +71,18 @@ def new_manager(strict: bool = False, entry_points: bool = True) -> pluggy.Plugi
     """A PluginManager with the hook specs and (by default) every `seqxduce` entry point loaded."""
     pm = pluggy.PluginManager("seqxduce")
     pm.add_hookspecs(hookspecs)
+    load_default_plugins(pm)
     if entry_points:
         load_entry_points(pm, strict=strict)
     return pm
+
+
+def load_default_plugins(pm: pluggy.PluginManager) -> None:
+    """Register the core's own plugins (DEFAULT_PLUGINS), whatever else is installed: each is part of seqxduce."""
+    for name in DEFAULT_PLUGINS:
+        if not pm.has_plugin(name):
+            pm.register(importlib.import_module(name), name=name)
+            DISTRIBUTIONS[name] = CORE_DISTRIBUTION
 
 
 class PluginLoadError(Exception):
@@ -128,7 +144,7 @@ def check_hooks(pm: pluggy.PluginManager) -> None:
 
 
 class Registry:
-    """Name -> Component tables for the four kinds, built from a plugin manager's hooks. A name registered twice
+    """Name -> Component tables for each of KINDS, built from a plugin manager's hooks. A name registered twice
     keeps its first registration, the second skipped with a warning naming both (strict: a UserError)."""
 
     def __init__(self, pm: pluggy.PluginManager, strict: bool = False):
@@ -184,7 +200,13 @@ class Registry:
         raise UserError(f"unknown {kind} {name!r}; known {kind}s: {', '.join(known) or '(none)'}.{hint}")
 
     def names(self, kind: str) -> list[str]:
+        """The names of a kind, sorted."""
         return sorted(self.tables[kind])
+
+    def engine_names(self) -> list[str]:
+        """The engines in the order they were registered: the core's own first (seqxduce, the default, then
+        ctranslate2), then the plugins'."""
+        return list(self.tables["engine"])
 
 
 _default: Registry | None = None

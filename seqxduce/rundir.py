@@ -276,6 +276,18 @@ class RunDir:
         atomic_write_text(self.recipe_file, recipe.relocated(self.path).to_toml())
 
 
+def last_step_checkpoints(run: Path, last: int) -> list[Path]:
+    """A run directory's last `last` step checkpoints, oldest first (what `average RUN --last N` averages),
+    refused in one line when it is no run directory or has fewer."""
+    if not Path(run).is_dir():
+        raise UserError(f"average --last {last}: {run} is not a run directory; name checkpoints one by one instead")
+    found = RunDir(run).step_checkpoints()
+    if len(found) < last:
+        raise UserError(f"average --last {last}: {run} has {len(found)} step checkpoint(s) in "
+                        f"{RunDir(run).checkpoint_dir}; average fewer, or keep more ([train] keep_checkpoints)")
+    return found[-last:]
+
+
 def locate(path: Path | str, choice: str | None = None) -> tuple[RunDir, Path]:
     """(run directory, checkpoint file) for a run directory or a checkpoint inside one; a run's average is
     checked to be current however it is named. choice (`decode --checkpoint`): best, average or last of a run

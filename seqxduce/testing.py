@@ -95,6 +95,35 @@ def multi30k(pytestconfig: pytest.Config, shared_dir: Path) -> Path:
     return _shared(pytestconfig, "data/multi30k")
 
 
+# the smallest Transformer a test trains in seconds: one layer each side, 16 wide
+TINY_MODEL: dict[str, object] = {"name": "transformer", "layers": 1, "d_model": 16, "d_ff": 32, "heads": 2}
+
+
+def tiny_recipe(task: dict[str, object], tokenizer: dict[str, object], train: dict[str, object] | None = None,
+                decode: dict[str, object] | None = None, model: dict[str, object] | None = None) -> str:
+    """A recipe's TOML text for a test: its [task] and [tokenizer] as given, the tiny Transformer (TINY_MODEL, with
+    `model`'s keys over it), [train] on the CPU with `train`'s keys, and [decode] when given. Values are strings,
+    numbers, booleans or lists of them."""
+    sections = {"task": task, "tokenizer": tokenizer, "model": {**TINY_MODEL, **(model or {})},
+                "train": {"device": "cpu", **(train or {})}}
+    if decode is not None:
+        sections["decode"] = decode
+    return "\n".join(f"[{name}]\n" + "".join(f"{key} = {_toml(value)}\n" for key, value in keys.items())
+                     for name, keys in sections.items())
+
+
+def _toml(value: object) -> str:
+    # by hand: the standard library reads TOML (tomllib) but does not write it, and these are plain values
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(map(_toml, value)) + "]"
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{text}"'
+
+
 def train_tiny_run(recipe: Path, out: Path) -> Path:
     """Train `recipe` into `out` through the CLI for the tests that only read a finished run (a session fixture
     calls it once): checkpoints every 2 steps and their average of the last 2, every batch the whole training set."""

@@ -10,7 +10,7 @@ within 1e-4 of the record. Last-bit differences of the floats are allowed (a one
 log-softmax computed only for kept candidates round differently); a change that moves more than that is a real
 change and must say so. `tests/fixtures/search_record.json` is the record of the search before issue #40 (scores
 to 9 significant digits, positional log-probs left out), made with `record --compact` at 53bb808 on the 2-core
-Xeon; tests/test_search_parity.py checks a slice of the cases against it on every run. Cases: TableModel tables
+Xeon; tests/decoding/test_search_parity.py checks a slice of the cases against it on every run. Cases: TableModel tables
 (some with ties, some with forbidden tokens), a random constraint that can forbid everything (dead ends),
 ensembles, the parser's tree constraint in each words-in-target mode, tables of exactly tying log-probs
 (finished hypotheses of equal score from different steps), and a randomly initialized Transformer; beam widths

@@ -4,6 +4,7 @@ and the student trains on every source with the ensemble's output, then each mem
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from seqxduce.api import Example, UserError
 from seqxduce.cli import cli
 from seqxduce.components import build_task, data_dir
 from seqxduce.corpus.distilled import DistilledSet, DistilledTask, student_task
+from seqxduce.files import file_digest
 from seqxduce.rundir import RunDir
 from tests.tiny import TINY_RECIPE
 from tests.tiny_teacher import Lines, made_by_hand
@@ -77,6 +79,28 @@ def test_each_member_decodes_alone_beside_the_ensemble_and_the_student_reads_eve
     other = invoke("distill", two_members, TINY_RECIPE, "--out", tmp_path / "student", *FEW_STEPS, *SEARCH,
                    "--auto-resume")
     assert other.exit_code == 1 and "was trained on the distilled set" in other.output, other.output
+
+
+def test_a_checkpoint_file_of_a_teacher_of_members_decodes_alone_as_decode_takes_it(
+        two_members: Path, cache: Path, tmp_path: Path) -> None:
+    """`distill --checkpoint FILE` with a teacher of two members behaves as `decode --checkpoint FILE`: that file
+    alone decodes (not refused, nor ensembled with the other member), and the set's key names it alone; each
+    member's own outputs beside it ([distill] member_outputs) are refused in one line, before any decoding."""
+    step = RunDir(two_members).step_checkpoints()[-1]  # member 1's newest step
+    refused = invoke("distill", two_members, TINY_RECIPE, "--out", tmp_path / "refused", "--checkpoint", step,
+                     *MEMBERS, *FEW_STEPS)
+    assert refused.exit_code == 1 and f"--checkpoint {step} is one file" in refused.output, refused.output
+    assert "Traceback" not in refused.output and not list(cache.glob("distilled-*"))
+    result = invoke("distill", two_members, TINY_RECIPE, "--out", tmp_path / "student", "--checkpoint", step,
+                    *FEW_STEPS, *SEARCH)
+    assert result.exit_code == 0, result.output
+    assert f"(1 model: {step.name})" in result.output
+    (folder,) = cache.glob("distilled-*")
+    made = DistilledSet(folder)
+    assert made.complete and Path(RunDir(tmp_path / "student").load_recipe().distill.targets) == folder
+    assert json.loads(made.record_file.read_text())["teacher"]["checkpoints"] == [file_digest(step)]
+    assert made.targets.read_bytes() == decoded(tmp_path, "file", made.sources, two_members, "--checkpoint", step,
+                                                *SAME_SEARCH)
 
 
 def test_a_teacher_of_one_model_has_no_members_to_add(teacher: Path, cache: Path, tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from seqxduce_parsing.commands import show_tree
 
 from seqxduce import engine
 from seqxduce.cli import add_plugin_commands
+from seqxduce.testing import tiny_recipe
 from tests.near_ties import assert_same_texts
 
 PAIRS = [("a b c", "x y z"), ("a b", "x y"), ("b c", "y z"), ("c a", "z x"), ("a", "x"), ("b", "y"), ("c", "z"),
@@ -22,22 +23,8 @@ TREES = ["(S (NP (DT the) (NN cat)) (VP (VBD sat)) (. .))",
          "(S (NP (DT a) (NN dog)) (VP (VBD ran)) (. .))",
          "(S (NP (NNP Kim)) (VP (VBD saw) (NP (DT the) (NN dog))) (. .))",
          "(S (NP (DT the) (NN dog)) (VP (VBD saw) (NP (NNP Kim))) (. .))"]
-MODEL = """
-[model]
-name = "transformer"
-layers = 1
-d_model = 16
-d_ff = 32
-heads = 2
-[train]
-device = "cpu"
-max_tokens = 400
-max_steps = 4
-warmup_steps = 2
-log_every = 2
-validate_every = 0
-valid_decode_examples = 4
-"""
+TRAIN = {"max_tokens": 400, "max_steps": 4, "warmup_steps": 2, "log_every": 2, "validate_every": 0,
+         "valid_decode_examples": 4}
 
 
 def train(recipe: Path, out: Path) -> Path:
@@ -54,8 +41,8 @@ def translation_run(tmp_path_factory) -> Path:
         (root / f"{split}.en").write_text("".join(s + "\n" for s, _ in PAIRS))
         (root / f"{split}.de").write_text("".join(t + "\n" for _, t in PAIRS))
     recipe = root / "recipe.toml"
-    recipe.write_text(f'[task]\nname = "translation"\ndataset = "files"\ndata_dir = "{root}"\n'
-                      f'[tokenizer]\nname = "word"\n[decode]\nname = "beam"\nbeam = 2\n{MODEL}')
+    recipe.write_text(tiny_recipe({"name": "translation", "dataset": "files", "data_dir": str(root)}, {"name": "word"},
+                                  TRAIN, {"name": "beam", "beam": 2}))
     return train(recipe, root / "run")
 
 
@@ -66,10 +53,10 @@ def parse_run(tmp_path_factory) -> Path:
     for number in (1, 2, 3):
         (root / f"wsj_{number:04d}.mrg").write_text("".join(f"( {tree} )\n" for tree in TREES))
     recipe = root / "recipe.toml"
-    recipe.write_text(f'[task]\nname = "ptb"\ndata_dir = "{root}"\nlayout = "flat"\ntrain_files = "0001"\n'
-                      f'valid_files = "0002"\ntest_files = "0003"\nkeep_pos_tags = true\n'
-                      f'[tokenizer]\nname = "word"\nshared = false\n'
-                      f'[decode]\nname = "tree_beam"\nbeam = 3\nmax_len_b = 40\n{MODEL}')
+    recipe.write_text(tiny_recipe({"name": "ptb", "data_dir": str(root), "layout": "flat", "train_files": "0001",
+                                   "valid_files": "0002", "test_files": "0003", "keep_pos_tags": True},
+                                  {"name": "word", "shared": False}, TRAIN,
+                                  {"name": "tree_beam", "beam": 3, "max_len_b": 40}))
     return train(recipe, root / "run")
 
 

@@ -11,43 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from seqxduce.testing import tiny_recipe
 from tests.fault_tools import REPO, command, env
 
-RECIPE = """
-[task]
-name = "algorithmic"
-kind = "reverse"
-train_max_len = 6
-valid_max_len = 6
-test_max_len = 6
-train_size = 3000
-valid_size = 10
-test_size = 40
-
-[tokenizer]
-name = "sentencepiece"
-vocab_size = 24
-num_threads = 1
-sample_alpha = 0.1
-
-[model]
-name = "transformer"
-layers = 1
-d_model = 16
-d_ff = 32
-heads = 2
-
-[train]
-device = "cpu"
-max_tokens = 4000
-max_steps = 4
-warmup_steps = 2
-log_every = 2
-validate_every = 0
-checkpoint_every = 1
-keep_checkpoints = 4
-average_last = 3
-"""
+RECIPE = tiny_recipe({"name": "algorithmic", "kind": "reverse", "train_max_len": 6, "valid_max_len": 6,
+                      "test_max_len": 6, "train_size": 3000, "valid_size": 10, "test_size": 40},
+                     {"name": "sentencepiece", "vocab_size": 24, "num_threads": 1, "sample_alpha": 0.1},
+                     {"max_tokens": 4000, "max_steps": 4, "warmup_steps": 2, "log_every": 2, "validate_every": 0,
+                      "checkpoint_every": 1, "keep_checkpoints": 4, "average_last": 3})
 
 
 def _logged(tmp_path: Path, name: str, *args: object) -> list[str]:

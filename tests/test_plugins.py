@@ -117,8 +117,8 @@ def test_unknown_hook_far_from_any_names_every_hook():
     pm = new_manager(entry_points=False)
     pm.register(Unrelated(), name="unrelated")
     with pytest.raises(UserError, match=r"^plugin 'unrelated': .*make_everything.*; the hooks are register_commands, "
-                                        r"register_decoders, register_importers, register_models, register_tasks, "
-                                        r"register_tokenizers$"):
+                                        r"register_decoders, register_engines, register_importers, register_models, "
+                                        r"register_tasks, register_tokenizers$"):
         check_hooks(pm)
 
 
@@ -294,6 +294,10 @@ class EveryHook:
         register("every_importer", lambda settings: None)
 
     @hookimpl
+    def register_engines(self, register):
+        register("every_engine", lambda: None)
+
+    @hookimpl
     def register_commands(self, cli):
         import click
 
@@ -312,7 +316,7 @@ def test_every_hook_reaches_the_registry_or_the_cli_and_is_documented():
     contributing = (_root() / "CONTRIBUTING.md").read_text()
     assert not [hook for hook in specs if hook not in contributing], "hooks missing from CONTRIBUTING.md"
     with plugins_registered(EveryHook()) as reg:
-        for kind in ("task", "tokenizer", "model", "decoder", "importer"):
+        for kind in ("task", "tokenizer", "model", "decoder", "importer", "engine"):
             assert reg.get(kind, f"every_{kind}").plugin == "test-plugin-0"
         cli = add_plugin_commands(reg)
         try:

@@ -24,8 +24,7 @@ from seqxduce.corpus.arrays import PairArrays
 from seqxduce.corpus.soft_targets import SoftTargets, SoftTargetsWork, SoftTargetsWriter, pairs_digest
 from seqxduce.data import Pair
 from seqxduce.decoding.decode import load_run
-from seqxduce.training import run as training_run
-from seqxduce.training import teacher_targets
+from seqxduce.distillation import teacher_targets
 from tests.tiny import TINY_RECIPE
 
 KD = ("--set", "distill.word_kd=0.5", "--set", "train.max_steps=2")
@@ -167,7 +166,7 @@ def test_a_stopped_teachers_pass_continues_to_the_arrays_of_one_never_stopped(te
 def as_a_share(monkeypatch, share: tuple[int, int]) -> None:
     """The run's pass as one process of `share[1]` sharing it (a rank of a world that size) computes it."""
     real = teacher_targets.teacher_soft_targets
-    monkeypatch.setattr(training_run, "teacher_soft_targets", lambda *a, **k: real(*a, **{**k, "share": share}))
+    monkeypatch.setattr(teacher_targets, "teacher_soft_targets", lambda *a, **k: real(*a, **{**k, "share": share}))
 
 
 def test_a_pass_shared_by_processes_merges_to_the_arrays_of_one_and_a_gone_processs_piece_is_taken_over(

@@ -19,11 +19,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from seqxduce.api import Importer, Tokenizer
 
 
-def build_marian_tokenizer(settings: None) -> Tokenizer:
+def build_marian_tokenizer(settings) -> Tokenizer:
     """Tokenizer factory: an empty Marian tokenizer; the core loads it from a run directory."""
     from .tokenizer import MarianTokenizer
 
-    return MarianTokenizer()
+    return MarianTokenizer(settings)
 
 
 def build_marian_importer(settings: None) -> Importer:
@@ -36,7 +36,9 @@ def build_marian_importer(settings: None) -> Importer:
 @hookimpl
 def register_tokenizers(register):
     """Register `marian`."""
-    register("marian", build_marian_tokenizer,
+    from .tokenizer_settings import MarianTokenizerSettings
+
+    register("marian", build_marian_tokenizer, settings=MarianTokenizerSettings,
              help="a Marian model's SentencePiece model numbered by its vocab.json (made by `seqxduce import "
                   "--from marian`, not trained)")
 

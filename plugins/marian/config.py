@@ -125,11 +125,25 @@ def model_settings(config: dict[str, Any], where: str, vocab_sizes: tuple[int, i
     }
 
 
-def check_special_ids(config: dict[str, Any], where: str, pad: int, eos: int) -> None:
-    """pad, eos, the decoder's start and the forced eos as vocab.json numbers them."""
-    expected = {"pad_token_id": pad, "eos_token_id": eos, "decoder_start_token_id": pad, "forced_eos_token_id": eos}
+def check_special_ids(config: dict[str, Any], where: str, pad: int, eos: int, start: int | None = None,
+                      size: int | None = None) -> int:
+    """pad, eos, the decoder's start and the forced eos as vocab.json numbers them; returns the start's id.
+
+    Marian's decoder starts from <pad>; a model exported by seqxduce starts from its own bos, any id but eos of
+    the vocabulary (`start`: the id it must be, once config.json gave it; `size`: the vocabulary's)."""
+    expected = {"pad_token_id": pad, "eos_token_id": eos, "forced_eos_token_id": eos}
     for key, wanted in expected.items():
         value = config.get(key, wanted)
         if value is not None and value != wanted:
             raise refuse(where, key, value, f"vocab.json numbers {'<pad>' if wanted == pad else '</s>'} {wanted} "
-                                            "(Marian's decoder starts from <pad> and ends with </s>)")
+                                            "(Marian's decoder ends with </s>)")
+    value = config.get("decoder_start_token_id")
+    wanted = pad if start is None else start
+    if value is None:
+        return wanted
+    if start is not None and value != start:
+        raise refuse(where, "decoder_start_token_id", value, f"but config.json's is {start}")
+    if not isinstance(value, int) or value == eos or (size is not None and not 0 <= value < size):
+        raise refuse(where, "decoder_start_token_id", value, "the decoder must start from a piece of vocab.json "
+                                                             "other than </s> (<pad> in Marian's models)")
+    return value

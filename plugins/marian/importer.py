@@ -1,5 +1,10 @@
 """The `marian` importer: a Hugging Face Marian folder -> recipe, tokenizer files and Transformer weights.
 
+The decoder starts from config.json's decoder_start_token_id: <pad> in Marian's own models, the run's <s> in a
+folder written by `seqxduce export --to huggingface` (the tokenizer's decoder_start), whose run's [task],
+[tokenizer], [decode] and tokenizer files (kept beside, with recipe.toml and seqxduce_export.json) are taken
+back as they were, so that the import decodes as the run did (seqxduce_export()).
+
 Weight names, Hugging Face -> the Transformer plugin's state_dict (its checkpoints' layout):
 
     model.shared / model.{encoder,decoder}.embed_tokens   embeddings.source / embeddings.target (one matrix when
@@ -39,6 +44,7 @@ from seqxduce.api import ImportedModel, Importer, UserError
 from .config import check_special_ids, inert_note, model_settings
 from .generation import decode_settings
 from .tokenizer import EOS, PAD, MarianTokenizer, read_vocab
+from .tokenizer_settings import MarianTokenizerSettings
 from .weights import read_weights
 
 ATTENTION = {"q_proj": "query", "out_proj": "out"}
@@ -83,19 +89,20 @@ class MarianImporter(Importer):
         if tgt_pieces.index(PAD) != pad or tgt_pieces.index(EOS) != eos:
             raise UserError(f"{target_vocab}: numbers <pad> or </s> otherwise than vocab.json; the model has one "
                             "pad_token_id and one eos_token_id")
-        check_special_ids(config, where, pad, eos)
+        start = check_special_ids(config, where, pad, eos, size=len(tgt_pieces))
         model = model_settings(config, where, (len(pieces), len(tgt_pieces)))
         generation_file = source / "generation_config.json"
         generation = read_json(generation_file) if generation_file.is_file() else config
-        check_special_ids(generation, str(generation_file), pad, eos)
+        check_special_ids(generation, str(generation_file), pad, eos, start)
         decode, notes = decode_settings(generation, str(generation_file if generation_file.is_file() else where),
-                                        pad)
+                                        pad, start)
         tokenizers = {}
         for side, spm_name, side_pieces in (("src", "source.spm", pieces), ("tgt", "target.spm", tgt_pieces)):
             spm_file = source / spm_name
             if not spm_file.is_file():
                 raise UserError(f"{spm_file}: no such file; a Marian model comes with source.spm and target.spm")
-            MarianTokenizer().use(spm_file.read_bytes(), side_pieces, str(spm_file))  # refused here, named as given
+            MarianTokenizer(MarianTokenizerSettings(tgt_pieces[start])).use(
+                spm_file.read_bytes(), side_pieces, str(spm_file))  # refused here, named as given
             shutil.copyfile(spm_file, workdir / f"{side}.spm")
             mapping = {piece: index for index, piece in enumerate(side_pieces)}
             (workdir / f"{side}.vocab.json").write_text(json.dumps(mapping, ensure_ascii=False), encoding="utf-8")
@@ -104,7 +111,8 @@ class MarianImporter(Importer):
         weights = map_weights(tensors, model, source / weights_file, (len(pieces), len(tgt_pieces)))
         recipe = {
             "task": {"name": "translation", "dataset": "files", "data_dir": "data"},
-            "tokenizer": {"name": "marian", "shared": False},
+            "tokenizer": {"name": "marian", "shared": False,
+                          **({"decoder_start": tgt_pieces[start]} if start != pad else {})},
             "model": model,
             "decode": decode,
         }
@@ -119,7 +127,49 @@ class MarianImporter(Importer):
                          f"({shown}): decode --tgt-lang {languages[0]} writes >>{languages[0]}<<")
         if odd:
             notes.append(f"language tokens not taken as language codes (write them by hand): {', '.join(odd[:8])}")
+        own = seqxduce_export(source)
+        if own is not None:
+            sections, tokenizers = own
+            recipe.update(sections)
+            notes.append(f"a folder written by `seqxduce export --to huggingface`: the [task], [tokenizer] and "
+                         f"[decode] of its {EXPORT_RECIPE} taken as they were, and its run's tokenizer files, so that "
+                         "the import decodes as that run did (the model from config.json)")
         return ImportedModel(recipe=recipe, tokenizers=tokenizers, weights=weights, notes=notes)
+
+
+EXPORT_METADATA, EXPORT_RECIPE = "seqxduce_export.json", "recipe.toml"  # what `seqxduce export` writes beside
+
+
+def seqxduce_export(source: Path) -> tuple[dict[str, Any], dict[str, tuple[Path, str]]] | None:
+    """A folder `seqxduce export --to huggingface` wrote keeps the run's recipe and tokenizer files: the recipe's
+    [task], [tokenizer] and [decode] sections (generation_config.json holds only the closest generate() has to a
+    GNMT length penalty or a scored eos at the length limit) and where each side's tokenizer loads from; None
+    for any other folder."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: the core's dependency tomli
+        import tomli as tomllib
+
+    metadata_file, recipe_file = source / EXPORT_METADATA, source / EXPORT_RECIPE
+    if not metadata_file.is_file() or not recipe_file.is_file():
+        return None
+    metadata = read_json(metadata_file)
+    if metadata.get("engine") != "huggingface":
+        return None
+    try:
+        recipe = tomllib.loads(recipe_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise UserError(f"{recipe_file}: not a readable recipe ({err}); remove it to import the folder as a plain "
+                        "Marian model") from None
+    prefixes = sorted({name.split(".")[0] for name in metadata.get("tokenizer_files", [])})
+    shared = bool(recipe.get("tokenizer", {}).get("shared", True))
+    sides = {"src": prefixes[0]} if shared and len(prefixes) == 1 else (
+        {"src": prefixes[0], "tgt": prefixes[1]} if not shared and len(prefixes) == 2 else None)
+    if sides is None or any(name not in recipe for name in ("task", "tokenizer", "decode")):
+        raise UserError(f"{metadata_file}: names tokenizer files {metadata.get('tokenizer_files')} that do not fit "
+                        f"{recipe_file}; export the run again")
+    return ({name: recipe[name] for name in ("task", "tokenizer", "decode")},
+            {side: (source, prefix) for side, prefix in sides.items()})
 
 
 def language_codes(pieces: list[str]) -> tuple[list[str], list[str]]:

@@ -188,3 +188,57 @@ def _logprob(model, ids, mask, tokens: list[int], pad: int, eos: int) -> float:
         logits = model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_in).logits[0]
     logprobs = torch.log_softmax(logits.double(), dim=-1)
     return float(logprobs.gather(1, torch.tensor(tokens + [eos]).unsqueeze(1)).sum())
+
+
+def train_tiny_seqxduce_run(folder: Path, steps: int = 80, d_model: int = 32, layers: int = 1,
+                            extra: Sequence[str] = ()) -> Path:
+    """A seqxduce run in `folder`/run trained `steps` steps on the same reversing task (translation, files
+    dataset, a SentencePiece tokenizer trained here, the paper's interleaved sinusoids, beam 4 decoding): for the
+    tests and benchmark of `seqxduce export --to huggingface`. extra: `--set` overrides."""
+    from click.testing import CliRunner
+
+    from seqxduce.cli import add_plugin_commands
+
+    folder = Path(folder)
+    data = folder / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    for split, count, seed in (("train", 400, 0), ("valid", 20, 1), ("test", 20, 2)):
+        text = sentences(count, seed)
+        (data / f"{split}.en").write_text("\n".join(text) + "\n", encoding="utf-8")
+        (data / f"{split}.de").write_text("\n".join(language_target(s, 0) for s in text) + "\n", encoding="utf-8")
+    recipe = folder / "recipe.toml"
+    recipe.write_text(f"""[task]
+name = "translation"
+data_dir = "{data}"
+[tokenizer]
+name = "sentencepiece"
+vocab_size = 60
+[model]
+name = "transformer"
+layers = {layers}
+d_model = {d_model}
+d_ff = {2 * d_model}
+heads = 4
+dropout = 0.0
+[train]
+device = "cpu"
+max_steps = {steps}
+max_tokens = 2000
+schedule = "constant"
+lr = 0.003
+validate_every = {steps}
+valid_decode_examples = 20
+[decode]
+name = "beam"
+beam = 4
+max_len_a = 0
+max_len_b = 20
+""", encoding="utf-8")
+    run = folder / "run"
+    args = ["train", str(recipe), "--out", str(run)]
+    for override in extra:
+        args += ["--set", override]
+    result = CliRunner().invoke(add_plugin_commands(), args)
+    if result.exit_code != 0:
+        raise RuntimeError(f"training the tiny run failed:\n{result.output}")
+    return run

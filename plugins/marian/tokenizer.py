@@ -4,7 +4,8 @@ A Marian model has two SentencePiece models (source.spm, target.spm) and one voc
 not SentencePiece's own: a piece missing from vocab.json is <unk>. In a run directory each side is one tokenizer
 ([tokenizer] shared = false) saved as PREFIX.spm and PREFIX.vocab.json. As Hugging Face's MarianTokenizer does, a
 leading language tag `>>xx<<` is one token, eos (`</s>`) ends the source (the core
-appends it), the decoder starts from <pad> (bos_id = pad_id: Marian has no bos), and ids become text as
+appends it), the decoder starts from <pad> (bos_id = pad_id: Marian has no bos; a model exported by `seqxduce
+export --to huggingface` starts from its own <s>: [tokenizer] decoder_start), and ids become text as
 MarianTokenizer.decode(ids, skip_special_tokens=True) makes it.
 """
 
@@ -18,7 +19,8 @@ import sentencepiece as spm
 
 from seqxduce.api import Tokenizer, UserError
 
-PAD, EOS, UNK = "<pad>", "</s>", "<unk>"
+from .tokenizer_settings import EOS, PAD, UNK, MarianTokenizerSettings
+
 SPACE = "\u2581"  # SentencePiece's word boundary, "▁"
 
 
@@ -45,7 +47,8 @@ def read_vocab(path: Path) -> list[str]:
 class MarianTokenizer(Tokenizer):
     """One side of a Marian model: its SentencePiece model and the shared vocab.json's numbering."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: MarianTokenizerSettings | None = None) -> None:
+        self.decoder_start = settings.decoder_start if settings is not None else PAD
         self.processor: spm.SentencePieceProcessor | None = None
         self.model_proto = b""
         self.pieces: list[str] = []
@@ -66,7 +69,10 @@ class MarianTokenizer(Tokenizer):
         self.processor, self.model_proto, self.pieces = processor, model_proto, list(pieces)
         self.ids = {piece: index for index, piece in enumerate(self.pieces)}
         self.pad_id, self.eos_id, self.unk_id = self.ids[PAD], self.ids[EOS], self.ids[UNK]
-        self.bos_id = self.pad_id  # Marian's decoder_start_token_id
+        if self.decoder_start not in self.ids:
+            raise UserError(f"[tokenizer] decoder_start = {self.decoder_start!r}: {where}'s vocabulary has no such "
+                            "piece; give the piece config.json's decoder_start_token_id numbers")
+        self.bos_id = self.ids[self.decoder_start]  # Marian's decoder_start_token_id: <pad>, unless exported by us
 
     def save(self, directory: Path, prefix: str) -> None:
         """Write PREFIX.spm and PREFIX.vocab.json."""
@@ -109,9 +115,17 @@ class MarianTokenizer(Tokenizer):
         and unk dropped, the other pieces joined by the SentencePiece model, and every '▁' left then read as the
         space it stands for. SentencePiece keeps a piece it lacks as it is, '▁' and all: in the OPUS-MT layout
         vocab.json is the union of both sides, so a target may hold a piece only the source model has."""
-        skip = {self.pad_id, self.eos_id, self.unk_id}
+        skip = {self.pad_id, self.bos_id, self.eos_id, self.unk_id}
         pieces = [self.pieces[int(index)] for index in ids if int(index) not in skip]
         return self._ready().decode_pieces(pieces).replace(SPACE, " ").strip()
+
+    def export(self, engine: str, directory: Path, side: str) -> bool:
+        """For `seqxduce export --to huggingface`: this side's SentencePiece model back as source.spm or
+        target.spm (the model export writes vocab.json from our pieces by id, which are vocab.json's)."""
+        if engine != "huggingface":
+            return False
+        (Path(directory) / f"{side}.spm").write_bytes(self._ready_proto())
+        return True
 
     @property
     def vocab_size(self) -> int:

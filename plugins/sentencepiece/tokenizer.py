@@ -197,6 +197,22 @@ class SentencePieceTokenizer(Tokenizer):
         specials = {self.pad_id, self.bos_id, self.eos_id}
         return self._ready().decode([int(i) for i in ids if int(i) not in specials])
 
+    def export(self, engine: str, directory: Path, side: str) -> bool:
+        """For `seqxduce export --to huggingface`: the model as Marian's source.spm or target.spm (Hugging Face's
+        MarianTokenizer cuts text with it and numbers the pieces by the vocab.json the model export writes, our
+        ids). Its tokenizer keeps only a leading `>>xx<<` as one token and lets the library cut every other
+        reserved symbol, which gives other pieces than ours (a '▁' before it): such tags are refused."""
+        if engine != "huggingface":
+            return False
+        odd = sorted(tag for tag in self.tags if not (tag.startswith(">>") and tag.endswith("<<")))
+        if odd:
+            raise UserError(f"export --to huggingface: the {side} SentencePiece model has the user-defined pieces "
+                            f"{', '.join(odd[:4])}{' ...' if len(odd) > 4 else ''} (the task's language tags), "
+                            "which Hugging Face's MarianTokenizer does not keep whole: only a leading >>xx<< tag; "
+                            "train with [task] lang_tag_format = \">>{lang}<<\" to export")
+        (Path(directory) / f"{side}.spm").write_bytes(self.model_proto)
+        return True
+
     @property
     def vocab_size(self) -> int:
         """Number of ids, specials included."""

@@ -67,11 +67,22 @@ class EncoderDecoderBase(nn.Module, Model):
         checks the settings)."""
         return None
 
-    def export(self, request: ExportRequest) -> bool:
-        """To CTranslate2 (ct2_export.py), which refuses what it cannot hold (the Universal Transformer, ...)."""
-        if request.engine != "ctranslate2":
-            return False
-        from .ct2_export import export_ctranslate2
+    def hf_refusal(self) -> str | None:
+        """Why no transformers class computes this model class, in one line; None when Marian's may (hf_export.py
+        then checks the settings)."""
+        return None
 
-        export_ctranslate2(self, request)
-        return True
+    def export(self, request: ExportRequest) -> bool:
+        """To CTranslate2 (ct2_export.py) or a Hugging Face Marian folder (hf_export.py), each refusing what it
+        cannot hold (the Universal Transformer, ...)."""
+        if request.engine == "ctranslate2":
+            from .ct2_export import export_ctranslate2
+
+            export_ctranslate2(self, request)
+            return True
+        if request.engine == "huggingface":
+            from .hf_export import export_huggingface
+
+            export_huggingface(self, request)
+            return True
+        return False

@@ -97,6 +97,10 @@ class UniversalTransformer(EncoderDecoderBase):
         return (f"[model] name = universal_transformer {what}: CTranslate2 has no Universal Transformer "
                 "(layers shared in depth, timestep signal); only the Transformer can be exported")
 
+    def hf_refusal(self) -> str | None:
+        return ("[model] name = universal_transformer: no transformers class computes a Universal Transformer "
+                "(one layer shared in depth, a timestep signal); only the Transformer can be exported")
+
     def __init__(self, settings: UniversalSettings, vocab: VocabInfo):
         super().__init__(settings, vocab)
         s = settings

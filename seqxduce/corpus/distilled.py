@@ -4,7 +4,7 @@ one folder, keyed by what decides the teacher's outputs (its checkpoints' bytes,
 a student trains with, whose training split reads that folder (and, with [distill] member_outputs, the sets of each
 of the teacher's members alone: one folder each, keyed the same way) and whose other splits are the task's own.
 
-`seqxduce distill` writes the folder (engine.distill: the sources and originals here, the teacher's outputs by the
+`seqxduce distill` writes the folder (distillation/: the sources and originals here, the teacher's outputs by the
 streamed, resumable decode) and sets [distill] targets to it; every process of the student's run (each rank, each
 member, each restart) then reads the same files through DistilledTask. What the student's prepared data are keyed by
 is the files' names, sizes and times (prepare.data_fingerprint through Task.data_files), the mix of originals
@@ -42,7 +42,7 @@ def format_key(fmt: str, parts: Mapping[str, Any]) -> str:
 
 
 def distilled_key(parts: Mapping[str, Any]) -> str:
-    """The folder's key: a digest of what decides its contents (see engine.distill for the parts)."""
+    """The folder's key: a digest of what decides its contents (the parts: distillation.making.find_sets)."""
     return format_key(FORMAT, parts)
 
 

@@ -8,7 +8,7 @@ key parts), k, and the encoded pairs' ids themselves, so that a student run, its
 student of the same data find the folder made. A batch gathers its rows from the memory-mapped arrays as it gathers
 its ids (PairArrays.collate). The folder is written under a work name and renamed when whole; a stopped pass keeps
 the batches it wrote there, and the next one continues after them.
-How the distributions are computed is the trainer's side (training.teacher_targets)."""
+How the distributions are computed is distillation's side (distillation.teacher_targets)."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def pairs_digest(pairs: PairArrays) -> str:
 
 
 def soft_key(parts: Mapping[str, Any]) -> str:
-    """The set's key: the teacher's parts, k and the pairs' digest (training.teacher_targets makes them)."""
+    """The set's key: the teacher's parts, k and the pairs' digest (distillation.teacher_targets makes them)."""
     return format_key(FORMAT, parts)
 
 

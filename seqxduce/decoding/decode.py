@@ -17,6 +17,8 @@ from seqxduce.api import (
     Example,
     Hypothesis,
     Model,
+    Output,
+    Phrases,
     Postprocessed,
     Report,
     Task,
@@ -34,21 +36,10 @@ from seqxduce.decoding.options import (
     fit_precision,
     prepare_for_decoding,
 )
+from seqxduce.decoding.phrases import PhraseText, encode_phrases, violations
 from seqxduce.device import autocast_context, resolve_device
 from seqxduce.members import member_checkpoints, member_dir
 from seqxduce.recipe import Recipe, split_override
-
-
-@dataclass
-class Output:
-    """One decoded source: the task-formatted best output and the n-best (text, hypothesis) pairs."""
-
-    source: str
-    text: str
-    nbest: list[tuple[str, Hypothesis]] = field(default_factory=list)
-    reference: str | None = None
-    annotations: dict[str, list] = field(default_factory=dict)  # per-position figures (decode --annotations)
-    figures: dict[str, float] = field(default_factory=dict)  # what the task's postprocess said of its output
 
 
 def encode_prefixes(tokenizer: Tokenizer, prefixes: Sequence[str], where: str, first: int = 1) -> list[list[int]]:
@@ -89,12 +80,14 @@ def task_prefixes(tokenizer: Tokenizer, examples: Sequence[Example] | Sequence[s
 
 
 def decode_sources(run: DecodeParts, examples: Sequence[Example] | Sequence[str], decoder: Decoder | None = None,
-                   prefixes: Sequence[list[int]] | None = None) -> list[Output]:
+                   prefixes: Sequence[list[int]] | None = None,
+                   constraints: Sequence[Phrases] | None = None) -> list[Output]:
     """Run the model over sources (Examples or plain source strings) with the run's decoder (or `decoder`),
     batched by length as [decode] says (at most batch_size sources, or with batch_tokens > 0 at most that many
     padded source tokens) in its decode precision (decoding.options.decode_precision: [decode] precision, or the
     recipe's [train] precision), and give the task's outputs in input order; prefixes (target ids per source,
-    encode_prefixes) start each output."""
+    encode_prefixes) start each output; constraints (per source, phrases.encode_phrases) are phrases each output
+    holds or avoids: a decoder that does not honour them is refused in one line, never passed over silently."""
     model, tokenizers, device, decode = run.model, run.tokenizers, run.device, run.recipe.decode.core
     decoder = decoder if decoder is not None else run.decoder
     sources = [ex.source if isinstance(ex, Example) else ex for ex in examples]
@@ -114,9 +107,12 @@ def decode_sources(run: DecodeParts, examples: Sequence[Example] | Sequence[str]
                 src=pad_sources([encoded[i] for i in chunk], tgt.pad_id).to(device),
                 sources=[sources[i] for i in chunk], bos_id=tgt.bos_id, eos_id=tgt.eos_id, pad_id=tgt.pad_id,
                 prefixes=None if prefixes is None else [list(prefixes[i]) for i in chunk],
+                constraints=None if constraints is None else [constraints[i] for i in chunk],
             )
             with torch.no_grad(), autocast_context(device, autocast):
                 nbests = decoder.decode(model, request)
+            if request.constraints is not None:
+                _check_honoured(decoder, request.constraints, nbests)
             for i, hyps in zip(chunk, nbests):
                 texts = [(tgt.decode(h.tokens), h) for h in hyps]
                 best = run.task.postprocess(texts[0][0] if texts else "", sources[i])
@@ -124,6 +120,15 @@ def decode_sources(run: DecodeParts, examples: Sequence[Example] | Sequence[str]
     finally:
         model.train(was_training)
     return [r for r in results if r is not None]
+
+
+def _check_honoured(decoder: Decoder, constraints: Sequence[Phrases], nbests: Sequence[Sequence[Hypothesis]]) -> None:
+    """Refuse outputs that break their constraints: the core's searches never do, a decoder plugin that ignores
+    DecodeRequest.constraints would."""
+    for phrases, hyps in zip(constraints, nbests):
+        if phrases and any(violations(h.tokens, phrases) for h in hyps):
+            raise UserError(f"decode: the decoder {type(decoder).__name__} does not honour constraints (an output "
+                            "breaks them); decode with the recipe's beam or greedy decoder, or without constraints")
 
 
 def source_batches(order: Sequence[int], lengths: Sequence[int], batch_size: int,
@@ -170,6 +175,9 @@ class PlannedRun:
     run_members: int
     member: int | None
     precision_note: str | None = None  # what fit_precision changed, said once the load begins
+    # the recipe as asked of the run (overrides and changes), before fit_precision: the same whatever device
+    # decodes it (a distilled set's key is made of its [decode], found again on another machine)
+    asked: Recipe | None = None
 
     def described(self) -> str:
         """As LoadedRun.described says it once loaded."""
@@ -193,8 +201,8 @@ def plan_run(path: Path, overrides: Sequence[str] = (), ensemble: Sequence[Path]
     choice = checkpoint if checkpoint in rundir.CHECKPOINT_CHOICES else None
     members += [p for extra in ensemble for p in _checkpoints_of(Path(extra), choice)]
     # here, not at the load: a resumed decode's record keys the precision the bits come from
-    recipe, precision_note = fit_precision(recipe, resolve_device(recipe.train.device))
-    return PlannedRun(run, chosen, recipe, members, run_members, member, precision_note)
+    fitted, precision_note = fit_precision(recipe, resolve_device(recipe.train.device))
+    return PlannedRun(run, chosen, fitted, members, run_members, member, precision_note, recipe)
 
 
 def load_run(path: Path, overrides: Sequence[str] = (), ensemble: Sequence[Path] = (), checkpoint: str | None = None,
@@ -262,16 +270,28 @@ def _checkpoints_of(path: Path, choice: str | None = None) -> list[Path]:
 
 
 def decode_lines(run: LoadedRun, sources: Sequence[str], annotate: bool = False,
-                 prefixes: Sequence[str] | None = None, prefix_where: str = "prefix ") -> list[Output]:
+                 prefixes: Sequence[str] | None = None, prefix_where: str = "prefix ",
+                 constraints: Sequence[PhraseText] | None = None, constraint_where: str = "constraints of input ",
+                 first: int = 1) -> list[Output]:
     """Decode raw source lines with the run's decoder, in input order (with annotate, see annotate_outputs);
-    prefixes: one target text per source that its output must start with (`decode --prefix-file`)."""
+    prefixes: one target text per source that its output must start with (`decode --prefix-file`); constraints:
+    per source, phrases its output must hold and phrases it must not (`decode --constraints`), refused naming
+    `constraint_where` and the source's number (`first`: the number of sources[0]) where they cannot be met."""
     encoded = None
     if prefixes is not None:
         if len(prefixes) != len(sources):
             raise UserError(f"{prefix_where.rstrip(':')}: {len(prefixes)} prefixes for {len(sources)} sources; give "
                             "one prefix line per source line (an empty line for none)")
-        encoded = encode_prefixes(run.tokenizers.tgt, prefixes, prefix_where)
-    outputs = decode_sources(run, list(sources), prefixes=encoded)
+        encoded = encode_prefixes(run.tokenizers.tgt, prefixes, prefix_where, first)
+    phrases = None
+    if constraints is not None and any(constraints):
+        if len(constraints) != len(sources):
+            raise UserError(f"{constraint_where.rstrip(' ')}: constraints for {len(constraints)} sources, "
+                            f"{len(sources)} given; give one constraints line per source line (an empty line for "
+                            "none)")
+        beam = getattr(run.recipe.decode.settings, "beam", 1)
+        phrases = encode_phrases(run.tokenizers.tgt, constraints, beam, constraint_where, first)
+    outputs = decode_sources(run, list(sources), prefixes=encoded, constraints=phrases)
     if annotate:
         annotate_outputs(run, outputs)
     return outputs

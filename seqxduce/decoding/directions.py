@@ -11,6 +11,7 @@ refusal, and says each of the task's notices once.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 from seqxduce.api import Direction, Example, Task, UserError
 
@@ -99,12 +100,12 @@ def column_languages(lines: Iterable[str], where: Callable[[int], str]) -> tuple
 
 
 def directed_items(items: Iterable, directions: Directions, default: str, column: bool, scoring: bool,
-                   where: Callable[[int], str]) -> Iterator[tuple[str, str]]:
+                   where: Callable[[int], str]) -> Iterator[tuple[str, ...]]:
     """A streamed input's items (a source line, a (source, prefix) or a (source, target) pair) as the model reads
     them for each line's direction: the line's column (column), else `default`. A decode's items become (source,
     prefix) pairs, a score's (source, target) pairs."""
     for number, item in enumerate(items, start=1):
-        first, second = item if isinstance(item, tuple) else (item, "")
+        first, second, *rest = item if isinstance(item, tuple) else (item, "")  # rest: a constraints line
         target = default
         if column:
             target, first = split_column(first, where(number))
@@ -114,4 +115,53 @@ def directed_items(items: Iterable, directions: Directions, default: str, column
             yield ex.source, ex.target
         else:
             ex = directions.apply(Example(first, "", prefix=second), target, where(number))
-            yield ex.source, ex.prefix
+            yield ex.source, ex.prefix, *rest
+
+
+def check_call(where: str, tgt_lang: object, src_lang: str | None, inputs: Sequence[str],
+               prefixes: Sequence[str] | None = None) -> None:
+    """A Python call's languages (decode(), score()) checked before any load: a source language alone, or as many
+    prefixes as sources when the languages are chosen, is refused in one line."""
+    check_source_alone(tgt_lang, src_lang, f"{where} src_lang")
+    if tgt_lang is not None and prefixes is not None and len(prefixes) != len(inputs):
+        raise UserError(f"{where}: {len(prefixes)} prefixes for {len(inputs)} sources; give one per source")
+
+
+def decode_directed(engine: Any, loaded: Any, sources: Sequence[str], prefixes: Sequence[str] | None,
+                    prefix_where: str, annotate: bool, tgt_lang: str | Sequence[str] | None,
+                    src_lang: str | None, **phrased: Any) -> list[Any]:
+    """engine.decode of a Python call's sources (seqxduce.decode), each written for its language first (tgt_lang:
+    one for all, or one per source); the outputs carry the sources as given, not as the model read them. phrased:
+    constraints=..., for an engine that declares them."""
+    if tgt_lang is None:
+        return engine.decode(loaded, sources, prefixes, prefix_where, annotate, **phrased)
+    read, forced = _said(loaded, src_lang).decode_inputs(sources, prefixes, per_input(tgt_lang, len(sources),
+                                                                                      "tgt_lang"), _where(tgt_lang))
+    outputs = engine.decode(loaded, read, forced if any(forced) else None, prefix_where, annotate, **phrased)
+    for output, source in zip(outputs, sources):
+        output.source = source
+    return outputs
+
+
+def score_directed(engine: Any, loaded: Any, sources: Sequence[str], targets: Sequence[str],
+                   tgt_lang: str | Sequence[str] | None, src_lang: str | None) -> list[Any]:
+    """engine.score of a Python call's pairs (seqxduce.score), each written as training wrote its pairs."""
+    if tgt_lang is None:
+        return engine.score(loaded, sources, targets)
+    if len(sources) != len(targets):
+        raise UserError(f"score: {len(sources)} sources for {len(targets)} targets; give one target per source")
+    read, scored = _said(loaded, src_lang).score_inputs(sources, targets, per_input(tgt_lang, len(sources),
+                                                                                    "tgt_lang"), _where(tgt_lang))
+    return engine.score(loaded, read, scored)
+
+
+def _said(loaded: Any, src_lang: str | None) -> Directions:
+    """The Directions of a Python call over what an engine loaded (its task), its notices said on stderr."""
+    from seqxduce.console import console
+
+    return Directions(loaded.task, src_lang or "", lambda line: console.print(line, markup=False, highlight=False))
+
+
+def _where(tgt_lang: str | Sequence[str]) -> Callable[[int], str]:
+    """How a refusal names the language of input i: tgt_lang, or tgt_lang[i] for one per input."""
+    return (lambda i: "tgt_lang") if isinstance(tgt_lang, str) else (lambda i: f"tgt_lang[{i}]")

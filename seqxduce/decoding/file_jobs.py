@@ -89,6 +89,7 @@ class DecodeFile(FileRequest):
     input: Path | None = None
     split: str | None = None
     prefix_file: Path | None = None
+    constraints_file: Path | None = None
     annotations: Path | None = None
     alignments: Path | None = None
     examples: int = 0
@@ -99,6 +100,8 @@ class DecodeFile(FileRequest):
             raise UserError("decode: give exactly one of --input FILE (or -) and --split NAME")
         if self.prefix_file is not None and self.input is None:
             raise UserError("decode --prefix-file: give it with --input (one prefix per source line)")
+        if self.constraints_file is not None and self.input is None:
+            raise UserError("decode --constraints: give it with --input (one line of phrases per source line)")
         if self.split is not None and self.directed:
             raise UserError("decode --split: a split's examples carry their own languages; give --tgt-lang and "
                             "--tgt-lang-column with --input")
@@ -119,6 +122,7 @@ def decode_file(request: DecodeFile) -> StreamedFile:
     engine = request.engine
     features = [name for name, used in (("annotations", request.annotations), ("alignments", request.alignments),
                                          ("prefixes", request.prefix_file)) if used is not None]
+    features += _constraint_features(request.constraints_file)
     engine.check(request.run, "decode", features)
     engine.check_processes(request.run, request.processes)
     total, languages = _input_lines(request)
@@ -132,7 +136,8 @@ def decode_file(request: DecodeFile) -> StreamedFile:
         prefix_where = f"--prefix-file {request.prefix_file}:" if request.prefix_file is not None else "line "
         job = engine.decode_job(request.run, annotate=request.annotations is not None,
                                 align=request.alignments is not None, split=request.split is not None,
-                                prefix_where=prefix_where, as_targets=request.as_targets)
+                                prefix_where=prefix_where, as_targets=request.as_targets,
+                                **_constraint_where(request.constraints_file))
         directions = early or _directions(request, loaded.task, languages)
         return _stream_decode(request, job, job.processor_for(loaded), loaded, total, stops, directions)
 
@@ -210,6 +215,8 @@ def _decode_record(request: DecodeFile, described: str, model_files: list[Path],
     """What a streamed decode's resume record keys the job by (stream_files.OutputFiles: another is refused)."""
     return {"command": "decode", "input": _described_input(request.input, request.split),
             "prefix_file": _file_key(request.prefix_file), "checkpoint": described,
+            # absent without constraints, so that the records of jobs before them read the same
+            **({"constraints_file": _file_key(request.constraints_file)} if request.constraints_file else {}),
             **({"as_targets": True} if request.as_targets else {}), **_lang_record(request),
             "checkpoint_files": [_file_key(p) for p in model_files], **_decode_settings(recipe)}
 
@@ -243,7 +250,28 @@ def _input_lines(request: DecodeFile) -> tuple[int | None, set[str]]:
         if prefixes != total:
             raise UserError(f"--prefix-file {request.prefix_file}: {prefixes} prefixes for {total} sources; give one "
                             "prefix line per source line (an empty line for none)")
+    if request.constraints_file is not None:
+        lines = count_lines(request.constraints_file)
+        if lines != total:
+            raise UserError(f"--constraints {request.constraints_file}: {lines} lines for {total} sources; give one "
+                            "line of tab-separated phrases per source line (an empty line for none)")
     return total, languages
+
+
+def _constraint_features(path: Path | None) -> list[str]:
+    """The engine features a constraints file uses, read once before any model loads (a line that cannot be
+    read, such as an empty phrase, is refused here naming it)."""
+    from seqxduce.decoding.phrases import PhraseText, constraint_features
+
+    if path is None:
+        return []
+    return constraint_features([PhraseText.from_line(line, f"--constraints {path}:{number}")
+                                for number, line in enumerate(iter_lines(path), start=1)])
+
+
+def _constraint_where(path: Path | None) -> dict[str, str]:
+    """How a decode job names a constraints file's lines in its refusals (none without one)."""
+    return {"constraint_where": f"--constraints {path}:"} if path is not None else {}
 
 
 def _column_languages(path: Path) -> tuple[int, set[str]]:
@@ -303,8 +331,8 @@ def _stream_decode(request: DecodeFile, job: BufferJob, process: Processor, load
     if split is not None:
         items = split_examples(loaded.task, loaded.recipe, split)
         total = len(items)
-    elif request.prefix_file is not None:
-        items = _in_step(request.input, request.prefix_file)
+    elif request.prefix_file is not None or request.constraints_file is not None:
+        items = _in_step(request.input, request.prefix_file, request.constraints_file)
     else:
         items = iter_lines(request.input)
     if directions is not None:
@@ -412,18 +440,29 @@ class _Stops:
             raise TrainingStopped(message, exit_code=128 + error.signum) from None
 
 
-def _in_step(input: Path | None, prefix_file: Path) -> Iterator[tuple[str, str]]:
-    """(source, prefix) pairs of two files read in step; one that ends first is refused naming both."""
-    sources, prefixes = iter_lines(input), iter_lines(prefix_file)
+def _in_step(input: Path | None, prefix_file: Path | None,
+             constraints_file: Path | None = None) -> Iterator[tuple[str, ...]]:
+    """(source, prefix) pairs of the input and the prefix file read in step ("" for each prefix without one),
+    and with a constraints file (source, prefix, constraints line) triples; a file that ends before the input,
+    or after it, is refused naming it."""
+    sources = iter_lines(input)
+    beside = [(f"--prefix-file {prefix_file}", "prefixes", "one prefix", iter_lines(prefix_file) if prefix_file
+               else None)]
+    if constraints_file is not None:
+        beside.append((f"--constraints {constraints_file}", "lines", "one line of phrases",
+                       iter_lines(constraints_file)))
     for number, source in enumerate(sources, start=1):
-        prefix = next(prefixes, None)
-        if prefix is None:
-            raise UserError(f"--prefix-file {prefix_file}: {number - 1} prefixes for more sources; give one prefix "
-                            "line per source line (an empty line for none)")
-        yield source, prefix
-    if next(prefixes, None) is not None:
-        raise UserError(f"--prefix-file {prefix_file}: more prefixes than the sources of {input}; give one prefix "
-                        "line per source line")
+        item = [source]
+        for flag, what, one, lines in beside:
+            line = "" if lines is None else next(lines, None)
+            if line is None:
+                raise UserError(f"{flag}: {number - 1} {what} for more sources; give {one} per source line (an "
+                                "empty line for none)")
+            item.append(line)
+        yield tuple(item)
+    for flag, what, one, lines in beside:
+        if lines is not None and next(lines, None) is not None:
+            raise UserError(f"{flag}: more {what} than the sources of {input}; give {one} per source line")
 
 
 def _described_input(input: Path | None, split: str | None) -> str | None:

@@ -299,3 +299,34 @@ def violations(tokens: Sequence[int], phrases: Phrases) -> list[tuple[int, ...]]
         return any(tuple(tokens[i:i + n]) == phrase for i in range(len(tokens) - n + 1))
 
     return [p for p in phrases.include if not holds(p)] + [p for p in phrases.exclude if holds(p)]
+
+
+def phrases_given(given: Sequence[object] | None, count: int, where: str) -> list[PhraseText] | None:
+    """Per source, the constraints a caller gave (the Python API, a served request): a PhraseText, a list of
+    phrases ("!words" must not appear), or one line of tab-separated phrases; None where none is given. A list of
+    another length than the sources is refused naming `where`."""
+    if given is None:
+        return None
+    if isinstance(given, str) or len(given) != count:
+        raise UserError(f"{where}: give one entry per source ({count}), each a list of phrases (\"!words\" for "
+                        "words that must not appear) or an empty list for none")
+    read = []
+    for number, value in enumerate(given, start=1):
+        here = f"{where} of input {number}"
+        if isinstance(value, PhraseText):
+            read.append(value)
+        elif isinstance(value, str):
+            read.append(PhraseText.from_line(value, here))
+        elif isinstance(value, Sequence):
+            read.append(PhraseText.from_list(list(value), here))
+        else:
+            raise UserError(f"{here}: a list of phrases or a line of them, not {type(value).__name__}")
+    return read if any(read) else None
+
+
+def constraint_features(given: Sequence[PhraseText] | None) -> list[str]:
+    """The engine features (decoding.engines.FEATURES) these constraints use."""
+    if not given:
+        return []
+    return [*(["constraints"] if any(p.include for p in given) else []),
+            *(["negative constraints"] if any(p.exclude for p in given) else [])]

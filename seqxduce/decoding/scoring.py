@@ -16,30 +16,15 @@ model gives.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
-from seqxduce.api import Model, Tokenizer, UserError
+from seqxduce.api import Model, PairScore, Tokenizer, UserError
 from seqxduce.data import encode_source, pad_sources
 from seqxduce.decoding.decode import LoadedRun, source_batches
 from seqxduce.decoding.search import length_penalty
 from seqxduce.decoding.search_settings import BeamSettings
 from seqxduce.device import autocast_context
-
-
-@dataclass(frozen=True)
-class PairScore:
-    """The score of one pair: the target's total log-probability (natural log) over its tokens and eos."""
-
-    logprob: float
-    length: int  # target tokens + 1 for eos: the positions summed
-    normalized: float  # logprob / GNMT length penalty of `length`, with the run's [decode] alpha (beam's score)
-
-    @property
-    def per_token(self) -> float:
-        """The mean log-probability per position (eos counted), fairseq's --score-reference score."""
-        return self.logprob / self.length
 
 
 def decoder_alpha(run: LoadedRun) -> float:

@@ -449,58 +449,55 @@ def beam_search(model: Model, request: DecodeRequest, settings: BeamSettings | N
 def _pick_free(finished: _Finished, step: int, scores: torch.Tensor, found: _StepScores, row_scores: torch.Tensor,
                row_tokens: torch.Tensor, penalty: torch.Tensor,
                eos: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One step's choice without phrases to meet: the candidates that end in eos among each source's best `beam`
-    go to its finished list, and its best `beam` that do not continue. scores (n, beam): the live hypotheses';
-    row_scores, row_tokens (n * beam, width): each row's best tokens. Returns the continuing (n, beam) scores,
-    beams they continue, and their tokens (n * beam,)."""
+    """One step's choice without phrases to meet: each source's best 2 * beam candidates, of which those ending in
+    eos among the first `beam` go to its finished list, and the first `beam` that do not end continue. scores
+    (n, beam): the live hypotheses'; row_scores, row_tokens (n * beam, width): each row's best tokens. Returns the
+    continuing (n, beam) scores, the beams they continue, and their tokens (n * beam,)."""
     n_alive, beam = scores.shape
-    device = scores.device
     width, vocab = row_scores.size(1), found.values.size(-1)
     candidates = (scores.view(-1, 1) + row_scores).view(n_alive, beam * width)
     top_scores, top_index = candidates.topk(min(2 * beam, beam * vocab), dim=1)
-    top_beam = torch.div(top_index, width, rounding_mode="floor")
     top_token = row_tokens.view(n_alive, beam * width).gather(1, top_index)
-    is_eos = top_token == eos
-    finite = torch.isfinite(top_scores)
-
-    # eos candidates ranked within the first `beam` of their source are offered to its n-best list
-    from_rows = torch.arange(n_alive, device=device).unsqueeze(1) * beam + top_beam[:, :beam]  # (n_alive, beam)
-    finished.offer(step, from_rows, top_scores[:, :beam], found.at(from_rows, eos),
-                   (is_eos & finite)[:, :beam], penalty, eos)
-
-    # the first `beam` live (non-eos) candidates continue
-    live_rank = torch.where(is_eos, torch.full_like(top_scores, float("inf")),
-                            torch.arange(top_scores.size(1), device=device).float().expand_as(top_scores))
-    keep = live_rank.argsort(dim=1)[:, :beam]
-    new_scores = top_scores.gather(1, keep)
-    new_beam = top_beam.gather(1, keep)
-    new_token = top_token.gather(1, keep).view(-1)
-    return new_scores, new_beam, new_token
+    return _split_off_ends(finished, beam, step, top_scores, top_index // width, top_token, found, penalty, eos)
 
 
 def _pick_banked(phrases: PhraseConstraint, finished: _Finished, step: int, scores: torch.Tensor,
                  found: _StepScores, row_scores: torch.Tensor, row_tokens: torch.Tensor, penalty: torch.Tensor,
                  eos: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One step's choice with phrases to meet (decoding/phrases.py), as _pick_free returns it: every hypothesis
-    that met its phrases may end here (its eos goes to the finished list), and the beam that continues is shared
-    out over banks among each row's best tokens and the tokens that take it into its phrases."""
+    """One step's choice with phrases to meet (decoding/phrases.py), as _pick_free returns it: the candidates are
+    each row's best tokens and the tokens that take it into its phrases, ordered by dynamic beam allocation over
+    banks (phrases.select) instead of by score alone; an eos (only where a row met its phrases) takes its place in
+    that order as in _pick_free, so that a hypothesis that may end does not leave its bank's slot to a poor
+    continuation of itself."""
     n_alive, beam = scores.shape
-    device = scores.device
-    rows = torch.arange(n_alive * beam, device=device)
-    ending = scores + found.at(rows, eos).view(n_alive, beam)
-    take = torch.isfinite(ending) & phrases.all_met().view(n_alive, beam)
-    finished.offer(step, rows.view(n_alive, beam), ending, found.at(rows, eos).view(n_alive, beam), take, penalty,
-                   eos)
+    rows = torch.arange(n_alive * beam, device=scores.device)
     extra_scores, extra_tokens = phrases.candidates(row_scores, row_tokens, found.values)  # (N, k + P)
     width = extra_scores.size(1)
-    totals = scores.view(-1, 1) + extra_scores
-    totals = torch.where(extra_tokens == eos, torch.full_like(totals, float("-inf")), totals)
-    banks = phrases.banks_after(rows.unsqueeze(1).expand(-1, width), extra_tokens)
-    chosen = select(totals.view(n_alive, beam * width), banks.view(n_alive, beam * width), beam)  # (n, beam)
-    new_scores = totals.view(n_alive, -1).gather(1, chosen)
-    new_beam = torch.div(chosen, width, rounding_mode="floor")
-    new_token = extra_tokens.view(n_alive, -1).gather(1, chosen).view(-1)
-    return new_scores, new_beam, new_token
+    totals = (scores.view(-1, 1) + extra_scores).view(n_alive, beam * width)
+    banks = phrases.banks_after(rows.unsqueeze(1).expand(-1, width), extra_tokens).view(n_alive, beam * width)
+    order = select(totals, banks, min(2 * beam, beam * width))  # (n, 2 * beam)
+    top_token = extra_tokens.view(n_alive, -1).gather(1, order)
+    return _split_off_ends(finished, beam, step, totals.gather(1, order), order // width, top_token, found, penalty,
+                           eos)
+
+
+def _split_off_ends(finished: _Finished, beam: int, step: int, top_scores: torch.Tensor, top_beam: torch.Tensor,
+                    top_token: torch.Tensor, found: _StepScores, penalty: torch.Tensor,
+                    eos: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Of each source's candidates in their order (top_*: (n, 2 * beam)), those ending in eos within the first
+    `beam` go to its finished list and the first `beam` others continue."""
+    n_alive, device = top_scores.size(0), top_scores.device
+    is_eos = top_token == eos
+    finite = torch.isfinite(top_scores)
+    # eos candidates ranked within the first `beam` of their source are offered to its n-best list
+    from_rows = torch.arange(n_alive, device=device).unsqueeze(1) * beam + top_beam[:, :beam]  # (n_alive, beam)
+    finished.offer(step, from_rows, top_scores[:, :beam], found.at(from_rows, eos),
+                   (is_eos & finite)[:, :beam], penalty, eos)
+    # the first `beam` live (non-eos) candidates continue
+    live_rank = torch.where(is_eos, torch.full_like(top_scores, float("inf")),
+                            torch.arange(top_scores.size(1), device=device).float().expand_as(top_scores))
+    keep = live_rank.argsort(dim=1)[:, :beam]
+    return top_scores.gather(1, keep), top_beam.gather(1, keep), top_token.gather(1, keep).view(-1)
 
 
 class GreedyDecoder(Decoder):

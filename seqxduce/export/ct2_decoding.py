@@ -34,16 +34,11 @@ from seqxduce.decoding.scoring import PairScore, format_scores, scores_of
 from seqxduce.decoding.search import length_penalty
 from seqxduce.decoding.streaming import Buffer, Piece, Processor
 from seqxduce.device import device_for, torchrun_local_rank
-from seqxduce.export.exporting import export_run, is_export, require_ctranslate2
+from seqxduce.export.exporting import ACTS_AS, HONOURED, check_engine, export_run, is_export, require_ctranslate2
 from seqxduce.recipe import Recipe
 from seqxduce.rundir import RunDir
 
 SEARCHES = ("greedy", "beam")
-# the [decode] keys translate_ids reads (besides the core's batch_size and precision)
-HONOURED = frozenset({"beam", "alpha", "length_penalty", "nbest", "max_len_a", "max_len_b", "min_len"})
-# the settings its search acts as if they held these values: no renormalized steps, the eos at the limit scored,
-# and the default stopping rule (docs/coming-from.md, "Stopping rules": what its own search does)
-ACTS_AS = {"renormalize": False, "limit_eos": "scored", "early_stopping": "never", "early_stop": False}
 # decode --precision as a CTranslate2 compute type
 CT2_COMPUTE = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "int8": "int8"}
 
@@ -69,6 +64,7 @@ def load_export(path: Path | str, overrides: Sequence[str] = (), work: Path | No
         if work is None:
             raise UserError(f"{path}: not an export folder; `seqxduce export {path} --to ctranslate2 -o DIR` first")
         path = export_run(path, work / "ctranslate2", member=_one_member(path, overrides)).directory
+    check_engine(path, "ctranslate2")
     exported = RunDir(path)
     recipe = with_changes(exported.load_recipe(overrides), changes)
     if recipe.decode.component.name not in SEARCHES:
@@ -137,11 +133,13 @@ def _warn_unread(settings: object) -> None:
         console.print(f"warning: [decode] {line}", markup=False, highlight=False)
 
 
-def translate_ids(run: ExportedRun, sources: Sequence[list[int]],
-                  prefixes: Sequence[list[int]] | None = None) -> list[list[Hypothesis]]:
+def translate_ids(run: ExportedRun, sources: Sequence[list[int]], prefixes: Sequence[list[int]] | None = None,
+                  banned: Sequence[Sequence[Sequence[int]]] | None = None) -> list[list[Hypothesis]]:
     """n-best Hypotheses for source ids (without eos: the export appends it), as seqxduce's search gives them;
     prefixes: target ids each output starts with (CTranslate2's target_prefix), ranked as seqxduce's search
-    ranks them: a score of what follows the prefix (seqxduce.decoding.search)."""
+    ranks them: a score of what follows the prefix (seqxduce.decoding.search); banned: per source, target id
+    phrases its outputs must not hold (CTranslate2's suppress_sequences, which holds for a whole batch: sources
+    are batched by their phrases too)."""
     settings = run.recipe.decode.settings
     shape = SearchShape.of(settings)
     beam, alpha, form, nbest = shape.beam, shape.alpha, shape.form, shape.nbest  # form: gnmt, or power (HF's)
@@ -152,15 +150,17 @@ def translate_ids(run: ExportedRun, sources: Sequence[list[int]],
     # the limit leaves room for a forced prefix, as seqxduce's search does
     limits = [max(1, int(len(ids) * settings.max_len_a + settings.max_len_b), len(p)) for ids, p in zip(sources, given)]
     eos = tgt_tok.id_to_token(tgt_tok.eos_id)
+    avoid = [tuple(tuple(tgt_tok.id_to_token(t) for t in phrase) for phrase in (banned[i] if banned else ()))
+             for i in range(len(sources))]
     results: list[list[Hypothesis]] = [[] for _ in sources]
-    for limit in sorted(set(limits)):
-        chosen = [i for i, n in enumerate(limits) if n == limit]
+    for limit, phrases in sorted(set(zip(limits, avoid))):
+        chosen = [i for i, n in enumerate(limits) if n == limit and avoid[i] == phrases]
         batch = [[src_tok.id_to_token(t) for t in sources[i]] for i in chosen]
         forced = [[tgt_tok.id_to_token(t) for t in given[i]] for i in chosen]
         found = run.translator.translate_batch(
             batch, target_prefix=forced if any(forced) else None, beam_size=beam, num_hypotheses=beam,
             length_penalty=0.0, return_end_token=True, max_decoding_length=limit,
-            min_decoding_length=settings.min_len, suppress_sequences=specials,
+            min_decoding_length=settings.min_len, suppress_sequences=specials + [list(p) for p in phrases],
             max_batch_size=run.recipe.decode.core.batch_size)
         outputs = [[h[:-1] if h and h[-1] == eos else h for h in result.hypotheses] for result in found]
         for k in _ending_after_prefix(run, batch, forced, beam, settings.min_len, limit, specials):
@@ -222,14 +222,15 @@ def _hypothesis(tokens: list[str], positional: list[float], alpha: float, ids: d
 
 
 def decode_sources(run: ExportedRun, examples: Sequence[Example] | Sequence[str],
-                   prefixes: Sequence[list[int]] | None = None) -> list[Output]:
+                   prefixes: Sequence[list[int]] | None = None,
+                   banned: Sequence[Sequence[Sequence[int]]] | None = None) -> list[Output]:
     """Outputs in input order, as seqxduce.decoding.decode.decode_sources gives them (prefixes: target ids per
     source, decoding.decode.encode_prefixes; without them, the examples' own: a multilingual target's language
     tag, CTranslate2's target_prefix)."""
     sources = [ex.source if isinstance(ex, Example) else ex for ex in examples]
     if prefixes is None:
         prefixes = task_prefixes(run.tokenizers.tgt, examples)
-    nbests = translate_ids(run, [run.tokenizers.src.encode(s) for s in sources], prefixes)
+    nbests = translate_ids(run, [run.tokenizers.src.encode(s) for s in sources], prefixes, banned)
     outputs = []
     for source, hyps in zip(sources, nbests):
         texts = [(run.tokenizers.tgt.decode(h.tokens), h) for h in hyps]
@@ -287,6 +288,7 @@ class Ct2DecodeJob:
     split: bool = False
     prefix_where: str = "prefix "
     as_targets: bool = False
+    constraint_where: str = "constraints of input "
 
     def processor(self) -> Processor:
         """A worker process's own translator, loaded from an export folder."""
@@ -296,12 +298,16 @@ class Ct2DecodeJob:
         return lambda buffer: self._piece(run, buffer)
 
     def _piece(self, run: ExportedRun, buffer: Buffer) -> Piece:
-        items, prefixes = buffer.items, None
-        if items and isinstance(items[0], tuple):  # (source, prefix): --prefix-file read in step with the input
-            prefixes = encode_prefixes(run.tokenizers.tgt, [p for _, p in items], self.prefix_where,
-                                       first=buffer.start + 1)
-            items = [source for source, _ in items]
-        outputs = decode_sources(run, items, prefixes)
+        from seqxduce.decoding.jobs import read_items
+
+        items, given, constraints = read_items(buffer.items)
+        prefixes = banned = None
+        if given is not None:
+            prefixes = encode_prefixes(run.tokenizers.tgt, given, self.prefix_where, first=buffer.start + 1)
+        if constraints is not None:  # only those that must not appear: the engine refused the others before
+            banned = [c.encode(run.tokenizers.tgt, f"{self.constraint_where}{number}").exclude
+                      for number, c in enumerate(constraints, start=buffer.start + 1)]
+        outputs = decode_sources(run, items, prefixes, banned)
         lines = stream_lines(run.task, outputs, buffer.start, self.split, self.as_targets)
         kept = [{"text": o.text, "figures": o.figures} for o in outputs] if self.split else []
         return Piece(buffer.start, len(outputs), {"output": lines}, kept)

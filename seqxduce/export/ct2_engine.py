@@ -14,30 +14,38 @@ import json
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from seqxduce.api import Report
-from seqxduce.decoding.decode import Output, encode_prefixes, score_outputs, split_examples
+from seqxduce.api import Output, Report
 from seqxduce.decoding.engines import Engine, Planned
-from seqxduce.decoding.jobs import RunSpec
-from seqxduce.decoding.scoring import PairScore
-from seqxduce.export import ct2_decoding
-from seqxduce.export.ct2_decoding import ACTS_AS, HONOURED, Ct2DecodeJob, Ct2ScoreJob, ExportedRun, load_export
-from seqxduce.export.exporting import METADATA_FILE, is_export
+from seqxduce.export.exporting import ACTS_AS, HONOURED, METADATA_FILE, is_export
+
+if TYPE_CHECKING:  # pragma: no cover
+    from seqxduce.decoding.jobs import RunSpec
+    from seqxduce.decoding.phrases import PhraseText
+    from seqxduce.decoding.scoring import PairScore
+    from seqxduce.export.ct2_decoding import Ct2DecodeJob, Ct2ScoreJob, ExportedRun
+
+# torch and CTranslate2's search are imported by the methods that use them: the class is read for its declarations
+# (name, capabilities, settings) by `seqxduce plugins` and --help, which do not import torch
 
 
 class CTranslate2Engine(Engine):
     """CTranslate2 over an export folder (`seqxduce export`) or a run directory exported on the fly."""
 
     name = "ctranslate2"
-    capabilities = frozenset({"prefixes", "nbest", "scoring"})
+    capabilities = frozenset({"prefixes", "nbest", "scoring", "negative constraints"})  # suppress_sequences
     honoured = HONOURED
     acts_as = ACTS_AS
     auto_processes = False
+    service = "seqxduce.serving.ct2_service:ct2_service"
     instead = ("decode with --engine seqxduce, or export the model you want (`seqxduce export RUN/best.pt -o DIR`) "
                "and decode that")
 
     @contextlib.contextmanager
     def open(self, spec: RunSpec) -> Iterator[ExportedRun]:
+        from seqxduce.export.ct2_decoding import load_export
+
         with tempfile.TemporaryDirectory(prefix="seqxduce-ct2-") as work:
             yield load_export(spec.run, spec.overrides, Path(work), changes=spec.changes)
 
@@ -62,13 +70,28 @@ class CTranslate2Engine(Engine):
                             "and decode DIR, or give --processes 1")
 
     def decode(self, loaded: ExportedRun, sources: Sequence[str], prefixes: Sequence[str] | None = None,
-               prefix_where: str = "prefix ", annotate: bool = False) -> list[Output]:
+               prefix_where: str = "prefix ", annotate: bool = False,
+               constraints: Sequence[PhraseText] | None = None) -> list[Output]:
+        from seqxduce.decoding.decode import encode_prefixes
+        from seqxduce.export import ct2_decoding
+
         if annotate:
             self.require("annotations", "decode")
         encoded = None if prefixes is None else encode_prefixes(loaded.tokenizers.tgt, prefixes, prefix_where)
-        return ct2_decoding.decode_sources(loaded, list(sources), encoded)
+        banned = None
+        if constraints is not None and any(constraints):
+            # CTranslate2's search has no dynamic beam allocation: phrases that must appear are refused, and those
+            # that must not go through suppress_sequences, exactly
+            if any(c.include for c in constraints):
+                self.require("constraints", "decode")
+            banned = [c.encode(loaded.tokenizers.tgt, f"constraints of input {i}").exclude
+                      for i, c in enumerate(constraints, start=1)]
+        return ct2_decoding.decode_sources(loaded, list(sources), encoded, banned)
 
     def decode_split(self, loaded: ExportedRun, split: str, annotate: bool = False) -> tuple[list[Output], Report]:
+        from seqxduce.decoding.decode import score_outputs, split_examples
+        from seqxduce.export import ct2_decoding
+
         if annotate:
             self.require("annotations", "decode")
         examples = split_examples(loaded.task, loaded.recipe, split)
@@ -78,14 +101,20 @@ class CTranslate2Engine(Engine):
         return outputs, score_outputs(loaded.task, outputs, examples)
 
     def score(self, loaded: ExportedRun, sources: Sequence[str], targets: Sequence[str]) -> list[PairScore]:
+        from seqxduce.export import ct2_decoding
+
         return ct2_decoding.score_pairs(loaded, sources, targets)
 
     def decode_job(self, spec: RunSpec, *, annotate: bool = False, align: bool = False, split: bool = False,
-                   prefix_where: str = "prefix ", as_targets: bool = False) -> Ct2DecodeJob:
+                   prefix_where: str = "prefix ", as_targets: bool = False, **named: str) -> Ct2DecodeJob:
+        from seqxduce.export.ct2_decoding import Ct2DecodeJob
+
         return Ct2DecodeJob(spec.run, spec.overrides, spec.changes, split=split, prefix_where=prefix_where,
-                            as_targets=as_targets)
+                            as_targets=as_targets, **named)
 
     def score_job(self, spec: RunSpec, normalize: bool = False) -> Ct2ScoreJob:
+        from seqxduce.export.ct2_decoding import Ct2ScoreJob
+
         return Ct2ScoreJob(spec.run, spec.overrides, normalize)
 
     def described(self, loaded: ExportedRun, spec: RunSpec) -> str:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from seqxduce.api import UserError
+from seqxduce.export.command import engine_option
 from seqxduce.serving.limits import Limits
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -93,10 +94,10 @@ def public_info(info: dict[str, Any], verbose: bool) -> dict[str, Any]:
 @click.option("--verbose-info", is_flag=True,
               help="GET /v1/info shows absolute paths and library versions (by default only their last part, "
                    "no versions)")
-@click.option("--engine", "engine_name", type=click.Choice(["seqxduce", "ctranslate2"]), default="seqxduce",
-              show_default=True, help="the decoding engine: seqxduce's own, or CTranslate2 over an export folder "
-              "(seqxduce export; a run directory is exported first): its search settings and target prefixes "
-              "(CTranslate2's target_prefix), no /v1/attention")
+@engine_option(help="the decoding engine (`seqxduce plugins --kind engine` lists them): seqxduce's own, "
+                   "CTranslate2 over an export folder (seqxduce export; a run directory is exported first): its search "
+                   "settings and target prefixes (CTranslate2's target_prefix), no /v1/attention; or a plugin's, "
+                   "served through the service it declares")
 @click.option("--threads", type=click.IntRange(min=1),
               help="CPU threads a batch is decoded with (torch's; CTranslate2's too with --engine ctranslate2) "
                    "[default: OMP_NUM_THREADS, else the CPUs this process may use: its CPU affinity and cgroup "
@@ -140,7 +141,7 @@ def serve_run(spec: RunSpec, engine: str, limits: Limits, *, host: str = "127.0.
     # to load comes alone)
     threads_line = fit_threads((threads, "--threads") if threads is not None else None)
     with chosen.open(spec) as loaded:  # exactly as `seqxduce decode` loads it
-        service = _service_for(chosen.name, loaded)
+        service = _service_for(chosen, loaded)
         click.echo(threads_line, err=True)
         click.echo(f"serving {service.described()}", err=True)
         limits = limits.served(service.positions())
@@ -252,13 +253,15 @@ def run_server(app: Any, batcher: Any, limits: Limits, host: str, port: int, log
         raise UserError(f"--host {host} --port {port}: could not listen there (in use?); pick another --port")
 
 
-def _service_for(engine: str, loaded: object) -> object:
-    """The server's view of what an engine loaded: its Service. Chosen here, by the engine's name, since serving
-    sits above the engines (decoding/, export/) and they never import it."""
-    if engine == "ctranslate2":
-        from seqxduce.serving.ct2_service import CT2Service
+def _service_for(engine: Any, loaded: object) -> Any:
+    """The server's view of what an engine loaded: the service the engine declares (Engine.service, "module:callable"
+    as an entry point names one; named, not imported, by the engine, since serving sits above the engines and they
+    never import it)."""
+    from importlib.metadata import EntryPoint
 
-        return CT2Service(loaded)
-    from seqxduce.serving.service import Service
-
-    return Service(loaded)
+    try:
+        factory = EntryPoint(engine.name, engine.service, "seqxduce.services").load()
+    except (ImportError, AttributeError, ValueError) as err:
+        raise UserError(f"serve --engine {engine.name}: its service {engine.service!r} cannot be loaded "
+                        f"({type(err).__name__}: {err}); fix or uninstall the plugin that registers it") from None
+    return factory(engine, loaded)

@@ -98,3 +98,8 @@ class CT2Service(Service):
     def attention(self, source: str, target: str | None, key: Asked, stop: StopCheck | None = None
                   ) -> dict[str, Any]:
         raise RequestError(422, "/v1/attention needs seqxduce's own engine; this server runs --engine ctranslate2")
+
+
+def ct2_service(engine: Any, run: ExportedRun) -> CT2Service:
+    """CTranslate2's engine's service (CTranslate2Engine.service names it): the export it loaded."""
+    return CT2Service(run)

@@ -255,3 +255,8 @@ class Service:
 
 def _never() -> bool:
     return False
+
+
+def native_service(engine: Any, run: LoadedRun) -> Service:
+    """seqxduce's engine's service (SeqxduceEngine.service names it): the run it loaded."""
+    return Service(run)

@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Protocol
 
 import torch
 
@@ -20,7 +21,7 @@ from seqxduce.atomic import atomic_write_text
 from seqxduce.components import Tokenizers
 from seqxduce.console import console
 from seqxduce.corpus import binarized
-from seqxduce.corpus.arrays import release_freed_memory
+from seqxduce.corpus.arrays import PairArrays, release_freed_memory
 from seqxduce.corpus.distilled import student_task
 from seqxduce.corpus.soft_targets import SOFT_RECORD, SoftTargets
 from seqxduce.corpus.training_data import TrainingCorpus
@@ -37,7 +38,6 @@ from seqxduce.training.metrics_log import MetricsLog
 from seqxduce.training.optim import build_optimizer, build_scaler, restore_optimizer
 from seqxduce.training.state import TrainState, restore
 from seqxduce.training.step_plan import StepPlan
-from seqxduce.training.teacher_targets import teacher_soft_targets
 from seqxduce.training.tensorboard_log import TENSORBOARD_DIR, summary_writer_class
 from seqxduce.training.validation import Validator
 
@@ -46,6 +46,15 @@ EMULATED_BF16_TRAINING = (
     'warning: [train] precision = "bf16" on a CPU without bf16 units (no AVX512-BF16, no AMX): torch emulates '
     "bf16 here, about 13x slower per step than fp32 on a Zen 3 EPYC; --set train.precision=fp32 trains at the "
     "fp32 speed (a resumed run too: --resume --set train.precision=fp32)")
+
+
+class TeacherPass(Protocol):
+    """[distill] word_kd's teacher distributions over a run's training pairs, found in the cache or computed there
+    (seqxduce.distillation.teacher_targets.teacher_soft_targets): handed in by whoever starts the run (engine.train),
+    as training imports no distillation. expected: the set a resumed run trained with; share: (rank, world size)."""
+
+    def __call__(self, recipe: Recipe, pairs: PairArrays, tokenizer_files: Sequence[Path], *, expected: str | None,
+                 share: tuple[int, int]) -> SoftTargets: ...
 
 
 @dataclass
@@ -107,12 +116,13 @@ class FineTuningSource:
     saved: dict
 
 
-def assemble(recipe: Recipe, run_dir: Path, start: RunStart | None = None) -> TrainingRun:
+def assemble(recipe: Recipe, run_dir: Path, start: RunStart | None = None,
+             teacher_pass: TeacherPass | None = None) -> TrainingRun:
     """Build a run in run directory `run_dir` as `start` says (resolved: new or resume; checked where it was made):
     a new one (trained tokenizers, or start.tokenizers_from's), or the one there, restored from its newest
     checkpoint exactly. start.init_from (a run directory or checkpoint) starts a new run from its weights and
-    tokenizer files, and with start.keep_optimizer its optimizer state, for fine-tuning. Every rank of a world
-    calls it."""
+    tokenizer files, and with start.keep_optimizer its optimizer state, for fine-tuning. teacher_pass: how a
+    [distill] word_kd run gets its teacher's distributions (TeacherPass). Every rank of a world calls it."""
     s = recipe.train
     start = start or RunStart()
     resume = start.resume
@@ -145,7 +155,8 @@ def assemble(recipe: Recipe, run_dir: Path, start: RunStart | None = None) -> Tr
     with stop_while_preparing("preparing the training data, before the first step"):
         corpus = TrainingCorpus.open(recipe, task, data_dir, corpus_start, rundir.tokenizers,
                                      sampled_folder=rundir.path / SAMPLED_DIR, ranks=_WorldRanks(world))
-    soft = _soft_targets(recipe, corpus, rundir, resume_from is not None, world) if recipe.distill.word_kd else None
+    soft = _soft_targets(recipe, corpus, rundir, resume_from is not None, world, teacher_pass) \
+        if recipe.distill.word_kd else None
     valid_examples = task.examples("valid", data_dir) if "valid" in task.splits else []
     torch.manual_seed(s.seed)
     tokenizers = corpus.tokenizers
@@ -192,7 +203,7 @@ def assemble(recipe: Recipe, run_dir: Path, start: RunStart | None = None) -> Tr
 
 
 def _soft_targets(recipe: Recipe, corpus: TrainingCorpus, rundir: RunDir, resumed: bool,
-                  world: distributed.World) -> SoftTargets:
+                  world: distributed.World, teacher_pass: TeacherPass | None) -> SoftTargets:
     """[distill] word_kd's teacher distributions over the corpus's pairs (computed once, in the cache; the ranks of
     a world each compute their share of the pass). The run
     folder records which ones it trains with (SOFT_RECORD), so that a resume with other ones (its teacher trained on,
@@ -201,10 +212,13 @@ def _soft_targets(recipe: Recipe, corpus: TrainingCorpus, rundir: RunDir, resume
         raise UserError(f"[distill] word_kd = {recipe.distill.word_kd:g}: the teacher's distributions are kept per "
                         "target position of fixed ids, but this [tokenizer] samples a new encoding each epoch; turn "
                         "its sampling off, or word_kd")
+    if teacher_pass is None:  # a caller's slip, not the user's: seqxduce.train hands the pass in
+        raise ValueError("assemble: a [distill] word_kd run needs the teacher's pass (teacher_pass=seqxduce."
+                         "distillation.teacher_targets.teacher_soft_targets), or train it with seqxduce.train")
     record = rundir.path / SOFT_RECORD
     expected = json.loads(record.read_text())["soft_targets"] if resumed and record.is_file() else None
-    soft = teacher_soft_targets(recipe, corpus.pairs, rundir.tokenizers.files(recipe), expected=expected,
-                                share=(world.rank, world.world_size))
+    soft = teacher_pass(recipe, corpus.pairs, rundir.tokenizers.files(recipe), expected=expected,
+                        share=(world.rank, world.world_size))
     if world.rank == 0 and soft.folder is not None:
         atomic_write_text(record, json.dumps({"soft_targets": soft.folder.name}) + "\n")
     return soft

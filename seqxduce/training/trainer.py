@@ -31,7 +31,7 @@ from seqxduce.training.backward import cuttable_backward
 from seqxduce.training.figures import NonfiniteRun, Window, batch_stats
 from seqxduce.training.loss import label_smoothed_nll
 from seqxduce.training.optim import clip_gradients, learning_rate, optimizer_step, set_learning_rate
-from seqxduce.training.run import TrainingRun, assemble, compile_enabled
+from seqxduce.training.run import TeacherPass, TrainingRun, assemble, compile_enabled
 from seqxduce.training.state import (
     TrainResult,
     TrainState,
@@ -412,9 +412,10 @@ def taught(batch: Batch, soft: SoftTargets, indices: Sequence[int]) -> Batch:
     return replace(batch, soft_ids=ids, soft_probs=probs)
 
 
-def train(recipe: Recipe, out: Path, start: RunStart | None = None) -> TrainResult:
+def train(recipe: Recipe, out: Path, start: RunStart | None = None,
+          teacher_pass: TeacherPass | None = None) -> TrainResult:
     """Train the recipe's model into run directory `out`, started as `start` says (resolved already: new or
-    resume; see seqxduce.run_start and training.run.assemble)."""
+    resume; see seqxduce.run_start and training.run.assemble); teacher_pass as assemble takes it."""
     start = start or RunStart()
     # from here to the loop's own handling of signals (Trainer.run), a stop ends the command in one line
     with stop_setting_up(lambda signum: _stopped_setting_up(signum, RunDir(out), start)):
@@ -424,7 +425,7 @@ def train(recipe: Recipe, out: Path, start: RunStart | None = None) -> TrainResu
             latest = int(rundir.newest_readable(mmap=True)[1].get("step", 0))
             if latest >= recipe.train.max_steps:
                 return finished_already(rundir, recipe.train, latest, is_rank_zero())
-        run = assemble(recipe, Path(out), start)
+        run = assemble(recipe, Path(out), start, teacher_pass)
     try:
         return Trainer(run).run()
     finally:

@@ -7,44 +7,18 @@ import pytest
 from click.testing import CliRunner
 
 from seqxduce.cli import EXIT_UNSCORED, cli
+from seqxduce.testing import tiny_recipe
 
 GOLD = "(S (NP-SBJ (PRP He)) (VP (VBD left)) (. .))"
 # keep_pos_tags with outputs cut after one token: the repaired trees tag every word XX, the period too, so EVALB
 # finds one word more than in the gold tree (whose period it deletes) in every sentence: an error sentence
-RECIPE = """
-[task]
-name = "ptb"
-data_dir = "{data}"
-layout = "flat"
-train_files = "0001"
-valid_files = "0160"
-test_files = "0160"
-keep_pos_tags = true
-
-[tokenizer]
-name = "word"
-shared = false
-
-[model]
-name = "transformer"
-layers = 1
-d_model = 16
-d_ff = 32
-heads = 2
-
-[train]
-device = "cpu"
-max_tokens = 400
-max_steps = 1
-warmup_steps = 1
-validate_every = 100
-checkpoint_every = 1
-
-[decode]
-name = "greedy"
-max_len_a = 0.0
-max_len_b = 1
-"""
+def recipe(data) -> str:
+    return tiny_recipe({"name": "ptb", "data_dir": str(data), "layout": "flat", "train_files": "0001",
+                        "valid_files": "0160", "test_files": "0160", "keep_pos_tags": True},
+                       {"name": "word", "shared": False},
+                       {"max_tokens": 400, "max_steps": 1, "warmup_steps": 1, "validate_every": 100,
+                        "checkpoint_every": 1},
+                       {"name": "greedy", "max_len_a": 0.0, "max_len_b": 1})
 
 
 def invoke(*args):
@@ -54,7 +28,7 @@ def invoke(*args):
 @pytest.fixture(scope="module")
 def ptb_run(tmp_path_factory, ptb_sample):
     where = tmp_path_factory.mktemp("ptb")
-    (where / "tiny_ptb.toml").write_text(RECIPE.format(data=ptb_sample))
+    (where / "tiny_ptb.toml").write_text(recipe(ptb_sample))
     result = invoke("train", where / "tiny_ptb.toml", "--out", where / "run")
     assert result.exit_code == 0, result.output
     return where / "run"

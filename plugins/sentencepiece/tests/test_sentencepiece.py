@@ -89,3 +89,26 @@ def test_load_missing_and_untrained_are_user_errors(tmp_path):
         tokenizer.load(tmp_path, "spm")
     with pytest.raises(UserError, match="train"):
         tokenizer.encode("x")
+
+
+def test_exports_its_model_for_hugging_face(trained, tmp_path):
+    """`export --to huggingface`: the model as Marian's source.spm / target.spm; no file for another engine."""
+    assert trained.export("huggingface", tmp_path, "source")
+    assert (tmp_path / "source.spm").read_bytes() == trained.model_proto
+    assert not trained.export("ctranslate2", tmp_path, "target")
+    assert not (tmp_path / "target.spm").exists()
+
+
+def test_language_tags_marian_does_not_keep_whole_are_refused(tmp_path):
+    """Johnson et al.'s <2de> is a piece of its own here, which Hugging Face's MarianTokenizer would cut otherwise
+    (a '▁' before it); Marian's leading >>de<< it keeps whole."""
+    tagged = build_sentencepiece(SentencePieceSettings(vocab_size=100))
+    tagged.reserved_symbols = ("<2de>",)
+    tagged.train(corpus(), tmp_path)
+    with pytest.raises(UserError, match="<2de>.*lang_tag_format"):
+        tagged.export("huggingface", tmp_path, "source")
+    assert not (tmp_path / "source.spm").exists()
+    marian = build_sentencepiece(SentencePieceSettings(vocab_size=100))
+    marian.reserved_symbols = (">>de<<",)
+    marian.train(corpus(), tmp_path)
+    assert marian.export("huggingface", tmp_path, "source")

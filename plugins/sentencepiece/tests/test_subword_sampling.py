@@ -16,6 +16,7 @@ from seqxduce_sentencepiece.settings import SentencePieceSettings
 import seqxduce
 from seqxduce.api import UserError
 from seqxduce.cli import add_plugin_commands
+from seqxduce.testing import tiny_recipe
 
 WORDS = "the a cat dog sat on mat ran fast house big small red green blue über straße".split()
 SAMPLING = {"bpe": dict(sample_alpha=0.3), "unigram": dict(sample_alpha=0.2, sample_nbest=-1)}
@@ -105,38 +106,11 @@ def test_sample_nbest_without_unigram_sampling_is_refused_as_unread(sets, road, 
         seqxduce.load_recipe(recipe, [*sets, "tokenizer.sample_nbest=8"])
 
 
-RECIPE = """
-[task]
-name = "algorithmic"
-kind = "reverse"
-train_max_len = 6
-valid_max_len = 6
-test_max_len = 6
-train_size = 20
-valid_size = 10
-test_size = 10
-
-[tokenizer]
-name = "sentencepiece"
-vocab_size = 24
-num_threads = 1
-
-[model]
-name = "transformer"
-layers = 1
-d_model = 16
-d_ff = 32
-heads = 2
-
-[train]
-device = "cpu"
-max_tokens = 120
-max_steps = 8
-warmup_steps = 4
-log_every = 2
-validate_every = 0
-checkpoint_every = 4
-"""
+RECIPE = tiny_recipe({"name": "algorithmic", "kind": "reverse", "train_max_len": 6, "valid_max_len": 6,
+                      "test_max_len": 6, "train_size": 20, "valid_size": 10, "test_size": 10},
+                     {"name": "sentencepiece", "vocab_size": 24, "num_threads": 1},
+                     {"max_tokens": 120, "max_steps": 8, "warmup_steps": 4, "log_every": 2, "validate_every": 0,
+                      "checkpoint_every": 4})
 
 
 def train(recipe: Path, out: Path, *settings: str, resume: bool = False) -> None:

@@ -1,4 +1,5 @@
-"""A complete third-party task plugin: learn to sort digits. See CONTRIBUTING.md."""
+"""A complete third-party plugin: a task, learn to sort digits, and an inference engine that sorts them by rule
+(engine.py). See CONTRIBUTING.md."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from seqxduce import Example, Report, Settings, Task, UserError, hookimpl, setting
+
+from .engine import SorterEngine
 
 
 @dataclass
@@ -48,3 +51,8 @@ class SortTask(Task):
 @hookimpl
 def register_tasks(register):
     register("sort", SortTask, settings=SortSettings, help="sort a sequence of digits")
+
+
+@hookimpl
+def register_engines(register):
+    register("sorter", SorterEngine, help="each source's tokens sorted (a rule, no model)")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tests import search_identity
 
-RECORD = Path(__file__).parent / "fixtures" / "search_record.json"
+RECORD = Path(__file__).parent.parent / "fixtures" / "search_record.json"
 
 
 def test_the_searches_keep_parity_with_the_record():

@@ -38,6 +38,7 @@ from seqxduce.corpus.soft_targets import (
     soft_key,
 )
 from seqxduce.corpus.token_cache import cache_root
+from seqxduce.distillation.teacher import find_teacher
 from seqxduce.files import file_digest
 from seqxduce.recipe import Recipe
 from seqxduce.signals import stop_while_preparing
@@ -56,22 +57,21 @@ def teacher_soft_targets(recipe: Recipe, pairs: PairArrays, tokenizer_files: Seq
     """The soft targets of `pairs` from recipe's [distill] teacher_run, found in the cache or computed there.
     tokenizer_files: the student's, which must be the teacher's (the same ids on both sides of the KL term).
     expected: the set a resumed run trained with; another one is refused before anything is computed. share: this
-    process's piece of the pass and how many processes share it (a torchrun world's rank and size)."""
-    from seqxduce.decoding.decode import plan_run
-
+    process's piece of the pass and how many processes share it (a torchrun world's rank and size). The training
+    run is handed this function by its caller (engine.train), as training imports no distillation."""
     d = recipe.distill
-    teacher = Path(d.teacher_run)
     checkpoint = d.teacher_checkpoint or None
     where = f"[distill] teacher_run = {d.teacher_run}"
-    if not teacher.is_dir():
+    if not Path(d.teacher_run).is_dir():
         raise UserError(f"{where}: no such run directory; give the teacher's run (the --out of its `seqxduce train`)")
-    plan = plan_run(teacher, TEACHER_OVERRIDES, checkpoint=checkpoint)
-    theirs = [file_digest(p) for p in plan.run.tokenizers.files(plan.recipe)]
+    # the teacher as the sequence-level teacher and decode find it: one answer to which checkpoints decode
+    teacher = find_teacher(Path(d.teacher_run), TEACHER_OVERRIDES, checkpoint)
+    theirs = [file_digest(p) for p in teacher.tokenizer_files]
     if theirs != [file_digest(p) for p in tokenizer_files]:
         raise UserError(f"{where}: word_kd compares the teacher's and the student's next-token distributions, which "
                         "needs the teacher's tokenizer files; start the student with the teacher's [tokenizer] "
                         "(`seqxduce distill` then takes its files) or with --tokenizers-from the teacher")
-    parts = {"checkpoints": [file_digest(p) for p in (plan.checkpoint, *plan.members)], "tokenizers": theirs,
+    parts = {"checkpoints": [file_digest(p) for p in teacher.checkpoints], "tokenizers": theirs,
              "top_k": d.word_kd_top_k, "ids": pairs_digest(pairs)}
     folder = (root or cache_root()) / (PREFIX + soft_key(parts))
     if expected is not None and folder.name != expected:
@@ -80,10 +80,10 @@ def teacher_soft_targets(recipe: Recipe, pairs: PairArrays, tokenizer_files: Seq
                         "continue with the teacher and k it started with, or train into another --out")
     folder.parent.mkdir(parents=True, exist_ok=True)
     if not (folder / META).is_file():
-        meta = {"teacher": str(teacher), "max_tokens": recipe.train.max_tokens, **parts}
+        meta = {"teacher": str(Path(d.teacher_run)), "max_tokens": recipe.train.max_tokens, **parts}
         batches = length_batches(pairs.src_lengths, pairs.tgt_lengths, recipe.train.max_tokens, seed=0, epoch=0,
                                  shuffle=False)
-        pass_ = _Pass(plan, teacher, checkpoint, pairs, d.word_kd_top_k, batches, share)
+        pass_ = _Pass(teacher.plan, Path(d.teacher_run), checkpoint, pairs, d.word_kd_top_k, batches, share)
         pass_.make(SoftTargetsWork(folder, pairs, d.word_kd_top_k, meta, share[1]))
     return SoftTargets.open(folder, pairs)
 
