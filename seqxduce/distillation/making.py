@@ -31,7 +31,7 @@ DISTILLED_PREFIX = "distilled-"
 
 
 @dataclass(frozen=True)
-class Planned:
+class PlannedSet:
     """A distilled set by its key, before it is made: its folder, what the key is made of, the split it decodes."""
 
     distilled: DistilledSet
@@ -39,7 +39,7 @@ class Planned:
     examples: Examples
 
 
-def find_sets(student: Recipe, teachers: Sequence[Teacher], root: Path | None = None) -> list[Planned]:
+def find_sets(student: Recipe, teachers: Sequence[Teacher], root: Path | None = None) -> list[PlannedSet]:
     """The distilled set of the student recipe's training split by each teacher (the ensemble, then its members
     alone with [distill] member_outputs), by its key (nothing decoded yet): what a key is made of is its teacher's
     (Teacher.key_parts), the training data's bytes (data_content, read once for all) and the student's [task]."""
@@ -63,7 +63,7 @@ def find_sets(student: Recipe, teachers: Sequence[Teacher], root: Path | None = 
     for teacher in teachers:
         parts = {"teacher": teacher.key_parts(), **shared}
         folder = (root or cache_root()) / (DISTILLED_PREFIX + distilled_key(parts))
-        planned.append(Planned(DistilledSet(folder), parts, examples))
+        planned.append(PlannedSet(DistilledSet(folder), parts, examples))
     return planned
 
 
@@ -78,7 +78,7 @@ def data_content(task: Task, data_dir: Path, examples: Examples) -> str:
     return distilled_key({"files": [file_digest(Path(path)) for path in files]})
 
 
-def make_set(planned: Planned, teacher: Teacher, decode: Decode, where: str) -> DistilledSet:
+def make_set(planned: PlannedSet, teacher: Teacher, decode: Decode, where: str) -> DistilledSet:
     """The planned set made (continuing a stopped decode of it), or found made; under torchrun rank 0 writes the
     sources and every rank decodes its share."""
     distilled = planned.distilled
