@@ -134,12 +134,6 @@ class PhraseConstraint(StepConstraint):
         unmet = ~self.met & (lengths > 0)
         return (lengths * unmet).sum(dim=1) - _furthest(self.progress, unmet)
 
-    def bank(self) -> torch.Tensor:
-        """(N,) each row's bank: the tokens of its met phrases plus its furthest progress into an unmet one."""
-        lengths = self.include_len[self.source]
-        unmet = ~self.met & (lengths > 0)
-        return (lengths * self.met).sum(dim=1) + _furthest(self.progress, unmet)
-
     def all_met(self) -> torch.Tensor:
         return self.needed() == 0
 
