@@ -286,6 +286,13 @@ def encode_phrases(tokenizer: Tokenizer, given: Sequence[PhraseText], beam: int,
     return encoded
 
 
+def banned_ids(tokenizer: Tokenizer, given: Sequence[PhraseText], where: str,
+               first: int = 1) -> list[tuple[tuple[int, ...], ...]]:
+    """Per source, the ids of its phrases that must not appear (an engine that takes only those: CTranslate2's
+    suppress_sequences), refused as PhraseText.encode refuses them, naming `where` and the source's number."""
+    return [phrases.encode(tokenizer, f"{where}{number}").exclude for number, phrases in enumerate(given, start=first)]
+
+
 def violations(tokens: Sequence[int], phrases: Phrases) -> list[tuple[int, ...]]:
     """The phrases an output breaks: those that must appear and do not, and those that must not and do."""
     def holds(phrase: tuple[int, ...]) -> bool:

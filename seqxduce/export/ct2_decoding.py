@@ -299,14 +299,14 @@ class Ct2DecodeJob:
 
     def _piece(self, run: ExportedRun, buffer: Buffer) -> Piece:
         from seqxduce.decoding.jobs import read_items
+        from seqxduce.decoding.phrases import banned_ids
 
         items, given, constraints = read_items(buffer.items)
         prefixes = banned = None
         if given is not None:
             prefixes = encode_prefixes(run.tokenizers.tgt, given, self.prefix_where, first=buffer.start + 1)
         if constraints is not None:  # only those that must not appear: the engine refused the others before
-            banned = [c.encode(run.tokenizers.tgt, f"{self.constraint_where}{number}").exclude
-                      for number, c in enumerate(constraints, start=buffer.start + 1)]
+            banned = banned_ids(run.tokenizers.tgt, constraints, self.constraint_where, first=buffer.start + 1)
         outputs = decode_sources(run, items, prefixes, banned)
         lines = stream_lines(run.task, outputs, buffer.start, self.split, self.as_targets)
         kept = [{"text": o.text, "figures": o.figures} for o in outputs] if self.split else []

@@ -73,6 +73,7 @@ class CTranslate2Engine(Engine):
                prefix_where: str = "prefix ", annotate: bool = False,
                constraints: Sequence[PhraseText] | None = None) -> list[Output]:
         from seqxduce.decoding.decode import encode_prefixes
+        from seqxduce.decoding.phrases import banned_ids
         from seqxduce.export import ct2_decoding
 
         if annotate:
@@ -84,8 +85,7 @@ class CTranslate2Engine(Engine):
             # that must not go through suppress_sequences, exactly
             if any(c.include for c in constraints):
                 self.require("constraints", "decode")
-            banned = [c.encode(loaded.tokenizers.tgt, f"constraints of input {i}").exclude
-                      for i, c in enumerate(constraints, start=1)]
+            banned = banned_ids(loaded.tokenizers.tgt, constraints, "constraints of input ")
         return ct2_decoding.decode_sources(loaded, list(sources), encoded, banned)
 
     def decode_split(self, loaded: ExportedRun, split: str, annotate: bool = False) -> tuple[list[Output], Report]:
