@@ -347,6 +347,9 @@ class Trainer:
             self.parts.log.write("valid", step=self.state.step, **metrics, **self.parts.validator.primary(metrics))
             if progress is not None:
                 progress.print(f"valid step {self.state.step} | " + self.parts.validator.line(metrics))
+                notice = self.parts.validator.notice(metrics)
+                if notice:
+                    progress.print(notice)
             self.parts.early_stopping.record(self.state, *self.parts.validator.watched(metrics), model)
         self.parts.early_stopping.share(self.state, self.parts.world)
         return metrics
