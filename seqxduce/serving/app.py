@@ -228,8 +228,8 @@ def create_app(service: Service, batcher: Batcher, limits: Limits, info: dict[st
     decode_keys = service.decode_keys()
 
     def check_cost_and_time(key: Any, tokens: list[int], changes: dict[str, Any],
-                            prefixes: list[int] | None = None) -> None:
-        cost = check_cost(service.lengths(key), tokens, changes, limits, prefixes)
+                            prefixes: list[int] | None = None, phrases: list[int] | None = None) -> None:
+        cost = check_cost(service.lengths(key), tokens, changes, limits, prefixes, phrases)
         if pace is not None:
             check_time(pace.request_seconds(tokens, cost.longest, cost.rows, limits.max_batch_tokens,
                                             batcher.max_batch_sources), limits)
@@ -252,7 +252,8 @@ def create_app(service: Service, batcher: Batcher, limits: Limits, info: dict[st
         tokens = [checked_source(source_text(s), f"inputs[{i}]")[1] for i, s in enumerate(inputs)]
         key = service.key_for(ask)
         prefixes = [service.target_tokens(s.prefix) - 1 if isinstance(s, Prefixed) else 0 for s in inputs]
-        check_cost_and_time(key, tokens, ask.changes, prefixes)
+        # phrases that must appear lengthen the output the search allows, as a prefix does: both are counted
+        check_cost_and_time(key, tokens, ask.changes, prefixes, service.phrase_tokens(inputs, key))
         future = batcher.submit(inputs, tokens, key, client_of(request))
         answers = await until_answered(request, batcher, future, deadline, limits)
         if answers is None:

@@ -7,8 +7,9 @@ the settings that search honours (beam, alpha, the length limits, nbest) and not
 stop a call between its steps, so a batch is decoded in calls of at most CALL_SOURCES sources, the stop check read
 between them: a batch whose clients all left or whose deadline passed, or a server stopping, ends after the call
 under way. A target prefix is CTranslate2's target_prefix,
-ranked as seqxduce's search ranks it (export.ct2_decoding); /v1/attention needs seqxduce's own engine and is
-refused with 422.
+ranked as seqxduce's search ranks it (export.ct2_decoding); an input's phrases that must not appear ("!words" in
+its constraints) are CTranslate2's suppress_sequences, those that must appear need seqxduce's own search (dynamic
+beam allocation) and are refused with 422, as /v1/attention is.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from seqxduce.decoding.decode import Output
+from seqxduce.decoding.phrases import PhraseText
 from seqxduce.decoding.search import SearchStopped
 from seqxduce.export.ct2_decoding import HONOURED, ExportedRun, decode_sources
 from seqxduce.serving.batching import StopCheck
@@ -91,9 +93,20 @@ class CT2Service(Service):
             answers.extend(self.answers(sources[start:start + CALL_SOURCES], key))
         return answers
 
+    def refuse_phrases(self, phrases: PhraseText, where: str) -> None:
+        """Phrases that must appear are a 422: CTranslate2's search cannot hold an output to them."""
+        if phrases.include:
+            raise RequestError(422, f"{where}: phrases that must appear need seqxduce's own engine (CTranslate2's "
+                                    "search has no dynamic beam allocation); this server runs --engine ctranslate2: "
+                                    "send only \"!words\" phrases, or serve with --engine seqxduce")
+
     def _decode(self, sources: Sequence[str | Prefixed], key: Asked) -> list[Output]:
         run = self.decoder(key)
-        return decode_sources(run, [source_text(s) for s in sources], self._prefixes(sources, run.tokenizers.tgt))
+        tgt = run.tokenizers.tgt
+        # only phrases that must not appear reach here (refuse_phrases): suppress_sequences, batched by them
+        phrases = self._constraints(sources, tgt)
+        banned = None if phrases is None else [p.exclude for p in phrases]
+        return decode_sources(run, [source_text(s) for s in sources], self._prefixes(sources, tgt), banned)
 
     def attention(self, source: str, target: str | None, key: Asked, stop: StopCheck | None = None
                   ) -> dict[str, Any]:

@@ -16,6 +16,11 @@ MAX_NBEST = 32  # a bound on the work one request can ask for; a wider beam is r
 SERVE_MAX_BEAM = 64  # a server's own cap on a request's beam (the search's MAX_BEAM bounds any decode)
 MAX_INT_DIGITS = 30  # longer integer literals are not converted (Python refuses past 4,300 digits, slowly)
 MAX_KEY_SHOWN = 40  # characters of a client's key or text repeated in an error message
+# an input's "constraints": a bound on what one input may ask the search to track (each phrase is compared with
+# every row's window at every step) and on the text tokenized for it before it is queued; the phrases that must
+# appear are bounded again by the beam (at most one per beam entry) and, in tokens, by --max-output-tokens
+MAX_PHRASES = 16
+MAX_PHRASE_CHARS = 200
 
 
 class RequestError(Exception):
@@ -92,11 +97,15 @@ class Limits(Settings):
 
 @dataclass(frozen=True)
 class Prefixed:
-    """An input given as {"source": ..., "prefix": ...}: its output must start with the prefix (target text)."""
+    """An input given as an object, {"source": ..., "prefix": ..., "constraints": [...]}: its output must start
+    with the prefix (target text) and hold the phrases of its constraints ("!words": must not hold them)."""
 
     text: str
     prefix: str
     tgt_lang: str = ""  # the input's own language to write ("" : the request's tgt_lang, or none)
+    # the phrases as sent, "!words" marked: decoding.phrases.PhraseText reads them (it imports torch, this
+    # module does not), so they travel as text through the batcher, each with its own input
+    constraints: tuple[str, ...] = ()
 
 
 # a language a request names ("tgt_lang", "src_lang"): a code, never a text, so that a refusal repeats it whole
@@ -180,9 +189,12 @@ def shown(text: str) -> str:
 
 
 def check_source(value: Any, where: str) -> str:
-    """One source: a non-empty string on one line."""
+    """One source: a non-empty string on one line (of valid Unicode: an input object's strings are not seen by
+    parse_json's check)."""
     if not isinstance(value, str):
         raise RequestError(400, f"{where}: a string is expected, not {_type_name(value)}")
+    if not _is_unicode(value):
+        raise RequestError(400, f"{where}: holds a lone surrogate; send valid Unicode")
     if not value.strip():
         raise RequestError(422, f"{where}: empty; send a sentence")
     if "\n" in value or "\r" in value:
@@ -190,20 +202,60 @@ def check_source(value: Any, where: str) -> str:
     return value
 
 
+INPUT_KEYS = ("source", "prefix", "tgt_lang", "constraints")
+
+
 def check_input(value: Any, where: str) -> str | Prefixed:
-    """One input: a source string, or {"source": ..., "prefix": ...} to force the start of its output."""
+    """One input: a source string, or {"source": ..., "prefix": ..., "tgt_lang": ..., "constraints": [...]} to
+    force the start of its output, its language, or phrases it must (and must not) hold."""
     if not isinstance(value, dict):
         return check_source(value, where)
-    unknown = sorted(set(value) - {"source", "prefix", "tgt_lang"})
+    unknown = sorted(set(value) - set(INPUT_KEYS))
     if unknown or "source" not in value:
         raise RequestError(400, f"{where}: an object takes \"source\", \"prefix\" (target text the output "
-                                f"starts with) and \"tgt_lang\" (its language)"
+                                f"starts with), \"tgt_lang\" (its language) and \"constraints\" (phrases the "
+                                f"output must hold, \"!words\" for those it must not)"
                                 f"{'; not ' + repr(shown(unknown[0])) if unknown else ''}")
     prefix = value.get("prefix", "")
-    if not isinstance(prefix, str) or "\n" in prefix or "\r" in prefix:
+    if not isinstance(prefix, str) or "\n" in prefix or "\r" in prefix or not _is_unicode(prefix):
         raise RequestError(400, f"{where}.prefix: one line of text is expected")
     return Prefixed(check_source(value["source"], f"{where}.source"), prefix,
-                    check_lang(value.get("tgt_lang", ""), f"{where}.tgt_lang"))
+                    check_lang(value.get("tgt_lang", ""), f"{where}.tgt_lang"),
+                    check_constraints(value.get("constraints", []), f"{where}.constraints"))
+
+
+def check_constraints(value: Any, where: str) -> tuple[str, ...]:
+    """An input's "constraints": a list of at most MAX_PHRASES phrases, each a string of at most MAX_PHRASE_CHARS
+    characters on one line with words in it ("!words": words that must not appear; "\\!words": words that must,
+    starting with "!"), as decoding.phrases.PhraseText.from_list reads them. Any other value is a 400 naming
+    `where` (inputs[3].constraints), so that nothing malformed reaches the tokenizer or the search."""
+    example = "send a list of phrases, such as [\"Mann\", \"!einem\"]"
+    if not isinstance(value, list):
+        raise RequestError(400, f"{where}: a list of strings is expected, not {_type_name(value)}; {example}")
+    if len(value) > MAX_PHRASES:
+        raise RequestError(400, f"{where}: {len(value)} phrases, more than the {MAX_PHRASES} an input may have; "
+                                "send fewer")
+    for i, phrase in enumerate(value):
+        _check_phrase(phrase, f"{where}[{i}]")
+    return tuple(value)
+
+
+def _check_phrase(phrase: Any, where: str) -> None:
+    """One phrase of an input's constraints (check_constraints)."""
+    if not isinstance(phrase, str):
+        raise RequestError(400, f"{where}: a string is expected, not {_type_name(phrase)}")
+    if len(phrase) > MAX_PHRASE_CHARS:
+        raise RequestError(400, f"{where}: {len(phrase)} characters, more than the {MAX_PHRASE_CHARS} a phrase may "
+                                "have; shorten it")
+    if any(c in phrase for c in "\n\r\t"):
+        raise RequestError(400, f"{where}: holds a line break or tab; send one phrase per item")
+    if not _is_unicode(phrase):
+        raise RequestError(400, f"{where}: holds a lone surrogate; send valid Unicode")
+    # as PhraseText.from_list reads it: a leading "!" marks a phrase that must not appear, "\\!" escapes it
+    words = phrase[1:] if phrase.startswith("!") else phrase.removeprefix("\\")
+    if not words.strip():
+        raise RequestError(400, f"{where}: an empty phrase; send words (\"!words\" for words that must not "
+                                "appear), or leave it out")
 
 
 def check_lang(value: Any, where: str) -> str:
@@ -297,11 +349,13 @@ class Cost:
 
 
 def check_cost(lengths: Lengths, tokens: list[int], changes: dict[str, Any], limits: Limits,
-               prefixes: list[int] | None = None) -> Cost:
+               prefixes: list[int] | None = None, phrases: list[int] | None = None) -> Cost:
     """The request's cost (its work: sum over sources of rows x longest output), or a 422/413 naming the field and the
     server's limit when one output may be longer than --max-output-tokens or the work passes --max-work.
     tokens: each source's length as the model reads it (eos included); prefixes: each source's target prefix in
-    tokens (0 for none), which the search never cuts: its output's limit is at least that long."""
+    tokens (0 for none), which the search never cuts; phrases: the tokens of each source's phrases that must
+    appear (0 for none), which the search leaves room for (search._room): its output's limit is at least the two
+    together, so they count as a longer output does."""
     cap = limits.max_output_tokens
     flag = f"this server's --max-output-tokens {cap}"
     if lengths.min_len > cap:
@@ -311,9 +365,10 @@ def check_cost(lengths: Lengths, tokens: list[int], changes: dict[str, Any], lim
                                 f"{cap}")
     work, steps = 0, []
     for i, n in enumerate(tokens):
-        forced = prefixes[i] if prefixes else 0
+        forced = (prefixes[i] if prefixes else 0) + (phrases[i] if phrases else 0)
         if forced > cap:
-            raise RequestError(422, f"inputs[{i}].prefix: {forced} tokens, longer than {flag}; shorten it")
+            raise RequestError(422, f"{_forced_field(i, prefixes, phrases)}: {forced} tokens the output must hold, "
+                                    f"more than {flag}; shorten it")
         # as the search counts: the source without eos, and never less than a forced prefix
         longest = max(lengths.max_len_a * (n - 1) + lengths.max_len_b, forced)
         if longest > cap:
@@ -331,11 +386,19 @@ def check_cost(lengths: Lengths, tokens: list[int], changes: dict[str, Any], lim
         steps.append(max(1, math.floor(longest)))
         work += lengths.rows * steps[-1]
     if work > limits.max_work:
+        # phrases that must appear lengthen the outputs they are in: fewer of them is a way out too
+        less = ["fewer sources", f"a smaller {lengths.rows_key}", "shorter outputs",
+                *(["fewer phrases that must appear"] if phrases and any(phrases) else [])]
         raise RequestError(413, f"inputs: {len(tokens)} sources x {lengths.rows_key} {lengths.rows} x their "
                                 f"longest outputs make {work} token steps, more than this server's --max-work "
-                                f"{limits.max_work}; send fewer sources, a smaller {lengths.rows_key} or shorter "
-                                "outputs")
+                                f"{limits.max_work}; send {', '.join(less[:-1])} or {less[-1]}")
     return Cost(work, steps, lengths.rows)
+
+
+def _forced_field(i: int, prefixes: list[int] | None, phrases: list[int] | None) -> str:
+    """The field that makes input i's output at least so long: its prefix, its constraints, or both."""
+    named = [key for key, given in (("prefix", prefixes), ("constraints", phrases)) if given and given[i]]
+    return f"inputs[{i}]." + " and .".join(named)
 
 
 def _is_int(value: Any) -> bool:

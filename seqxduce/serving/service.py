@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from seqxduce.api import Decoder, Example, UserError
+from seqxduce.api import Decoder, Example, Phrases, UserError
 from seqxduce.components import build_decoder
 from seqxduce.data import encode_source
 from seqxduce.decoding.changes import Change, SearchShape, changed_settings, nbest_changes
 from seqxduce.decoding.decode import LoadedRun, Output, decode_sources, encode_prefixes
 from seqxduce.decoding.directions import Directions
+from seqxduce.decoding.phrases import PhraseText
 from seqxduce.decoding.search import stop_when
 from seqxduce.decoding.search_settings import SearchSettings
 from seqxduce.serving.batching import StopCheck
@@ -132,8 +133,36 @@ class Service:
                 read = directions.apply(example, lang or ask.tgt_lang, f"inputs[{i}].tgt_lang" if lang else "tgt_lang")
             except UserError as err:
                 raise RequestError(422, str(err)) from None
-            inputs.append(Prefixed(read.source, read.prefix) if read.prefix else read.source)
+            phrases = given.constraints if isinstance(given, Prefixed) else ()
+            inputs.append(Prefixed(read.source, read.prefix, constraints=phrases) if read.prefix or phrases
+                          else read.source)
         return inputs, directions.notices
+
+    def phrase_tokens(self, inputs: Sequence[str | Prefixed], key: Asked) -> list[int]:
+        """Per input, the tokens of its phrases that must appear (0 for none): the search raises the input's
+        output limit to leave room for them (search._room), so the request's cost counts them as it counts a
+        prefix. Checked now, before anything is queued, each refusal a 422 naming inputs[i].constraints: more
+        phrases that must appear than the request's beam keeps apart, a phrase the target vocabulary cannot
+        spell, or one the engine cannot search for (refuse_phrases)."""
+        beam = max(SearchShape.of(key.settings).beam, 1)  # greedy search keeps one phrase's bank: 1
+        needed = []
+        for i, given in enumerate(inputs):
+            where = f"inputs[{i}].constraints"
+            phrases = _phrase_text(given, where)
+            if not phrases:
+                needed.append(0)
+                continue
+            self.refuse_phrases(phrases, where)
+            if len(phrases.include) > beam:
+                raise RequestError(422, f"{where}: {len(phrases.include)} phrases must appear, more than the beam "
+                                        f"({beam}) can keep apart (at most one per beam entry); send at most "
+                                        f"{beam}, or a larger \"beam\"")
+            needed.append(_encoded(phrases, self.run.tokenizers.tgt, where).tokens_needed())
+        return needed
+
+    def refuse_phrases(self, phrases: PhraseText, where: str) -> None:
+        """A 422 naming `where` when this engine cannot search for an input's phrases; seqxduce's own search
+        takes both kinds."""
 
     def forced(self, steps: int) -> Asked:
         """The settings that force every output to `steps` tokens (serving.pace's probe): a RequestError when the
@@ -217,15 +246,26 @@ class Service:
 
     def _decode(self, sources: Sequence[str | Prefixed], key: Asked) -> list[Output]:
         run = self.run
-        prefixes = self._prefixes(sources, run.tokenizers.tgt)
-        return decode_sources(run, [source_text(s) for s in sources], self.decoder(key), prefixes=prefixes)
+        tgt = run.tokenizers.tgt
+        return decode_sources(run, [source_text(s) for s in sources], self.decoder(key),
+                              prefixes=self._prefixes(sources, tgt), constraints=self._constraints(sources, tgt))
 
     @staticmethod
     def _prefixes(sources: Sequence[str | Prefixed], tokenizer: Any) -> list[list[int]] | None:
-        """Each input's "prefix" (the target text its output starts with) as ids; None when no input has one."""
-        if not any(isinstance(s, Prefixed) for s in sources):
+        """Each input's "prefix" (the target text its output starts with) as ids; None when no input has one (as
+        a Python call without prefixes decodes)."""
+        if not any(isinstance(s, Prefixed) and s.prefix for s in sources):
             return None
         return encode_prefixes(tokenizer, [s.prefix if isinstance(s, Prefixed) else "" for s in sources], "prefix ")
+
+    @staticmethod
+    def _constraints(sources: Sequence[str | Prefixed], tokenizer: Any) -> list[Phrases] | None:
+        """Each input's constraints as ids, empty for an input without (a batch mixes clients' inputs: each keeps
+        its own); None when no input of the batch has any, as a Python call without constraints decodes."""
+        given = [_phrase_text(s, f"inputs[{i}].constraints") for i, s in enumerate(sources)]
+        if not any(given):
+            return None
+        return [_encoded(p, tokenizer, f"inputs[{i}].constraints") for i, p in enumerate(given)]
 
     def _one(self, source: str | Prefixed, key: Asked) -> Any:
         try:
@@ -255,6 +295,27 @@ class Service:
 
 def _never() -> bool:
     return False
+
+
+def _phrase_text(given: str | Prefixed, where: str) -> PhraseText:
+    """An input's constraints as decoding.phrases reads them (limits.check_constraints checked them: a refusal
+    here is still the client's 422, never a 500)."""
+    if not isinstance(given, Prefixed) or not given.constraints:
+        return PhraseText()
+    try:
+        return PhraseText.from_list(given.constraints, where)
+    except UserError as err:
+        raise RequestError(422, str(err)) from None
+
+
+def _encoded(phrases: PhraseText, tokenizer: Any, where: str) -> Phrases:
+    """The phrases as target ids; one the vocabulary cannot spell is the client's 422 naming `where`."""
+    if not phrases:
+        return Phrases()
+    try:
+        return phrases.encode(tokenizer, where)
+    except UserError as err:
+        raise RequestError(422, str(err)) from None
 
 
 def native_service(engine: Any, run: LoadedRun) -> Service:
