@@ -155,6 +155,12 @@ def test_a_plugins_engine_is_served_through_the_service_it_declares(tiny_run: Pa
                            (DecodeAsk([Prefixed("3 1", "1")], 1), "prefix")):
             with pytest.raises(RequestError, match=f"^{field}: the sorter engine"):
                 service.key_for(ask)
+        # an input object without a prefix asks for none; constraints need the features the engine declares
+        assert service.phrase_tokens([Prefixed("3 1", "")], service.key_for(DecodeAsk([Prefixed("3 1", "")], 1))
+                                     ) == [0]
+        for phrases, what in ((("1",), "phrases that must appear"), (("!1",), "phrases that must not appear")):
+            with pytest.raises(RequestError, match=rf"^inputs\[0\]\.constraints: the sorter engine takes no {what}"):
+                service.phrase_tokens([Prefixed("3 1", "", constraints=phrases)], key)
 
 
 def test_seqxduce_serve_serves_a_plugins_engine(tiny_run: Path, tmp_path: Path):

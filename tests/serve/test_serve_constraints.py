@@ -125,6 +125,24 @@ def test_constrained_inputs_batched_beside_other_clients_plain_ones_keep_their_o
         assert_same_texts(trained_copy_run, sources, expected, got)
 
 
+def test_the_ctranslate2_engine_serves_forbidden_phrases_and_refuses_those_that_must_appear(
+        trained_copy_run, tmp_path):
+    """serve --engine ctranslate2 of the run's export: "!words" are CTranslate2's suppress_sequences, answered as
+    `seqxduce.decode(export, ..., engine="ctranslate2")` gives them; a phrase that must appear is a 422."""
+    pytest.importorskip("ctranslate2", reason="the ctranslate2 extra is not installed")
+    export = seqxduce.export_run(trained_copy_run, tmp_path / "ct2").directory
+    banned = [(s, [p for p in phrases if p.startswith("!")]) for s, phrases in CONSTRAINED]
+    banned = [(s, p) for s, p in banned if p] + [(PLAIN[0], [])]
+    expected = [seqxduce.decode(export, [s], constraints=[p], engine="ctranslate2")[0].text for s, p in banned]
+    assert all(honoured(t, p) for t, (_, p) in zip(expected, banned)), expected
+    with serving(export, tmp_path, "--engine", "ctranslate2", "--threads", "1") as ct2:
+        status, _, answer = call(ct2, "/v1/decode", {"inputs": [{"source": s, "constraints": p} for s, p in banned]})
+        assert status == 200 and texts(answer) == expected, answer
+        status, _, answer = call(ct2, "/v1/decode", {"inputs": ["1 2", {"source": "1 2", "constraints": ["!1", "7"]}]})
+        assert status == 422 and answer["error"].startswith("inputs[1].constraints: phrases that must appear need "
+                                                            "seqxduce's own engine"), answer
+
+
 def one(source: object = "1 2", constraints: object = None, **more: object) -> dict:
     """A request of one input object (constraints left out when None), and more inputs before it."""
     given = {"source": source} if constraints is None else {"source": source, "constraints": constraints}
