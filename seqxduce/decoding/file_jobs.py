@@ -171,8 +171,8 @@ def score_file(request: ScoreFile) -> StreamedFile:
         items: Iterable = zip(iter_lines(request.source), iter_lines(request.target))
         if directions is not None:
             items = _directed(request, items, directions, request.source, scoring=True)
-        done = _run_stream(request, job, job.processor_for(loaded), _processes(request, sources, loaded), items,
-                           sources, finals, record, "score", stops)
+        done = _run_stream(request, _Streamed(job, job.processor_for(loaded), _processes(request, sources, loaded),
+                                              items, sources, finals, record, "score"), stops)
         done.described = described
         return done
 
@@ -346,9 +346,9 @@ def _stream_decode(request: DecodeFile, job: BufferJob, process: Processor, load
             ex = items[piece.start + k]
             _say(f"src: {ex.source}\nhyp: {text}\nref: {ex.ref}\n")
 
-    done = _run_stream(request, job, process, _processes(request, total, loaded), items, total, finals, record,
-                       "decode", stops, keep=split is not None,
-                       on_piece=show if split is not None and examples else None)
+    done = _run_stream(request, _Streamed(job, process, _processes(request, total, loaded), items, total, finals,
+                                          record, "decode", keep=split is not None,
+                                          on_piece=show if split is not None and examples else None), stops)
     done.described = described
     if split is not None and done.writer and not done.complete_already:
         outputs = [Postprocessed(k["text"], k["figures"]) for k in done.kept]
@@ -368,30 +368,49 @@ def _processes(request: FileRequest, lines: int | None, loaded: Any) -> int:
                          AUTO_PROCESSES_FROM)
 
 
-def _run_stream(request: FileRequest, job: BufferJob, process: Processor | None, processes: int, items: Iterable,
-                total: int | None, finals: dict[str, Path], record: dict, what: str, stops: _Stops,
-                keep: bool = False, on_piece=None) -> StreamedFile:
+@dataclass
+class _Streamed:
+    """One streamed job as decode_file and score_file put it together: the work per buffer and the loaded run's
+    processor (None: each worker process loads its own), the worker processes, the input items and how many
+    (None: unknown until read), the final output files and the record that keys them, what the job is called
+    ("decode", "score"), whether its outputs are kept for a split's metric, and what to show of each piece."""
+
+    job: BufferJob
+    process: Processor | None
+    processes: int
+    items: Iterable
+    total: int | None
+    finals: dict[str, Path]
+    record: dict
+    what: str
+    keep: bool = False
+    on_piece: Callable | None = None
+
+
+def _run_stream(request: FileRequest, streamed: _Streamed, stops: _Stops) -> StreamedFile:
     """run_job with the outputs' files (refused before any work when a file cannot be written)."""
     from seqxduce.cpus import per_worker_threads
     from seqxduce.decoding.stream_files import OutputFiles
     from seqxduce.decoding.stream_job import Plan, run_job
 
+    s = streamed
     grid = _grid(request)
-    files = OutputFiles(finals, {**record, "buffer_size": grid.size}, keep=keep) if finals else None
-    threads = per_worker_threads(processes)
-    plan = Plan(grid, processes, threads, request.resume, what, request.continued_by)
-    if processes > 1:
-        _say(f"{what}: {processes} worker processes of {threads} thread(s) each")
+    files = OutputFiles(s.finals, {**s.record, "buffer_size": grid.size}, keep=s.keep) if s.finals else None
+    threads = per_worker_threads(s.processes)
+    plan = Plan(grid, s.processes, threads, request.resume, s.what, request.continued_by)
+    process = s.process
+    if s.processes > 1:
+        _say(f"{s.what}: {s.processes} worker processes of {threads} thread(s) each")
         process = None  # each worker loads its own
-    result = run_job(job, items, total, files, request.output is None, plan, process, on_piece=on_piece)
+    result = run_job(s.job, s.items, s.total, files, request.output is None, plan, process, on_piece=s.on_piece)
     stops.written = True
     if result.late_signal:
         from seqxduce.stopping import signal_name
 
-        where = "its outputs went to stdout" if not finals else f"{next(iter(finals.values()))} is complete"
+        where = "its outputs went to stdout" if not s.finals else f"{next(iter(s.finals.values()))} is complete"
         _say(f"{signal_name(result.late_signal)}: came after the last line was written; {where}")
     if result.complete_already:
-        _say_complete(what, next(iter(finals.values())), keep)
+        _say_complete(s.what, next(iter(s.finals.values())), s.keep)
     return StreamedFile(result.done, result.new, result.seconds, complete_already=result.complete_already,
                         kept=result.kept, writer=result.writer)
 
